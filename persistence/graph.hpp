@@ -1,0 +1,169 @@
+#pragma once
+
+// The graph model: plain data parsed and validated from a JSON document
+// (SPEC §2, §13 rules 1-3, 7, 8). Nothing here runs anything.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "persistence/duration.hpp"
+
+namespace canopy {
+
+using json = nlohmann::json;
+
+// -- limits and defaults ------------------------------------------------------
+
+/// The largest graph document accepted, in bytes (SPEC §13 rule 3).
+constexpr size_t max_graph_bytes = 8u * 1024u * 1024u;
+
+/// Default `limits.max_depth` (root depth 0).
+constexpr int default_max_depth = 16;
+
+/// Default `limits.max_steps`.
+constexpr uint64_t default_max_steps = 100000;
+
+/// Deepest JSON nesting accepted in a document, against stack exhaustion.
+constexpr int max_json_nesting = 128;
+
+// -- model ---------------------------------------------------------------------
+
+/// The kind of a step: exactly one kind key per step.
+enum class step_kind : uint8_t { run, tool, graph, plan, agent, fn };
+
+/// Returns the kind key, e.g. `"run"`.
+const char* to_string(step_kind x);
+
+/// Signal escalation delays of a subprocess step (SPEC §4.3).
+struct grace_periods {
+  millis interrupt{10'000}; ///< SIGINT → SIGTERM
+  millis terminate{5'000};  ///< SIGTERM → SIGKILL
+};
+
+/// The `limits` object of a graph; unset fields inherit (SPEC §13 rule 8).
+struct graph_limits {
+  std::optional<int> max_depth;
+  std::optional<uint64_t> max_steps;
+  std::optional<double> budget;
+  std::optional<millis> deadline;
+};
+
+struct graph;
+
+/// One step of a graph. String fields that may hold references keep them
+/// unresolved; the execution resolves them when the step starts.
+struct step_def {
+  std::string id;
+  step_kind kind = step_kind::fn;
+  /// `run`: the argv array; `plan`: the argv array or a tool name string.
+  json argv;
+  /// `tool`, `plan` (when a string), `agent` and `fn`: the name.
+  std::string target;
+  /// `graph`: the child graph, parsed (inline object, or file relative to the
+  /// parent graph's file). Null for a registered graph name (`target` holds it).
+  std::shared_ptr<const graph> child;
+  std::vector<std::string> needs;
+  json with = json::object();
+  json message; ///< `agent` only; null otherwise
+  std::map<std::string, std::string> env;
+  std::optional<std::string> stdin_data;
+  std::optional<std::string> cwd;
+  std::optional<millis> timeout;
+  int retries = 0;
+  millis retry_delay{1000};
+  double cost = 0;
+  grace_periods grace;
+};
+
+/// A validated graph. Immutable once parsed; share it as `shared_ptr<const graph>`.
+struct graph {
+  std::string name;
+  std::vector<std::string> inputs;
+  graph_limits limits;
+  /// Steps in a topological order (every step after all of its `needs`).
+  std::vector<step_def> steps;
+  /// Step id → position in `steps`.
+  std::map<std::string, size_t> index;
+  /// The `outputs` object, references unresolved.
+  json outputs = json::object();
+  /// Folder that relative paths (`graph` files, `cwd`) are relative to.
+  std::string base_dir;
+  /// The document as given (child files not inlined).
+  json document;
+  /// Every file a `graph` step loaded, transitively: absolute path → document.
+  /// Stored with an execution so that resume never reads the files again.
+  std::map<std::string, json> files;
+
+  /// Returns the step `id` or nullptr.
+  const step_def* find(const std::string& id) const;
+
+  /// Returns true when `ancestor` is a transitive `needs` of `step`.
+  bool is_upstream(const std::string& ancestor, const std::string& step) const;
+};
+
+// -- parsing and validation ------------------------------------------------------
+
+/// One validation error: the JSON path (RFC 6901 pointer, `""` for the whole
+/// document) and a message. Inside an included graph file the path continues
+/// through the step, e.g. `/steps/review/graph/steps/a/run`.
+struct graph_error {
+  std::string path;
+  std::string message;
+};
+
+/// Renders `e` as `"PATH: MESSAGE"` (or just the message when the path is empty).
+std::string to_string(const graph_error& e);
+
+/// Options of `parse_graph`.
+struct parse_options {
+  /// Names of registered `fn` functions; a `fn` step naming another is an error.
+  /// Empty set: the built-ins (`noop`, `sleep`, `echo`, `fail`) only.
+  std::set<std::string> fns;
+  /// Registered tool names; `tool`/`plan` steps naming another are an error.
+  std::set<std::string> tools;
+  /// Depth of the graph being parsed (root: 0); a `graph` step at depth
+  /// `max_depth` is a `max_depth` error.
+  int depth = 0;
+  /// Effective max_depth inherited from the parent (default 16).
+  int max_depth = default_max_depth;
+  /// Reads a graph file: absolute path → document. Defaults to the file system
+  /// (size over `max_graph_bytes` and malformed JSON are errors); resume uses
+  /// the stored `graph::files`.
+  std::function<caf::expected<json>(const std::string& abs_path)> load_file;
+};
+
+/// The outcome of parsing: a graph, or every error found.
+struct parse_result {
+  std::shared_ptr<const graph> value;
+  std::vector<graph_error> errors;
+  explicit operator bool() const { return value != nullptr; }
+};
+
+/// Parses and validates `doc` (SPEC §2 rejections: unknown keys, zero or two
+/// kinds, unknown `needs`, cycles, unknown inputs or steps in references,
+/// references to steps that are not upstream, bad durations, recursion past
+/// `max_depth`, a file including itself).
+/// @param base_dir the folder relative paths are resolved against.
+/// @returns the graph, or all errors with their JSON paths.
+/// Thread-safe.
+parse_result parse_graph(const json& doc, const std::string& base_dir,
+                         const parse_options& opts = {});
+
+/// Reads `path` (at most `max_graph_bytes`), parses JSON (depth limited to
+/// `max_json_nesting`) and calls `parse_graph` with the file's folder.
+/// A missing file, an oversized file or malformed JSON is one error with path `""`.
+parse_result parse_graph_file(const std::string& path, const parse_options& opts = {});
+
+/// Parses `text` as JSON with the nesting limit; throws nothing.
+/// @returns the document or an error message with the byte offset.
+caf::expected<json> parse_json_text(const std::string& text);
+
+} // namespace canopy

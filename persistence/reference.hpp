@@ -1,0 +1,51 @@
+#pragma once
+
+// `${inputs.NAME}` and `${steps.ID.PATH}` references (SPEC §2, §13 rule 2).
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
+
+namespace canopy {
+
+using json = nlohmann::json;
+
+/// One reference found in a string.
+struct reference {
+  enum scope_t { inputs, steps, with } scope;
+  std::string name;              ///< input name, step id, or `with` key
+  std::vector<std::string> path; ///< dotted path after the step id (steps only)
+  std::string text;              ///< the reference as written, e.g. `${steps.a.stdout}`
+};
+
+/// Finds every reference in `s`.
+/// @returns the references, or an error message for a malformed one
+///          (an unterminated `${`, an unknown scope, an empty name).
+caf::expected<std::vector<reference>> find_references(const std::string& s);
+
+/// Calls `f` for every string in `v` (recursively through arrays and objects),
+/// with the RFC 6901 path of the string relative to `v`.
+void for_each_string(const json& v, const std::string& path,
+                     const std::function<void(const std::string&, const std::string&)>& f);
+
+/// What references resolve against.
+struct reference_scope {
+  const json* inputs = nullptr; ///< object of input values
+  const json* steps = nullptr;  ///< object: step id → result object (only finished steps)
+  const json* with = nullptr;   ///< object, for tool argv templates
+};
+
+/// Resolves the references in `v`: a string that is exactly one reference takes
+/// the referenced JSON value; elsewhere values are interpolated as text (a
+/// non-string as compact JSON). Recurses through arrays and objects.
+/// @returns the resolved value, or `persistence_errc::bad_reference` naming the
+///          reference when an input, step or path does not exist.
+caf::expected<json> resolve(const json& v, const reference_scope& scope);
+
+/// Like `resolve` for one string, always giving text (for argv, env, cwd, stdin).
+caf::expected<std::string> resolve_text(const std::string& s, const reference_scope& scope);
+
+} // namespace canopy
