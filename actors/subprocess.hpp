@@ -92,6 +92,12 @@ private:
   void close_all();
   void drain(int& fd, captured_output& buf, std::string& partial, int stream,
              const line_callback& on_line, bool to_eof);
+  /// Writes pending stdin without blocking; closes stdin when done or on EPIPE.
+  void feed_stdin();
+  /// SIGKILLs the group of an unreaped leader and reaps it (blocking).
+  void kill_and_reap() noexcept;
+  /// Moves all state out of `other`, leaving it empty.
+  void take(subprocess& other) noexcept;
 
   pid_t pid_ = -1;
   int out_fd_ = -1;
@@ -105,6 +111,7 @@ private:
   captured_output err_;
   std::string out_partial_;
   std::string err_partial_;
+  bool group_gone_ = false; ///< kill(-pid) saw ESRCH after the leader was reaped
 };
 
 } // namespace canopy

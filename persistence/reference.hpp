@@ -1,6 +1,12 @@
 #pragma once
 
 // `${inputs.NAME}` and `${steps.ID.PATH}` references (SPEC §2, §13 rule 2).
+//
+// Syntax: `${inputs.NAME}`, `${steps.ID}`, `${steps.ID.a.b.0}` (a dotted path
+// into the step's result; numeric components index arrays) and `${with.KEY}`
+// (tool argv templates only). NAME, ID and KEY are `[A-Za-z0-9_-]+`.
+// `$${` is an escape for a literal `${` (e.g. `"echo $${HOME}"` gives
+// `echo ${HOME}`); a `$` not followed by `{` is always literal (`$$`, `$HOME`).
 
 #include <functional>
 #include <string>
@@ -28,6 +34,8 @@ caf::expected<std::vector<reference>> find_references(const std::string& s);
 
 /// Calls `f` for every string in `v` (recursively through arrays and objects),
 /// with the RFC 6901 path of the string relative to `v`.
+/// `f` receives `(path, string)`; `path` is `path` followed by the pointer
+/// of the string inside `v` (object keys escaped: `~` → `~0`, `/` → `~1`).
 void for_each_string(const json& v, const std::string& path,
                      const std::function<void(const std::string&, const std::string&)>& f);
 

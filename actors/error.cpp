@@ -1,0 +1,42 @@
+#include "actors/error.hpp"
+
+#include <caf/make_message.hpp>
+#include <caf/message.hpp>
+
+namespace canopy {
+
+caf::error make_error(actors_errc x, std::string context) {
+  return caf::error{static_cast<uint8_t>(x), actors_category,
+                    caf::make_message(std::move(context))};
+}
+
+caf::error make_stop(const std::string& reason, bool force) {
+  return make_error(force ? actors_errc::stop_force : actors_errc::stop, reason);
+}
+
+bool is_stop(const caf::error& err, std::string& reason, bool& force) {
+  // Note: category() of an empty error dereferences null in CAF 0.17.
+  if (!err || err.category() != actors_category)
+    return false;
+  auto code = static_cast<actors_errc>(err.code());
+  if (code != actors_errc::stop && code != actors_errc::stop_force)
+    return false;
+  force = code == actors_errc::stop_force;
+  auto& ctx = err.context();
+  reason = ctx.size() == 1 && ctx.match_element<std::string>(0) ? ctx.get_as<std::string>(0)
+                                                                 : "requested";
+  return true;
+}
+
+const char* to_string(actors_errc x) {
+  switch (x) {
+    case actors_errc::stop: return "stop";
+    case actors_errc::stop_force: return "stop_force";
+    case actors_errc::step_failed: return "step_failed";
+    case actors_errc::timeout: return "timeout";
+    case actors_errc::spawn_failed: return "spawn_failed";
+  }
+  return "unknown";
+}
+
+} // namespace canopy

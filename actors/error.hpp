@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+
+namespace canopy {
+
+/// Errors and exit reasons of the actor layer.
+enum class actors_errc : uint8_t {
+  /// Exit reason of a graceful stop; the context holds the stop reason
+  /// string (e.g. `"parent_stopped"`).
+  stop = 1,
+  /// Exit reason of a forced stop (no grace periods); context as `stop`.
+  stop_force,
+  /// A step failed; the context holds the message.
+  step_failed,
+  /// A step attempt ran past its `timeout`.
+  timeout,
+  /// A subprocess could not be started.
+  spawn_failed,
+};
+
+/// The error category atom of `actors_errc`.
+constexpr caf::atom_value actors_category = caf::atom("actors");
+
+/// Returns a `caf::error` with code `x` and the message `context`.
+caf::error make_error(actors_errc x, std::string context);
+
+/// Returns the exit reason that stops an actor with stop reason `reason`
+/// (`"requested"`, `"parent_stopped"`, ...); `force` skips grace periods.
+caf::error make_stop(const std::string& reason, bool force);
+
+/// If `err` is a stop exit reason, sets `reason` and `force` and returns true.
+bool is_stop(const caf::error& err, std::string& reason, bool& force);
+
+const char* to_string(actors_errc x);
+
+} // namespace canopy

@@ -1,0 +1,817 @@
+#include "actors/execution_actor.hpp"
+
+#include <algorithm>
+
+#include <caf/all.hpp>
+
+#include "actors/error.hpp"
+#include "actors/messages.hpp"
+#include "actors/step_runner.hpp"
+#include "persistence/error.hpp"
+#include "persistence/reference.hpp"
+
+namespace canopy {
+
+namespace {
+
+// -- state -----------------------------------------------------------------------
+
+/// Runtime state of one step.
+struct step_rt {
+  step_status status = step_status::pending;
+  int attempt = 0;
+  json error;        ///< null or message
+  json result;       ///< kept for failed steps; completed results live in `results`
+  std::string reason;
+  std::string node = "local";
+  std::string child_id;
+  int64_t pid = 0;
+  int64_t started_at = 0;
+  int64_t ended_at = 0;
+  size_t remaining = 0;   ///< `needs` not yet durably completed
+  caf::actor worker;      ///< step runner or child execution
+  uint64_t ticket = 0;    ///< slot ticket while queued or running a subprocess
+  bool has_slot = false;
+  bool in_fn = false;     ///< a pooled fn attempt is running
+  std::shared_ptr<std::atomic<bool>> stop_flag;
+};
+
+struct execution_state {
+  execution_record rec;
+  std::shared_ptr<const graph> g;
+  std::shared_ptr<const execution_services> svc;
+  caf::actor parent;
+  std::vector<step_rt> steps;
+  std::vector<std::vector<size_t>> dependents;
+  json results = json::object(); ///< step id → result, completed steps only
+  std::vector<size_t> ready;
+  size_t durable_completed = 0;
+  uint64_t next_ticket = 1;
+  // -- writes --
+  write_batch batch;
+  std::vector<size_t> batch_completed; ///< steps whose completion rides on `batch`
+  // -- halt --
+  bool halting = false;
+  bool finished = false;   ///< the final record is written or being written
+  execution_status final_status = execution_status::stopped;
+  std::string final_reason;
+  std::string step_reason; ///< what running steps record when reset
+  std::string error;
+  bool force = false;
+  bool child_stopped = false;
+  static const char* name;
+};
+
+const char* execution_state::name = "execution";
+
+using exec_actor = caf::stateful_actor<execution_state>;
+
+// -- records and events ----------------------------------------------------------
+
+void emit(exec_actor* self, const char* type, const std::string& step = {},
+          const std::string& status = {}, const std::string& reason = {},
+          json data = nullptr) {
+  auto& st = self->state;
+  event_record e;
+  e.time = now_ms();
+  e.type = type;
+  e.execution_id = st.rec.id;
+  e.root_id = st.rec.root_id;
+  e.parent_id = st.rec.parent_id;
+  e.step = step;
+  e.status = status;
+  e.reason = reason;
+  e.data = std::move(data);
+  st.batch.events.push_back(std::move(e));
+}
+
+void put_step(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  auto& def = st.g->steps[idx];
+  step_record r;
+  r.execution_id = st.rec.id;
+  r.step = def.id;
+  r.status = s.status;
+  r.attempt = s.attempt;
+  if (s.status == step_status::completed)
+    r.result = st.results[def.id];
+  else
+    r.result = s.result;
+  r.error = s.error;
+  r.reason = s.reason;
+  r.node = s.node;
+  r.child_id = s.child_id;
+  r.pid = s.pid;
+  r.started_at = s.started_at;
+  r.ended_at = s.ended_at;
+  st.batch.steps.push_back(std::move(r));
+}
+
+void put_execution(exec_actor* self) {
+  self->state.batch.executions.push_back(self->state.rec);
+}
+
+void on_durable(exec_actor* self, std::vector<size_t> completed);
+void pump(exec_actor* self);
+
+/// Sends the buffered mutations to the store writer. Steps completed in this
+/// batch release their dependents only when the commit is acknowledged.
+void flush(exec_actor* self, std::function<void()> after = {}) {
+  auto& st = self->state;
+  if (st.batch.empty() && !after)
+    return;
+  auto batch = std::move(st.batch);
+  st.batch = write_batch{};
+  auto completed = std::move(st.batch_completed);
+  st.batch_completed.clear();
+  self->request(st.svc->writer, caf::infinite, write_atom::value, std::move(batch))
+    .then(
+      [=](bool) mutable {
+        if (!completed.empty())
+          on_durable(self, std::move(completed));
+        if (after)
+          after();
+      },
+      [=](caf::error& err) {
+        // Nothing can be recorded any more: give up on this execution.
+        self->quit(err);
+      });
+}
+
+// -- step transitions ------------------------------------------------------------
+
+void begin_halt(exec_actor* self, execution_status final_status, std::string reason,
+                std::string step_reason, bool force);
+
+void complete_step(exec_actor* self, size_t idx, json result) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  auto& id = st.g->steps[idx].id;
+  s.status = step_status::completed;
+  s.ended_at = now_ms();
+  s.error = nullptr;
+  s.reason.clear();
+  s.result = nullptr;
+  st.results[id] = std::move(result);
+  emit(self, "step.completed", id, "completed");
+  put_step(self, idx);
+  st.batch_completed.push_back(idx);
+}
+
+millis retry_delay(const step_def& def, int attempt) {
+  auto d = def.retry_delay;
+  for (int i = 1; i < attempt && d < millis{60'000}; ++i)
+    d *= 2;
+  return std::min(d, std::max(def.retry_delay, millis{60'000}));
+}
+
+void fail_attempt(exec_actor* self, size_t idx, const std::string& error, json result = nullptr) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  auto& def = st.g->steps[idx];
+  s.ended_at = now_ms();
+  s.error = error;
+  s.result = std::move(result);
+  if (!st.halting && s.attempt <= def.retries) {
+    auto delay = retry_delay(def, s.attempt);
+    s.status = step_status::pending;
+    s.reason = "retry";
+    emit(self, "step.retry", def.id, "pending", "retry",
+         {{"attempt", s.attempt}, {"error", error}, {"delay_ms", delay.count()}});
+    put_step(self, idx);
+    self->delayed_send(self, delay, retry_atom::value, static_cast<uint64_t>(idx), s.attempt);
+    return;
+  }
+  s.status = step_status::failed;
+  s.reason.clear();
+  emit(self, "step.failed", def.id, "failed", {}, {{"error", error}});
+  put_step(self, idx);
+  if (!st.halting) {
+    st.error = "step '" + def.id + "' failed: " + error;
+    begin_halt(self, execution_status::failed, "step_failed", "sibling_failed", false);
+  }
+}
+
+void mark_running(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  s.status = step_status::running;
+  s.reason.clear();
+  emit(self, "step.started", st.g->steps[idx].id, "running", {},
+       {{"attempt", s.attempt}});
+  put_step(self, idx);
+}
+
+/// Starts the subprocess of a `run` step once a slot is granted.
+void start_runner(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& def = st.g->steps[idx];
+  auto& s = st.steps[idx];
+  reference_scope scope{&st.rec.inputs, &st.results, nullptr};
+  runner_spec spec;
+  spec.step = idx;
+  spec.attempt = s.attempt;
+  spec.timeout = def.timeout;
+  spec.grace = def.grace;
+  auto fail = [&](const caf::error& err) { fail_attempt(self, idx, message_of(err)); };
+  for (auto& item : def.argv) {
+    auto arg = resolve_text(item.get<std::string>(), scope);
+    if (!arg)
+      return fail(arg.error());
+    spec.process.argv.push_back(std::move(*arg));
+  }
+  for (auto& kv : def.env) {
+    auto val = resolve_text(kv.second, scope);
+    if (!val)
+      return fail(val.error());
+    spec.process.env[kv.first] = std::move(*val);
+  }
+  if (def.stdin_data) {
+    auto val = resolve_text(*def.stdin_data, scope);
+    if (!val)
+      return fail(val.error());
+    spec.process.stdin_data = std::move(*val);
+  }
+  std::string cwd = st.g->base_dir;
+  if (def.cwd) {
+    auto val = resolve_text(*def.cwd, scope);
+    if (!val)
+      return fail(val.error());
+    cwd = !val->empty() && (*val)[0] == '/' ? *val : st.g->base_dir + "/" + *val;
+  }
+  spec.process.cwd = cwd;
+  s.pid = 0;
+  mark_running(self, idx);
+  s.worker = spawn_step_runner(self, std::move(spec));
+}
+
+/// Starts a child execution for a `graph` step.
+void start_child(exec_actor* self, size_t idx);
+
+/// Runs one in-process function attempt.
+void start_fn(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& def = st.g->steps[idx];
+  auto& s = st.steps[idx];
+  reference_scope scope{&st.rec.inputs, &st.results, nullptr};
+  auto with = resolve(def.with, scope);
+  if (!with)
+    return fail_attempt(self, idx, message_of(with.error()));
+  auto& name = def.target;
+  if (name == "noop" || name == "echo" || name == "fail")
+    // Instant: the record is written once, at the end; the event still says
+    // that the step started.
+    emit(self, "step.started", def.id, "running", {}, {{"attempt", s.attempt}});
+  if (name == "noop")
+    return complete_step(self, idx, json::object());
+  if (name == "echo")
+    return complete_step(self, idx, std::move(*with));
+  if (name == "fail") {
+    auto msg = with->is_object() && with->contains("message") && (*with)["message"].is_string()
+                 ? (*with)["message"].get<std::string>()
+                 : std::string{"fail"};
+    return fail_attempt(self, idx, msg);
+  }
+  if (name == "sleep") {
+    int64_t ms = 0;
+    if (with->is_object() && with->contains("ms") && (*with)["ms"].is_number())
+      ms = std::max<int64_t>(0, (*with)["ms"].get<int64_t>());
+    mark_running(self, idx);
+    self->delayed_send(self, millis{ms}, wake_atom::value, static_cast<uint64_t>(idx),
+                       s.attempt, ms);
+    if (def.timeout)
+      self->delayed_send(self, *def.timeout, timeout_atom::value, static_cast<uint64_t>(idx),
+                         s.attempt);
+    return;
+  }
+  auto fn = st.svc->fns ? st.svc->fns->find(name) : nullptr;
+  if (!fn)
+    return fail_attempt(self, idx, "no function '" + name + "' is registered");
+  mark_running(self, idx);
+  s.in_fn = true;
+  s.stop_flag = std::make_shared<std::atomic<bool>>(false);
+  auto me = caf::actor_cast<caf::actor>(self);
+  auto ctx = std::make_shared<fn_context>(std::move(*with), st.rec.id, def.id, s.attempt,
+                                          s.stop_flag);
+  auto attempt = s.attempt;
+  st.svc->pool->submit([me, ctx, fn, idx, attempt] {
+    step_outcome out;
+    try {
+      auto r = (*fn)(*ctx);
+      if (r)
+        out.result = std::move(*r);
+      else
+        out.error = message_of(r.error());
+    } catch (const std::exception& e) {
+      out.error = std::string{"exception: "} + e.what();
+    } catch (...) {
+      out.error = "unknown exception";
+    }
+    caf::anon_send(me, done_atom::value, static_cast<uint64_t>(idx), attempt, std::move(out));
+  });
+  if (def.timeout)
+    self->delayed_send(self, *def.timeout, timeout_atom::value, static_cast<uint64_t>(idx),
+                       s.attempt);
+}
+
+void start_step(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& def = st.g->steps[idx];
+  auto& s = st.steps[idx];
+  ++s.attempt;
+  s.started_at = now_ms();
+  s.ended_at = 0;
+  s.error = nullptr;
+  s.result = nullptr;
+  switch (def.kind) {
+    case step_kind::fn:
+      return start_fn(self, idx);
+    case step_kind::run: {
+      s.status = step_status::queued;
+      s.reason.clear();
+      s.ticket = st.next_ticket++;
+      emit(self, "step.queued", def.id, "queued");
+      put_step(self, idx);
+      self->send(st.svc->slots, acquire_atom::value, s.ticket);
+      return;
+    }
+    case step_kind::graph:
+      return start_child(self, idx);
+    default:
+      return fail_attempt(self, idx,
+                          std::string{"step kind '"} + to_string(def.kind)
+                            + "' is not available on this node");
+  }
+}
+
+// -- scheduling ------------------------------------------------------------------
+
+bool is_active(const step_rt& s) {
+  return s.status == step_status::running || s.status == step_status::queued;
+}
+
+void finish(exec_actor* self);
+
+/// Starts every ready step, then ends the execution when nothing is left.
+void pump(exec_actor* self) {
+  auto& st = self->state;
+  if (st.halting || st.finished)
+    return;
+  while (!st.ready.empty()) {
+    auto idx = st.ready.back();
+    st.ready.pop_back();
+    start_step(self, idx);
+    if (st.halting)
+      return;
+  }
+  if (st.durable_completed == st.steps.size()) {
+    finish(self);
+    return;
+  }
+  // Nothing runs and nothing can start: a child stopped on its own.
+  if (st.child_stopped && st.batch_completed.empty()
+      && std::none_of(st.steps.begin(), st.steps.end(), [](const step_rt& s) {
+           return is_active(s) || (s.status == step_status::pending && s.reason == "retry");
+         }))
+    begin_halt(self, execution_status::stopped, "child_stopped", "child_stopped", false);
+}
+
+void on_durable(exec_actor* self, std::vector<size_t> completed) {
+  auto& st = self->state;
+  for (auto idx : completed) {
+    ++st.durable_completed;
+    for (auto d : st.dependents[idx])
+      if (--st.steps[d].remaining == 0 && st.steps[d].status == step_status::pending)
+        st.ready.push_back(d);
+  }
+  pump(self);
+  flush(self);
+}
+
+/// Tells the parent execution how this one ended, then quits normally (the
+/// status is in the store and in the report, not in the exit reason).
+void report_and_quit(exec_actor* self) {
+  auto& st = self->state;
+  if (st.parent)
+    self->send(st.parent, child_atom::value, st.rec.parent_step,
+               std::string{to_string(st.rec.status)}, st.rec.outputs, st.rec.error);
+  self->quit();
+}
+
+/// All steps completed: resolve outputs and commit the final record.
+void finish(exec_actor* self) {
+  auto& st = self->state;
+  st.finished = true;
+  reference_scope scope{&st.rec.inputs, &st.results, nullptr};
+  auto outputs = resolve(st.g->outputs, scope);
+  st.rec.ended_at = now_ms();
+  if (outputs) {
+    st.rec.status = execution_status::completed;
+    st.rec.outputs = std::move(*outputs);
+    emit(self, "execution.completed", {}, "completed");
+  } else {
+    st.rec.status = execution_status::failed;
+    st.rec.reason = "step_failed";
+    st.rec.error = "outputs: " + message_of(outputs.error());
+    emit(self, "execution.failed", {}, "failed", "step_failed", {{"error", st.rec.error}});
+  }
+  put_execution(self);
+  flush(self, [=] { report_and_quit(self); });
+}
+
+// -- halt sequence ------------------------------------------------------------------
+
+bool halt_waiting(const execution_state& st) {
+  return std::any_of(st.steps.begin(), st.steps.end(),
+                     [](const step_rt& s) { return s.worker || s.in_fn; });
+}
+
+/// Once no runner, child or function is left: one snapshot, then quit.
+void try_complete_halt(exec_actor* self) {
+  auto& st = self->state;
+  if (!st.halting || st.finished || halt_waiting(st))
+    return;
+  st.finished = true;
+  for (size_t i = 0; i < st.steps.size(); ++i) {
+    auto& s = st.steps[i];
+    if (is_active(s)) {
+      if (s.has_slot || s.ticket != 0)
+        self->send(st.svc->slots, release_atom::value, s.ticket);
+      s.has_slot = false;
+      s.ticket = 0;
+      s.status = step_status::pending;
+      s.reason = st.step_reason;
+      s.ended_at = now_ms();
+      emit(self, "step.pending", st.g->steps[i].id, "pending", s.reason);
+      put_step(self, i);
+    }
+  }
+  st.rec.status = st.final_status;
+  st.rec.reason = st.final_reason;
+  st.rec.error = st.error;
+  st.rec.ended_at = now_ms();
+  st.rec.outputs = nullptr;
+  auto type = st.final_status == execution_status::failed ? "execution.failed"
+                                                          : "execution.stopped";
+  emit(self, type, {}, to_string(st.final_status), st.final_reason,
+       st.error.empty() ? json(nullptr) : json{{"error", st.error}});
+  put_execution(self);
+  flush(self, [=] { report_and_quit(self); });
+}
+
+void begin_halt(exec_actor* self, execution_status final_status, std::string reason,
+                std::string step_reason, bool force) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  if (st.halting) {
+    // A forced stop may overtake a graceful one.
+    if (force && !st.force) {
+      st.force = true;
+      for (auto& s : st.steps)
+        if (s.worker)
+          self->send_exit(s.worker, make_stop(st.step_reason, true));
+    }
+    return;
+  }
+  st.halting = true;
+  st.final_status = final_status;
+  st.final_reason = std::move(reason);
+  st.step_reason = std::move(step_reason);
+  st.force = force;
+  st.ready.clear();
+  if (final_status == execution_status::stopped) {
+    st.rec.status = execution_status::stopping;
+    st.rec.reason = st.final_reason;
+    emit(self, "execution.stopping", {}, "stopping", st.final_reason);
+    put_execution(self);
+  }
+  for (auto& s : st.steps) {
+    if (s.worker)
+      self->send_exit(s.worker, make_stop(st.step_reason, force));
+    if (s.in_fn && s.stop_flag)
+      s.stop_flag->store(true, std::memory_order_release);
+  }
+  try_complete_halt(self);
+  flush(self);
+}
+
+// -- children ------------------------------------------------------------------------
+
+caf::behavior execution(exec_actor* self, execution_init init,
+                        std::shared_ptr<const execution_services> svc, caf::actor parent);
+
+void start_child(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& def = st.g->steps[idx];
+  auto& s = st.steps[idx];
+  if (!def.child)
+    return fail_attempt(self, idx, "graph '" + def.target + "' is not registered on this node");
+  reference_scope scope{&st.rec.inputs, &st.results, nullptr};
+  auto with = resolve(def.with, scope);
+  if (!with)
+    return fail_attempt(self, idx, message_of(with.error()));
+  for (auto& name : def.child->inputs)
+    if (!with->contains(name))
+      return fail_attempt(self, idx, "child graph input '" + name + "' is missing");
+  for (auto& kv : with->items())
+    if (std::find(def.child->inputs.begin(), def.child->inputs.end(), kv.key())
+        == def.child->inputs.end())
+      return fail_attempt(self, idx, "child graph does not declare input '" + kv.key() + "'");
+  execution_init child;
+  child.graph = def.child;
+  // Resume an existing child under its id; create a new one otherwise.
+  auto existing = s.child_id.empty() ? caf::expected<execution_record>{make_error(
+                                          persistence_errc::not_found, "new child")}
+                                      : st.svc->db->execution(s.child_id);
+  if (existing) {
+    child.record = std::move(*existing);
+    if (auto steps = st.svc->db->steps(s.child_id))
+      child.steps = std::move(*steps);
+  } else {
+    auto& r = child.record;
+    r.id = make_execution_id();
+    r.graph = def.child->name;
+    r.parent_id = st.rec.id;
+    r.root_id = st.rec.root_id;
+    r.depth = st.rec.depth + 1;
+    r.parent_step = def.id;
+    r.inputs = std::move(*with);
+    r.created_at = now_ms();
+    r.owner_pid = st.svc->owner_pid;
+    r.owner_start = st.svc->owner_start;
+    st.batch.append(make_queued_batch(r, *def.child));
+    s.child_id = r.id;
+  }
+  mark_running(self, idx);
+  s.worker = self->spawn<caf::linked + caf::monitored>(execution, std::move(child), st.svc,
+                                                         caf::actor_cast<caf::actor>(self));
+}
+
+// -- behavior --------------------------------------------------------------------------
+
+/// Finds the step whose runner or child is `addr`.
+std::optional<size_t> step_of(execution_state& st, const caf::actor_addr& addr) {
+  for (size_t i = 0; i < st.steps.size(); ++i)
+    if (st.steps[i].worker && st.steps[i].worker.address() == addr)
+      return i;
+  return std::nullopt;
+}
+
+/// True when a message about (idx, attempt) is still current.
+bool current(execution_state& st, uint64_t idx, int attempt) {
+  return idx < st.steps.size() && st.steps[idx].attempt == attempt;
+}
+
+void init_steps(exec_actor* self, std::vector<step_record>& stored) {
+  auto& st = self->state;
+  auto& g = *st.g;
+  st.steps.resize(g.steps.size());
+  st.dependents.resize(g.steps.size());
+  for (size_t i = 0; i < g.steps.size(); ++i) {
+    st.steps[i].remaining = g.steps[i].needs.size();
+    for (auto& n : g.steps[i].needs)
+      st.dependents[g.index.at(n)].push_back(i);
+  }
+  // Resume: completed steps keep their results and never run again.
+  for (auto& r : stored) {
+    auto i = g.index.find(r.step);
+    if (i == g.index.end())
+      continue;
+    auto& s = st.steps[i->second];
+    s.attempt = r.attempt;
+    s.child_id = r.child_id;
+    s.node = r.node;
+    s.started_at = r.started_at;
+    s.ended_at = r.ended_at;
+    if (r.status == step_status::completed) {
+      s.status = step_status::completed;
+      st.results[r.step] = std::move(r.result);
+    }
+  }
+  for (size_t i = 0; i < g.steps.size(); ++i)
+    if (st.steps[i].status == step_status::completed) {
+      ++st.durable_completed;
+      for (auto d : st.dependents[i])
+        --st.steps[d].remaining;
+    }
+  for (size_t i = g.steps.size(); i-- > 0;)
+    if (st.steps[i].status != step_status::completed && st.steps[i].remaining == 0)
+      st.ready.push_back(i);
+}
+
+caf::behavior execution(exec_actor* self, execution_init init,
+                        std::shared_ptr<const execution_services> svc, caf::actor parent) {
+  auto& st = self->state;
+  st.rec = std::move(init.record);
+  st.g = std::move(init.graph);
+  st.svc = std::move(svc);
+  st.parent = std::move(parent);
+  init_steps(self, init.steps);
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    // Workers always quit normally and report by message; a stop exit reason
+    // only ever comes from above (the parent, or the runtime for a root).
+    auto& st = self->state;
+    std::string reason;
+    bool force = false;
+    if (is_stop(msg.reason, reason, force)) {
+      begin_halt(self, execution_status::stopped, reason, "parent_stopped", force);
+    } else if (st.parent && msg.source == st.parent.address() && msg.reason) {
+      // The parent died without stopping us: halt all the same.
+      begin_halt(self, execution_status::stopped, "parent_stopped", "parent_stopped", false);
+    }
+  });
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    auto idx = step_of(st, msg.source);
+    if (!idx)
+      return; // it reported before it went down
+    auto& s = st.steps[*idx];
+    s.worker = nullptr;
+    if (st.halting)
+      try_complete_halt(self);
+    else
+      fail_attempt(self, *idx, "worker terminated: " + caf::to_string(msg.reason));
+    pump(self);
+    flush(self);
+  });
+  // Start: record `running` and start the ready steps.
+  st.rec.status = execution_status::running;
+  st.rec.reason.clear();
+  st.rec.error.clear();
+  st.rec.outputs = nullptr;
+  st.rec.ended_at = 0;
+  bool resumed = st.rec.started_at != 0;
+  if (!resumed)
+    st.rec.started_at = now_ms();
+  st.rec.owner_pid = st.svc->owner_pid;
+  st.rec.owner_start = st.svc->owner_start;
+  emit(self, resumed ? "execution.resumed" : "execution.started", {}, "running");
+  put_execution(self);
+  pump(self);
+  flush(self);
+  return {
+    [=](stop_atom, const std::string& reason, bool force) {
+      begin_halt(self, execution_status::stopped, reason, "parent_stopped", force);
+      flush(self);
+    },
+    [=](done_atom, uint64_t idx, int attempt, step_outcome& out) {
+      auto& st = self->state;
+      if (!current(st, idx, attempt))
+        return;
+      auto& s = st.steps[idx];
+      s.in_fn = false;
+      s.worker = nullptr;
+      if (s.has_slot || s.ticket != 0) {
+        self->send(st.svc->slots, release_atom::value, s.ticket);
+        s.has_slot = false;
+        s.ticket = 0;
+      }
+      if (st.halting) {
+        try_complete_halt(self);
+      } else if (s.status == step_status::running) {
+        if (out.error.empty())
+          complete_step(self, idx, std::move(out.result));
+        else
+          fail_attempt(self, idx, out.error, std::move(out.result));
+        pump(self);
+      }
+      flush(self);
+    },
+    [=](started_atom, uint64_t idx, int attempt, int64_t pid) {
+      auto& st = self->state;
+      if (!current(st, idx, attempt))
+        return;
+      st.steps[idx].pid = pid;
+      put_step(self, idx);
+      flush(self);
+    },
+    [=](output_atom, uint64_t idx, int attempt, json& lines) {
+      auto& st = self->state;
+      if (!current(st, idx, attempt))
+        return;
+      for (auto& l : lines)
+        emit(self, "step.output", st.g->steps[idx].id, {}, {}, std::move(l));
+      flush(self);
+    },
+    [=](grant_atom, uint64_t ticket) {
+      auto& st = self->state;
+      for (size_t i = 0; i < st.steps.size(); ++i) {
+        auto& s = st.steps[i];
+        if (s.ticket == ticket && s.status == step_status::queued) {
+          s.has_slot = true;
+          if (st.halting) {
+            try_complete_halt(self);
+          } else {
+            start_runner(self, i);
+            pump(self);
+          }
+          flush(self);
+          return;
+        }
+      }
+      // A ticket we no longer want.
+      self->send(st.svc->slots, release_atom::value, ticket);
+    },
+    [=](wake_atom, uint64_t idx, int attempt, int64_t ms) {
+      auto& st = self->state;
+      if (!current(st, idx, attempt) || st.steps[idx].status != step_status::running
+          || st.halting)
+        return;
+      complete_step(self, idx, json{{"slept_ms", ms}});
+      pump(self);
+      flush(self);
+    },
+    [=](timeout_atom, uint64_t idx, int attempt) {
+      auto& st = self->state;
+      if (!current(st, idx, attempt) || st.steps[idx].status != step_status::running
+          || st.halting)
+        return;
+      auto& s = st.steps[idx];
+      if (s.in_fn && s.stop_flag) {
+        // The function sees its stop token; its late result is ignored.
+        s.stop_flag->store(true, std::memory_order_release);
+        s.in_fn = false;
+      }
+      fail_attempt(self, idx, "timeout");
+      pump(self);
+      flush(self);
+    },
+    [=](retry_atom, uint64_t idx, int attempt) {
+      auto& st = self->state;
+      if (!current(st, idx, attempt) || st.halting
+          || st.steps[idx].status != step_status::pending)
+        return;
+      st.ready.push_back(idx);
+      pump(self);
+      flush(self);
+    },
+    [=](child_atom, const std::string& step, const std::string& status, json& outputs,
+        const std::string& error) {
+      auto& st = self->state;
+      auto i = st.g->index.find(step);
+      if (i == st.g->index.end())
+        return;
+      auto idx = i->second;
+      auto& s = st.steps[idx];
+      if (!s.worker || s.status != step_status::running)
+        return;
+      s.worker = nullptr;
+      if (st.halting) {
+        // Stopped with us: try_complete_halt resets the step.
+      } else if (status == "completed") {
+        complete_step(self, idx, std::move(outputs));
+      } else if (status == "failed") {
+        fail_attempt(self, idx, error.empty() ? "child execution failed" : error);
+      } else {
+        // A child stopped on its own: its step waits for a resume.
+        s.status = step_status::pending;
+        s.reason = "child_stopped";
+        s.ended_at = now_ms();
+        emit(self, "step.pending", st.g->steps[idx].id, "pending", "child_stopped");
+        put_step(self, idx);
+        st.child_stopped = true;
+      }
+      if (st.halting)
+        try_complete_halt(self);
+      else
+        pump(self);
+      flush(self);
+    },
+  };
+}
+
+} // namespace
+
+stored_graph to_stored(const graph& g) {
+  stored_graph out;
+  out.document = g.document;
+  out.base_dir = g.base_dir;
+  out.files = json::object();
+  for (auto& kv : g.files)
+    out.files[kv.first] = kv.second;
+  return out;
+}
+
+write_batch make_queued_batch(const execution_record& rec, const graph& g) {
+  write_batch b;
+  b.executions.push_back(rec);
+  b.graphs.emplace_back(rec.id, to_stored(g));
+  event_record e;
+  e.time = now_ms();
+  e.type = "execution.queued";
+  e.execution_id = rec.id;
+  e.root_id = rec.root_id;
+  e.parent_id = rec.parent_id;
+  e.status = "queued";
+  b.events.push_back(std::move(e));
+  return b;
+}
+
+caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
+                           std::shared_ptr<const execution_services> services) {
+  return sys.spawn(execution, std::move(init), std::move(services), caf::actor{});
+}
+
+} // namespace canopy

@@ -1,0 +1,80 @@
+#pragma once
+
+// The execution actor: one per live execution. It owns the execution's step
+// states, starts ready steps (inline built-in functions, pooled C++ functions,
+// step runners for subprocesses, child execution actors for `graph` steps),
+// monitors everything it starts, and records every state change through the
+// store writer.
+//
+// Durability: a step's `completed` record is committed before any step that
+// needs it starts; the final status is committed before the actor quits.
+//
+// Handles:
+//   exit from above (actors_errc::stop / stop_force, or any error from the
+//     parent): the halt sequence: start nothing new, forward the stop to every
+//     runner and child, wait for their downs, commit one snapshot (running and
+//     queued steps back to `pending`, the execution `stopped` with its reason),
+//     then quit.
+//   (stop_atom, std::string reason, bool force)  the same halt, for a root
+// Every execution and runner quits normally; how it ended is in the store
+// and in the (child_atom ...) report, never in the exit reason.
+//   (done_atom, step, attempt, step_outcome)   a runner or fn attempt finished
+//   (started_atom, step, attempt, pid)         a runner's process started
+//   (output_atom, step, attempt, lines)        output lines to log as events
+//   (grant_atom, ticket)                       a subprocess slot is free
+//   (wake_atom, step, attempt)                 a `sleep` finished
+//   (timeout_atom, step, attempt)              an in-process attempt timed out
+//   (retry_atom, step, attempt)                the retry delay passed
+//   (child_atom, step, status, outputs, error) a child execution finished
+// Sends its parent execution (child_atom, ...) before quitting.
+//
+// A failed step (retries exhausted) halts its execution: running siblings go
+// back to `pending` with reason `sibling_failed` (their child executions stop
+// with that reason) and the execution ends `failed`/`step_failed`.
+
+#include <memory>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/fwd.hpp>
+
+#include "actors/fn_registry.hpp"
+#include "persistence/graph.hpp"
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+/// Services every execution actor of a process shares.
+struct execution_services {
+  std::shared_ptr<store> db;
+  caf::actor writer;   ///< the store writer
+  caf::actor slots;    ///< the subprocess slot pool
+  std::shared_ptr<fn_registry> fns;
+  std::shared_ptr<fn_pool> pool;
+  int64_t owner_pid = 0;
+  uint64_t owner_start = 0;
+};
+
+/// What an execution actor starts from: its record (already committed as
+/// `queued`, or an existing record on resume), its graph, and the step records
+/// already stored (empty for a new execution).
+struct execution_init {
+  execution_record record;
+  std::shared_ptr<const canopy::graph> graph;
+  std::vector<step_record> steps;
+};
+
+/// Spawns a root execution actor. Threading: any thread.
+caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
+                           std::shared_ptr<const execution_services> services);
+
+/// Builds the write batch that creates an execution record `queued`, with its
+/// graph and `execution.queued` event. Used for roots and children alike.
+write_batch make_queued_batch(const execution_record& rec, const graph& g);
+
+/// Returns the graph document an execution stores (document, folder, files).
+stored_graph to_stored(const graph& g);
+
+} // namespace canopy

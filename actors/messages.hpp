@@ -1,0 +1,50 @@
+#pragma once
+
+// Every atom and message type of the actor layer, in one place. Each actor's
+// header lists the messages it handles.
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <nlohmann/json.hpp>
+
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+// -- atoms ---------------------------------------------------------------------
+
+using write_atom = caf::atom_constant<caf::atom("write")>;         ///< store writer: commit a batch
+using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>; ///< store writer: live events
+using unsubscribe_atom = caf::atom_constant<caf::atom("unsubscr")>;
+using events_atom = caf::atom_constant<caf::atom("events")>;     ///< committed events, to subscribers
+using acquire_atom = caf::atom_constant<caf::atom("acquire")>;   ///< slot pool: ask for a slot
+using grant_atom = caf::atom_constant<caf::atom("grant")>;       ///< slot pool: a slot is yours
+using release_atom = caf::atom_constant<caf::atom("release")>;   ///< slot pool: give a slot back
+using output_atom = caf::atom_constant<caf::atom("output")>;   ///< runner: output lines
+using started_atom = caf::atom_constant<caf::atom("started")>;   ///< runner: subprocess started
+using done_atom = caf::atom_constant<caf::atom("done")>;         ///< runner/fn/child: finished
+using poll_atom = caf::atom_constant<caf::atom("poll")>;         ///< runner: poll the process
+using escalate_atom = caf::atom_constant<caf::atom("escalate")>; ///< runner: next signal
+using timeout_atom = caf::atom_constant<caf::atom("timeout")>;   ///< a step attempt timed out
+using wake_atom = caf::atom_constant<caf::atom("wake")>;         ///< a `sleep` fn finished
+using retry_atom = caf::atom_constant<caf::atom("retry")>;       ///< start the next attempt
+using flush_atom = caf::atom_constant<caf::atom("flush")>;       ///< writer: commit now
+using child_atom = caf::atom_constant<caf::atom("child")>;       ///< child execution finished
+using stop_atom = caf::atom_constant<caf::atom("stop")>;         ///< stop an execution
+
+/// What a finished step attempt produced: a result object, and an error
+/// message when it failed (a failed `run` step keeps its result too).
+struct step_outcome {
+  nlohmann::json result;
+  std::string error; ///< empty: success
+};
+
+} // namespace canopy
+
+// Local-only message types. They never cross the middleman: the store writer
+// and the execution actors live in the process that owns the store.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::write_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::step_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<canopy::event_record>)

@@ -1,0 +1,170 @@
+#include "actors/step_runner.hpp"
+
+#include <csignal>
+
+#include <caf/all.hpp>
+
+#include "actors/error.hpp"
+#include "actors/messages.hpp"
+#include "persistence/error.hpp"
+
+namespace canopy {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto first_poll = std::chrono::milliseconds{1};
+constexpr auto max_poll = std::chrono::milliseconds{20};
+
+struct runner_state {
+  caf::actor parent;
+  runner_spec spec;
+  subprocess proc;
+  std::chrono::milliseconds poll_interval = first_poll;
+  json lines = json::array();
+  size_t lines_reported = 0;
+  bool timed_out = false;
+  /// Set once a stop or timeout began the signal escalation.
+  bool terminating = false;
+  /// The exit reason to quit with after a stop (none: deliver a result).
+  caf::error stop_reason;
+  static const char* name;
+};
+
+const char* runner_state::name = "step_runner";
+
+using runner_actor = caf::stateful_actor<runner_state>;
+
+void escalate(runner_actor* self, bool force) {
+  auto& st = self->state;
+  if (st.terminating && !force)
+    return;
+  st.terminating = true;
+  if (force) {
+    st.proc.signal_group(SIGKILL);
+    return;
+  }
+  st.proc.signal_group(SIGINT);
+  self->delayed_send(self, st.spec.grace.interrupt, escalate_atom::value, 1);
+}
+
+void flush_lines(runner_actor* self) {
+  auto& st = self->state;
+  if (st.lines.empty())
+    return;
+  self->send(st.parent, output_atom::value, st.spec.step, st.spec.attempt,
+             std::move(st.lines));
+  st.lines = json::array();
+}
+
+void finish(runner_actor* self) {
+  auto& st = self->state;
+  // No orphans: whatever the leader left in its group goes with it.
+  st.proc.signal_group(SIGKILL);
+  flush_lines(self);
+  if (st.stop_reason) {
+    // Stopped: no result; the parent resets the step when it sees the down.
+    self->quit();
+    return;
+  }
+  auto& out = st.proc.out();
+  auto& err = st.proc.err();
+  json result = {{"exit_code", st.proc.exit_code()},
+                 {"stdout", out.data},
+                 {"stderr", err.data},
+                 {"json", nullptr}};
+  if (!out.truncated) {
+    auto parsed = json::parse(out.data, nullptr, false);
+    if (!parsed.is_discarded())
+      result["json"] = std::move(parsed);
+  }
+  if (out.truncated || err.truncated)
+    result["truncated"] = true;
+  step_outcome outcome{std::move(result), {}};
+  if (st.timed_out)
+    outcome.error = "timeout";
+  else if (st.proc.term_signal() != 0)
+    outcome.error = "killed by signal " + std::to_string(st.proc.term_signal());
+  else if (st.proc.exit_code() != 0)
+    outcome.error = "exit code " + std::to_string(st.proc.exit_code());
+  self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt, std::move(outcome));
+  self->quit();
+}
+
+void poll(runner_actor* self) {
+  auto& st = self->state;
+  bool progressed = false;
+  auto on_line = [&](int stream, const std::string& line) {
+    progressed = true;
+    if (st.lines_reported >= st.spec.max_output_events)
+      return;
+    ++st.lines_reported;
+    st.lines.push_back({{"stream", stream == 1 ? "stdout" : "stderr"}, {"line", line}});
+  };
+  if (st.proc.poll(on_line)) {
+    finish(self);
+    return;
+  }
+  flush_lines(self);
+  // Poll quickly while the process is young or talking, back off when idle.
+  st.poll_interval = progressed ? first_poll : std::min(st.poll_interval * 2, max_poll);
+  self->delayed_send(self, st.poll_interval, poll_atom::value);
+}
+
+caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spec) {
+  auto& st = self->state;
+  st.parent = std::move(parent);
+  st.spec = std::move(spec);
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    auto& st = self->state;
+    if (!msg.reason)
+      return;
+    std::string reason;
+    bool force = false;
+    if (!is_stop(msg.reason, reason, force))
+      force = false; // the parent died: escalate gracefully all the same
+    st.stop_reason = msg.reason;
+    escalate(self, force);
+  });
+  auto proc = subprocess::start(st.spec.process);
+  if (!proc) {
+    self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt,
+               step_outcome{nullptr, message_of(proc.error())});
+    self->quit();
+    return {};
+  }
+  st.proc = std::move(*proc);
+  self->send(st.parent, started_atom::value, st.spec.step, st.spec.attempt,
+             static_cast<int64_t>(st.proc.pid()));
+  if (st.spec.timeout)
+    self->delayed_send(self, *st.spec.timeout, timeout_atom::value);
+  self->send(self, poll_atom::value);
+  return {
+    [=](poll_atom) { poll(self); },
+    [=](timeout_atom) {
+      auto& st = self->state;
+      if (st.terminating)
+        return;
+      st.timed_out = true;
+      escalate(self, false);
+    },
+    [=](escalate_atom, int stage) {
+      auto& st = self->state;
+      if (stage == 1) {
+        st.proc.signal_group(SIGTERM);
+        self->delayed_send(self, st.spec.grace.terminate, escalate_atom::value, 2);
+      } else {
+        st.proc.signal_group(SIGKILL);
+      }
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec) {
+  return parent->spawn<caf::linked + caf::monitored>(step_runner, caf::actor_cast<caf::actor>(parent), std::move(spec));
+}
+
+} // namespace canopy

@@ -1,0 +1,45 @@
+#pragma once
+
+// The step runner: one actor per running `run`/`tool` attempt. It starts the
+// subprocess in its own process group and polls it (no thread waits in
+// waitpid), so CAF's scheduler threads never block.
+//
+// Sends to its parent (the execution actor):
+//   (started_atom, uint64_t step, int attempt, int64_t pid)   once the process runs
+//   (output_atom, uint64_t step, int attempt, json lines)      batched output lines
+//   (done_atom, uint64_t step, int attempt, step_outcome)      result, then quits normally
+// Handles:
+//   exit (actors_errc::stop / stop_force)   SIGINT, after grace.interrupt SIGTERM,
+//       after grace.terminate SIGKILL, each to the whole group (force: SIGKILL at
+//       once); once the leader is reaped, quits normally and
+//       sends no `done`.
+// A timeout ends the attempt through the same escalation; the outcome's error
+// is "timeout". When the leader exits, leftover members of its process group
+// are killed: a step leaves no processes behind.
+
+#include <optional>
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include "actors/subprocess.hpp"
+#include "persistence/graph.hpp"
+
+namespace canopy {
+
+/// What a runner starts.
+struct runner_spec {
+  uint64_t step = 0;
+  int attempt = 1;
+  subprocess_options process;
+  std::optional<millis> timeout;
+  grace_periods grace;
+  /// At most this many output lines per attempt are reported as events.
+  size_t max_output_events = 1000;
+};
+
+/// Spawns a runner linked to and monitored by `parent`.
+/// Threading: call from `parent`'s handlers.
+caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec);
+
+} // namespace canopy

@@ -1,0 +1,92 @@
+#include "actors/store_writer.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "persistence/error.hpp"
+
+namespace canopy {
+
+namespace {
+
+struct store_writer_state {
+  std::shared_ptr<store> db;
+  write_batch pending;
+  std::vector<caf::response_promise> waiting;
+  bool flush_scheduled = false;
+  std::vector<caf::actor> subscribers;
+  static const char* name;
+};
+
+const char* store_writer_state::name = "store_writer";
+
+/// Commits every buffered batch in one transaction and answers the writers.
+void flush(caf::stateful_actor<store_writer_state>* self) {
+  auto& st = self->state;
+  st.flush_scheduled = false;
+  if (st.waiting.empty())
+    return;
+  auto batch = std::move(st.pending);
+  auto waiting = std::move(st.waiting);
+  st.pending = write_batch{};
+  st.waiting.clear();
+  auto err = st.db->commit(batch);
+  for (auto& rp : waiting) {
+    if (err)
+      rp.deliver(err);
+    else
+      rp.deliver(true);
+  }
+  if (!err && !batch.events.empty() && !st.subscribers.empty()) {
+    auto events = std::make_shared<std::vector<event_record>>(std::move(batch.events));
+    for (auto& s : st.subscribers)
+      self->send(s, events_atom::value, *events);
+  }
+}
+
+caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
+                           std::shared_ptr<store> db) {
+  self->state.db = std::move(db);
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& subs = self->state.subscribers;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const caf::actor& a) { return a.address() == msg.source; }),
+               subs.end());
+  });
+  return {
+    [=](write_atom, write_batch& batch) -> caf::result<bool> {
+      auto& st = self->state;
+      st.pending.append(std::move(batch));
+      st.waiting.push_back(self->make_response_promise());
+      if (!st.flush_scheduled) {
+        // The flush message queues behind every write already in the
+        // mailbox: all of them join this commit.
+        st.flush_scheduled = true;
+        self->send(self, flush_atom::value);
+      }
+      return caf::delegated<bool>{};
+    },
+    [=](flush_atom) { flush(self); },
+    [=](subscribe_atom, caf::actor& who) -> caf::result<uint64_t> {
+      self->monitor(who);
+      self->state.subscribers.push_back(std::move(who));
+      // Everything up to this seq is committed; later events are sent live.
+      auto last = self->state.db->last_seq();
+      if (!last)
+        return last.error();
+      return *last;
+    },
+    [=](unsubscribe_atom, const caf::actor& who) {
+      auto& subs = self->state.subscribers;
+      subs.erase(std::remove(subs.begin(), subs.end(), who), subs.end());
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db) {
+  return sys.spawn<caf::detached>(store_writer, std::move(db));
+}
+
+} // namespace canopy

@@ -1,0 +1,30 @@
+#pragma once
+
+// The store writer: the one actor per process that writes to the store.
+//
+// Messages:
+//   (write_atom, write_batch) -> bool          commit durably (group commit), then answer true
+//   (subscribe_atom, actor) -> uint64_t         send the subscriber every event committed
+//                                               after the answered seq
+//   (unsubscribe_atom, actor)                   stop sending
+// Subscribers receive (events_atom, std::vector<event_record>) after each commit,
+// with seqs assigned, in seq order.
+//
+// Group commit: writes that arrive while a commit is in progress (or queued in
+// the mailbox before the writer's flush) are committed together in one
+// transaction, so throughput does not collapse to one fsync per step.
+
+#include <memory>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+/// Spawns the store writer for `db` on a thread of its own (commits fsync).
+/// Threading: call from any thread.
+caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db);
+
+} // namespace canopy

@@ -1,0 +1,1131 @@
+#include "persistence/graph.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <utility>
+
+#include "persistence/error.hpp"
+#include "persistence/reference.hpp"
+
+namespace canopy {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// -- constants -----------------------------------------------------------------
+
+const std::vector<std::string> top_level_keys{"name", "inputs", "limits", "steps", "outputs"};
+
+const std::vector<std::string> limit_keys{"max_depth", "max_steps", "budget", "deadline"};
+
+const std::vector<std::string> kind_keys{"run", "tool", "graph", "plan", "agent", "fn"};
+
+const std::vector<std::string> step_field_keys{"needs",   "with",        "message", "env",
+                                               "stdin",   "cwd",         "timeout", "retries",
+                                               "retry_delay", "cost",    "grace"};
+
+const std::vector<std::string> grace_keys{"interrupt", "terminate"};
+
+const std::vector<std::string> builtin_fns{"echo", "fail", "noop", "sleep"};
+
+// -- small helpers -------------------------------------------------------------
+
+bool contains(const std::vector<std::string>& xs, const std::string& x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end();
+}
+
+template <class Container>
+std::string join(const Container& xs, const std::string& sep = ", ") {
+  std::string result;
+  for (auto& x : xs) {
+    if (!result.empty())
+      result += sep;
+    result += x;
+  }
+  return result;
+}
+
+/// Escapes one RFC 6901 reference token.
+std::string escape_pointer(const std::string& key) {
+  std::string result;
+  result.reserve(key.size());
+  for (auto c : key) {
+    if (c == '~')
+      result += "~0";
+    else if (c == '/')
+      result += "~1";
+    else
+      result += c;
+  }
+  return result;
+}
+
+/// Returns true for `[A-Za-z0-9_-]+`, the names references can spell.
+bool is_name(const std::string& s) {
+  if (s.empty())
+    return false;
+  for (auto c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (!(std::isalnum(u) || c == '_' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+std::string got(const json& v) {
+  return std::string{"got "} + v.type_name();
+}
+
+/// Reads a non-negative integer; nullopt when `v` is not one.
+std::optional<uint64_t> non_negative_integer(const json& v) {
+  if (v.is_number_unsigned())
+    return v.get<uint64_t>();
+  if (v.is_number_integer()) {
+    auto x = v.get<int64_t>();
+    if (x >= 0)
+      return static_cast<uint64_t>(x);
+  }
+  return std::nullopt;
+}
+
+/// Reads a finite non-negative number; nullopt when `v` is not one.
+std::optional<double> non_negative_number(const json& v) {
+  if (!v.is_number())
+    return std::nullopt;
+  auto x = v.get<double>();
+  if (!std::isfinite(x) || x < 0)
+    return std::nullopt;
+  return x;
+}
+
+/// Makes `text` valid UTF-8 by escaping every byte of an invalid sequence.
+std::string sanitize_utf8(const std::string& text) {
+  std::string result;
+  size_t i = 0;
+  auto n = text.size();
+  while (i < n) {
+    auto c = static_cast<unsigned char>(text[i]);
+    size_t len = 0;
+    if (c < 0x80)
+      len = 1;
+    else if ((c & 0xE0) == 0xC0 && c >= 0xC2)
+      len = 2;
+    else if ((c & 0xF0) == 0xE0)
+      len = 3;
+    else if ((c & 0xF8) == 0xF0 && c <= 0xF4)
+      len = 4;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (ok && len == 3) {
+      auto c1 = static_cast<unsigned char>(text[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
+    } else if (ok && len == 4) {
+      auto c1 = static_cast<unsigned char>(text[i + 1]);
+      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+    }
+    if (ok) {
+      result.append(text, i, len);
+      i += len;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02X", static_cast<unsigned>(c));
+      result += buf;
+      ++i;
+    }
+  }
+  return result;
+}
+
+/// Renders a byte offset as `byte N (line L, column C)`.
+std::string position_of(const std::string& text, size_t offset) {
+  size_t line = 1;
+  size_t column = 1;
+  auto end = std::min(offset, text.size());
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return "byte " + std::to_string(offset) + " (line " + std::to_string(line) + ", column "
+         + std::to_string(column) + ")";
+}
+
+/// Returns the offset of the bracket that opens nesting level `level + 1`.
+size_t offset_of_nesting(const std::string& text, int level) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > level)
+        return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return text.size();
+}
+
+// -- JSON text -----------------------------------------------------------------
+
+/// A SAX consumer that builds nothing: it checks syntax and the nesting limit.
+class json_checker : public nlohmann::json_sax<json> {
+public:
+  bool null() override {
+    return true;
+  }
+
+  bool boolean(bool) override {
+    return true;
+  }
+
+  bool number_integer(number_integer_t) override {
+    return true;
+  }
+
+  bool number_unsigned(number_unsigned_t) override {
+    return true;
+  }
+
+  bool number_float(number_float_t, const string_t&) override {
+    return true;
+  }
+
+  bool string(string_t&) override {
+    return true;
+  }
+
+  bool binary(binary_t&) override {
+    return true;
+  }
+
+  bool start_object(std::size_t) override {
+    return enter();
+  }
+
+  bool key(string_t&) override {
+    return true;
+  }
+
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+
+  bool start_array(std::size_t) override {
+    return enter();
+  }
+
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::json::exception& ex) override {
+    position_ = position;
+    // Strip "[json.exception.parse_error.101] parse error at line 1, column 2: ".
+    std::string what = ex.what();
+    if (auto bracket = what.find("] "); bracket != std::string::npos)
+      what.erase(0, bracket + 2);
+    if (auto colon = what.find(": "); what.rfind("parse error", 0) == 0
+                                      && colon != std::string::npos)
+      what.erase(0, colon + 2);
+    detail_ = sanitize_utf8(what);
+    return false;
+  }
+
+  /// Renders the failure, given the text.
+  std::string message(const std::string& text) const {
+    if (too_deep_)
+      return "malformed JSON at " + position_of(text, offset_of_nesting(text, max_json_nesting))
+             + ": nesting deeper than " + std::to_string(max_json_nesting) + " levels";
+    // nlohmann counts positions from 1 (the character read last).
+    auto offset = position_ > 0 ? position_ - 1 : 0;
+    return "malformed JSON at " + position_of(text, offset) + ": " + detail_;
+  }
+
+private:
+  bool enter() {
+    if (++depth_ > max_json_nesting) {
+      too_deep_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  int depth_ = 0;
+  bool too_deep_ = false;
+  size_t position_ = 0;
+  std::string detail_ = "syntax error";
+};
+
+// -- files ---------------------------------------------------------------------
+
+caf::error cannot_read(const std::string& path, int err) {
+  return make_error(persistence_errc::io_error,
+                    "cannot read graph file '" + path + "': " + std::strerror(err));
+}
+
+caf::error too_large() {
+  return make_error(persistence_errc::invalid_graph, "graph document is larger than "
+                                                       + std::to_string(max_graph_bytes >> 20)
+                                                       + " MiB");
+}
+
+/// Reads at most `max_graph_bytes` of `path`.
+caf::expected<std::string> read_graph_text(const std::string& path) {
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr)
+    return cannot_read(path, errno != 0 ? errno : EIO);
+  struct stat st {};
+  if (::fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)
+      && static_cast<uint64_t>(st.st_size) > max_graph_bytes) {
+    std::fclose(f);
+    return too_large();
+  }
+  std::string result;
+  char chunk[64 * 1024];
+  for (;;) {
+    auto n = std::fread(chunk, 1, sizeof(chunk), f);
+    result.append(chunk, n);
+    if (result.size() > max_graph_bytes) {
+      std::fclose(f);
+      return too_large();
+    }
+    if (n < sizeof(chunk)) {
+      if (std::ferror(f) != 0) {
+        auto err = errno != 0 ? errno : EIO;
+        std::fclose(f);
+        return cannot_read(path, err);
+      }
+      break;
+    }
+  }
+  std::fclose(f);
+  return result;
+}
+
+caf::expected<json> load_graph_file(const std::string& abs_path) {
+  auto text = read_graph_text(abs_path);
+  if (!text)
+    return std::move(text.error());
+  auto doc = parse_json_text(*text);
+  if (!doc)
+    return make_error(persistence_errc::invalid_graph,
+                      "in '" + abs_path + "': " + message_of(doc.error()));
+  return doc;
+}
+
+/// Returns `p` as an absolute, lexically normal path without a trailing slash.
+std::string normalize(const fs::path& p) {
+  std::error_code ec;
+  fs::path abs = p.empty() ? fs::current_path(ec) : fs::absolute(p, ec);
+  if (ec)
+    abs = p;
+  auto result = abs.lexically_normal().string();
+  while (result.size() > 1 && result.back() == '/')
+    result.pop_back();
+  return result;
+}
+
+std::string parent_of(const std::string& abs_path) {
+  auto parent = fs::path(abs_path).parent_path().string();
+  return parent.empty() ? std::string{"/"} : parent;
+}
+
+// -- the parser ----------------------------------------------------------------
+
+/// A step while it is being validated.
+struct step_work {
+  std::string id;
+  std::string path; ///< `/steps/ID`
+  step_def def;
+  /// String `needs` entries with their index, as written.
+  std::vector<std::pair<size_t, std::string>> raw_needs;
+  /// Valid `needs` as positions in the work list.
+  std::vector<size_t> needs;
+  /// Strings that may hold references: (JSON path, text).
+  std::vector<std::pair<std::string, std::string>> texts;
+  /// Set when `with` is present but not an object.
+  bool bad_with = false;
+};
+
+using loader_fn = std::function<caf::expected<json>(const std::string&)>;
+
+/// Validates one graph document; a new parser per (child) graph.
+class graph_parser {
+public:
+  graph_parser(const parse_options& opts, std::vector<std::string> chain)
+    : opts_(opts), chain_(std::move(chain)) {
+    loader_ = opts.load_file ? opts.load_file : loader_fn{load_graph_file};
+    max_depth_ = opts.max_depth;
+  }
+
+  parse_result run(const json& doc, const std::string& base_dir,
+                   const std::string& default_name) {
+    g_ = std::make_shared<graph>();
+    g_->document = doc;
+    g_->base_dir = base_dir;
+    g_->name = default_name;
+    base_abs_ = normalize(base_dir);
+    if (!doc.is_object()) {
+      fail("", "a graph document must be a JSON object, " + got(doc));
+      return finish();
+    }
+    for (auto& [key, val] : doc.items())
+      if (!contains(top_level_keys, key))
+        fail("/" + escape_pointer(key),
+             "unknown key '" + key + "' (expected one of: " + join(top_level_keys) + ")");
+    if (auto it = doc.find("name"); it != doc.end()) {
+      if (!it->is_string())
+        fail("/name", "expected a string, " + got(*it));
+      else if (it->get_ref<const std::string&>().empty())
+        fail("/name", "must not be empty");
+      else
+        g_->name = it->get<std::string>();
+    }
+    if (auto it = doc.find("inputs"); it != doc.end())
+      parse_inputs(*it);
+    if (auto it = doc.find("limits"); it != doc.end())
+      parse_limits(*it);
+    if (auto it = doc.find("outputs"); it != doc.end()) {
+      if (!it->is_object())
+        fail("/outputs", "expected an object, " + got(*it));
+      else
+        g_->outputs = *it;
+    }
+    auto it = doc.find("steps");
+    if (it == doc.end()) {
+      fail("/steps", "missing 'steps' (an object of at least one step)");
+    } else if (!it->is_object() || it->empty()) {
+      fail("/steps", "expected an object of at least one step, "
+                       + (it->is_object() ? std::string{"got an empty object"} : got(*it)));
+    } else {
+      for (auto& [id, val] : it->items())
+        parse_step(id, val);
+      check_needs();
+      auto order = sort_steps();
+      check_references();
+      if (errors_.empty())
+        for (auto i : order) {
+          g_->index.emplace(work_[i].id, g_->steps.size());
+          g_->steps.push_back(std::move(work_[i].def));
+        }
+    }
+    if (g_->outputs.is_object())
+      for_each_string(g_->outputs, "/outputs", [this](const std::string& path,
+                                                      const std::string& text) {
+        check_text(path, text, nullptr);
+      });
+    return finish();
+  }
+
+private:
+  // -- errors -------------------------------------------------------------------
+
+  void fail(std::string path, std::string message) {
+    errors_.push_back(graph_error{std::move(path), std::move(message)});
+  }
+
+  parse_result finish() {
+    parse_result result;
+    if (errors_.empty()) {
+      g_->files = std::move(files_);
+      result.value = std::move(g_);
+    } else {
+      result.errors = std::move(errors_);
+    }
+    return result;
+  }
+
+  // -- top level ----------------------------------------------------------------
+
+  void parse_inputs(const json& v) {
+    if (!v.is_array()) {
+      fail("/inputs", "expected an array of input names, " + got(v));
+      return;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto path = "/inputs/" + std::to_string(i);
+      if (!v[i].is_string()) {
+        fail(path, "expected a string, " + got(v[i]));
+        continue;
+      }
+      auto name = v[i].get<std::string>();
+      if (!is_name(name))
+        fail(path, "invalid input name '" + name + "' (use letters, digits, '_' and '-')");
+      else if (input_set_.count(name) > 0)
+        fail(path, "duplicate input '" + name + "'");
+      else {
+        input_set_.insert(name);
+        g_->inputs.push_back(name);
+      }
+    }
+  }
+
+  void parse_limits(const json& v) {
+    if (!v.is_object()) {
+      fail("/limits", "expected an object, " + got(v));
+      return;
+    }
+    for (auto& [key, val] : v.items()) {
+      auto path = "/limits/" + escape_pointer(key);
+      if (key == "max_depth") {
+        auto x = non_negative_integer(val);
+        if (!x || *x > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+          fail(path, "expected an integer >= 0, " + describe(val));
+        else
+          g_->limits.max_depth = static_cast<int>(*x);
+      } else if (key == "max_steps") {
+        auto x = non_negative_integer(val);
+        if (!x || *x < 1)
+          fail(path, "expected an integer >= 1, " + describe(val));
+        else
+          g_->limits.max_steps = *x;
+      } else if (key == "budget") {
+        auto x = non_negative_number(val);
+        if (!x)
+          fail(path, "expected a number >= 0, " + describe(val));
+        else
+          g_->limits.budget = *x;
+      } else if (key == "deadline") {
+        if (auto d = duration(val, path))
+          g_->limits.deadline = *d;
+      } else {
+        fail(path, "unknown key '" + key + "' (expected one of: " + join(limit_keys) + ")");
+      }
+    }
+    // A child can only tighten the limit it inherits (SPEC §13 rule 8).
+    if (g_->limits.max_depth)
+      max_depth_ = std::min(max_depth_, *g_->limits.max_depth);
+  }
+
+  static std::string describe(const json& v) {
+    if (v.is_number())
+      return "got " + v.dump();
+    return got(v);
+  }
+
+  std::optional<millis> duration(const json& v, const std::string& path) {
+    if (!v.is_string()) {
+      fail(path, "expected a duration such as \"10s\", " + got(v));
+      return std::nullopt;
+    }
+    auto d = parse_duration(v.get<std::string>());
+    if (!d) {
+      fail(path, message_of(d.error()));
+      return std::nullopt;
+    }
+    return *d;
+  }
+
+  // -- steps --------------------------------------------------------------------
+
+  void parse_step(const std::string& id, const json& v) {
+    work_index_.emplace(id, work_.size());
+    work_.emplace_back();
+    auto& w = work_.back();
+    w.id = id;
+    w.path = "/steps/" + escape_pointer(id);
+    w.def.id = id;
+    const auto& path = w.path;
+    if (!is_name(id))
+      fail(path, "invalid step id '" + id + "' (use letters, digits, '_' and '-')");
+    if (!v.is_object()) {
+      fail(path, "a step must be an object, " + got(v));
+      return;
+    }
+    std::vector<std::string> kinds;
+    for (auto& [key, val] : v.items()) {
+      if (contains(kind_keys, key))
+        kinds.push_back(key);
+      else if (!contains(step_field_keys, key))
+        fail(path + "/" + escape_pointer(key),
+             "unknown key '" + key + "' (a step has one kind of " + join(kind_keys)
+               + " and the fields " + join(step_field_keys) + ")");
+    }
+    if (kinds.empty())
+      fail(path, "step '" + id + "' has no kind (expected exactly one of " + join(kind_keys)
+                   + ")");
+    else if (kinds.size() > 1)
+      fail(path, "step '" + id + "' has " + std::to_string(kinds.size()) + " kinds ("
+                   + join(kinds) + "); expected exactly one");
+    parse_step_fields(w, v, contains(kinds, "agent"));
+    if (kinds.size() == 1)
+      parse_kind(w, kinds.front(), v.at(kinds.front()));
+  }
+
+  void parse_step_fields(step_work& w, const json& v, bool is_agent) {
+    const auto& path = w.path;
+    auto& def = w.def;
+    if (auto it = v.find("needs"); it != v.end()) {
+      if (!it->is_array()) {
+        fail(path + "/needs", "expected an array of step ids, " + got(*it));
+      } else {
+        for (size_t i = 0; i < it->size(); ++i) {
+          const auto& x = (*it)[i];
+          if (x.is_string())
+            w.raw_needs.emplace_back(i, x.get<std::string>());
+          else
+            fail(path + "/needs/" + std::to_string(i), "expected a step id, " + got(x));
+        }
+      }
+    }
+    if (auto it = v.find("with"); it != v.end()) {
+      if (!it->is_object()) {
+        fail(path + "/with", "expected an object, " + got(*it));
+        w.bad_with = true;
+      } else {
+        def.with = *it;
+        collect_texts(w, *it, path + "/with");
+      }
+    }
+    if (auto it = v.find("message"); it != v.end()) {
+      if (!is_agent) {
+        fail(path + "/message", "'message' is only valid on agent steps");
+      } else {
+        def.message = *it;
+        collect_texts(w, *it, path + "/message");
+      }
+    }
+    if (auto it = v.find("env"); it != v.end()) {
+      if (!it->is_object()) {
+        fail(path + "/env", "expected an object of strings, " + got(*it));
+      } else {
+        for (auto& [key, val] : it->items()) {
+          auto vpath = path + "/env/" + escape_pointer(key);
+          if (!val.is_string()) {
+            fail(vpath, "expected a string, " + got(val));
+            continue;
+          }
+          def.env.emplace(key, val.get<std::string>());
+          w.texts.emplace_back(vpath, val.get<std::string>());
+        }
+      }
+    }
+    if (auto it = v.find("stdin"); it != v.end()) {
+      if (!it->is_string()) {
+        fail(path + "/stdin", "expected a string, " + got(*it));
+      } else {
+        def.stdin_data = it->get<std::string>();
+        w.texts.emplace_back(path + "/stdin", *def.stdin_data);
+      }
+    }
+    if (auto it = v.find("cwd"); it != v.end()) {
+      if (!it->is_string()) {
+        fail(path + "/cwd", "expected a string, " + got(*it));
+      } else {
+        def.cwd = it->get<std::string>();
+        w.texts.emplace_back(path + "/cwd", *def.cwd);
+      }
+    }
+    if (auto it = v.find("timeout"); it != v.end())
+      def.timeout = duration(*it, path + "/timeout");
+    if (auto it = v.find("retries"); it != v.end()) {
+      auto x = non_negative_integer(*it);
+      if (!x || *x > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+        fail(path + "/retries", "expected an integer >= 0, " + describe(*it));
+      else
+        def.retries = static_cast<int>(*x);
+    }
+    if (auto it = v.find("retry_delay"); it != v.end())
+      if (auto d = duration(*it, path + "/retry_delay"))
+        def.retry_delay = *d;
+    if (auto it = v.find("cost"); it != v.end()) {
+      auto x = non_negative_number(*it);
+      if (!x)
+        fail(path + "/cost", "expected a number >= 0, " + describe(*it));
+      else
+        def.cost = *x;
+    }
+    if (auto it = v.find("grace"); it != v.end())
+      parse_grace(def, *it, path + "/grace");
+  }
+
+  void parse_grace(step_def& def, const json& v, const std::string& path) {
+    if (!v.is_object()) {
+      fail(path, "expected an object such as {\"interrupt\": \"10s\", \"terminate\": \"5s\"}, "
+                   + got(v));
+      return;
+    }
+    for (auto& [key, val] : v.items()) {
+      auto kpath = path + "/" + escape_pointer(key);
+      if (key == "interrupt") {
+        if (auto d = duration(val, kpath))
+          def.grace.interrupt = *d;
+      } else if (key == "terminate") {
+        if (auto d = duration(val, kpath))
+          def.grace.terminate = *d;
+      } else {
+        fail(kpath, "unknown key '" + key + "' (expected one of: " + join(grace_keys) + ")");
+      }
+    }
+  }
+
+  void collect_texts(step_work& w, const json& v, const std::string& path) {
+    for_each_string(v, path, [&w](const std::string& p, const std::string& text) {
+      w.texts.emplace_back(p, text);
+    });
+  }
+
+  // -- kinds --------------------------------------------------------------------
+
+  void parse_kind(step_work& w, const std::string& key, const json& v) {
+    auto path = w.path + "/" + key;
+    auto& def = w.def;
+    if (key == "run") {
+      def.kind = step_kind::run;
+      if (parse_argv(w, v, path))
+        def.argv = v;
+    } else if (key == "tool") {
+      def.kind = step_kind::tool;
+      if (auto name = non_empty_string(v, path, "a tool name")) {
+        def.target = *name;
+        check_tool(*name, path);
+      }
+    } else if (key == "plan") {
+      def.kind = step_kind::plan;
+      if (v.is_string()) {
+        if (auto name = non_empty_string(v, path, "a tool name")) {
+          def.target = *name;
+          def.argv = v;
+          check_tool(*name, path);
+        }
+      } else if (v.is_array()) {
+        if (parse_argv(w, v, path))
+          def.argv = v;
+      } else {
+        fail(path, "expected a tool name or a non-empty argv array, " + got(v));
+      }
+    } else if (key == "agent") {
+      def.kind = step_kind::agent;
+      if (auto name = non_empty_string(v, path, "an agent name"))
+        def.target = *name;
+    } else if (key == "fn") {
+      def.kind = step_kind::fn;
+      if (auto name = non_empty_string(v, path, "a function name")) {
+        def.target = *name;
+        if (!contains(builtin_fns, *name) && opts_.fns.count(*name) == 0) {
+          std::set<std::string> known{builtin_fns.begin(), builtin_fns.end()};
+          known.insert(opts_.fns.begin(), opts_.fns.end());
+          fail(path, "unknown function '" + *name + "' (known: " + join(known) + ")");
+        }
+      }
+    } else {
+      def.kind = step_kind::graph;
+      parse_child(w, v, path);
+    }
+  }
+
+  std::optional<std::string> non_empty_string(const json& v, const std::string& path,
+                                              const char* what) {
+    if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+      fail(path, std::string{"expected "} + what + " (a non-empty string), "
+                   + (v.is_string() ? std::string{"got an empty string"} : got(v)));
+      return std::nullopt;
+    }
+    return v.get<std::string>();
+  }
+
+  bool parse_argv(step_work& w, const json& v, const std::string& path) {
+    if (!v.is_array() || v.empty()) {
+      fail(path, "expected a non-empty array of strings (argv), "
+                   + (v.is_array() ? std::string{"got an empty array"} : got(v)));
+      return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto ipath = path + "/" + std::to_string(i);
+      if (!v[i].is_string()) {
+        fail(ipath, "expected a string, " + got(v[i]));
+        ok = false;
+      } else {
+        w.texts.emplace_back(ipath, v[i].get<std::string>());
+      }
+    }
+    return ok;
+  }
+
+  void check_tool(const std::string& name, const std::string& path) {
+    if (opts_.tools.count(name) > 0)
+      return;
+    if (opts_.tools.empty())
+      fail(path, "unknown tool '" + name + "' (no tools are registered on this node)");
+    else
+      fail(path, "unknown tool '" + name + "' (registered: " + join(opts_.tools) + ")");
+  }
+
+  // -- child graphs -------------------------------------------------------------
+
+  static bool is_file_reference(const std::string& s) {
+    return s.find('/') != std::string::npos
+           || (s.size() >= 5 && s.compare(s.size() - 5, 5, ".json") == 0);
+  }
+
+  void parse_child(step_work& w, const json& v, const std::string& path) {
+    auto& def = w.def;
+    if (v.is_string() && v.get_ref<const std::string&>().empty()) {
+      fail(path, "expected a graph object, a file path or a graph name, got an empty string");
+      return;
+    }
+    if (!v.is_string() && !v.is_object()) {
+      fail(path, "expected a graph object, a file path or a graph name, " + got(v));
+      return;
+    }
+    if (opts_.depth + 1 > max_depth_) {
+      fail(path, "max_depth " + std::to_string(max_depth_) + " exceeded (this step would start a "
+                   "child at depth " + std::to_string(opts_.depth + 1) + ")");
+      return;
+    }
+    auto child_opts = opts_;
+    child_opts.depth = opts_.depth + 1;
+    child_opts.max_depth = max_depth_;
+    child_opts.load_file = loader_;
+    parse_result result;
+    if (v.is_object()) {
+      graph_parser child{child_opts, chain_};
+      result = child.run(v, g_->base_dir, w.id);
+    } else {
+      auto target = v.get<std::string>();
+      if (!is_file_reference(target)) {
+        def.target = std::move(target); // a registered graph, resolved when it runs
+        return;
+      }
+      auto abs = normalize(fs::path(base_abs_) / target);
+      if (auto it = std::find(chain_.begin(), chain_.end(), abs); it != chain_.end()) {
+        std::vector<std::string> cycle{it, chain_.end()};
+        cycle.push_back(abs);
+        fail(path, "recursive graph: '" + fs::path(abs).filename().string()
+                     + "' includes itself (" + join(cycle, " -> ") + ")");
+        return;
+      }
+      auto doc = loader_(abs);
+      if (!doc) {
+        fail(path, message_of(doc.error()));
+        return;
+      }
+      auto chain = chain_;
+      chain.push_back(abs);
+      graph_parser child{child_opts, std::move(chain)};
+      result = child.run(*doc, parent_of(abs), fs::path(abs).stem().string());
+      files_[abs] = std::move(*doc);
+    }
+    for (auto& e : result.errors)
+      fail(path + e.path, std::move(e.message));
+    if (!result.value)
+      return;
+    for (auto& [file, doc] : result.value->files)
+      files_.emplace(file, doc);
+    check_child_inputs(w, *result.value);
+    def.child = std::move(result.value);
+  }
+
+  /// A `graph` step's `with` is the child's `inputs` (SPEC §13 rule 1).
+  void check_child_inputs(const step_work& w, const graph& child) {
+    const auto& with = w.def.with;
+    if (w.bad_with || !with.is_object())
+      return;
+    for (auto& input : child.inputs)
+      if (!with.contains(input))
+        fail(w.path + "/with", "missing input '" + input + "' of graph '" + child.name + "'");
+    for (auto& [key, val] : with.items())
+      if (std::find(child.inputs.begin(), child.inputs.end(), key) == child.inputs.end())
+        fail(w.path + "/with/" + escape_pointer(key),
+             "graph '" + child.name + "' declares no input '" + key + "'"
+               + (child.inputs.empty() ? std::string{" (it declares no inputs)"}
+                                       : " (declared: " + join(child.inputs) + ")"));
+  }
+
+  // -- dependencies -------------------------------------------------------------
+
+  void check_needs() {
+    for (auto& w : work_) {
+      for (auto& [i, name] : w.raw_needs) {
+        auto npath = w.path + "/needs/" + std::to_string(i);
+        auto it = work_index_.find(name);
+        if (name == w.id) {
+          fail(npath, "step '" + w.id + "' needs itself");
+        } else if (it == work_index_.end()) {
+          fail(npath, "unknown step '" + name + "' in needs");
+        } else {
+          if (std::find(w.needs.begin(), w.needs.end(), it->second) == w.needs.end())
+            w.needs.push_back(it->second);
+          w.def.needs.push_back(name);
+        }
+      }
+      // Keep `needs` free of duplicates.
+      auto& ns = w.def.needs;
+      std::vector<std::string> unique;
+      for (auto& n : ns)
+        if (!contains(unique, n))
+          unique.push_back(n);
+      ns = std::move(unique);
+    }
+  }
+
+  /// Returns the steps in topological order (ties by id); reports every cycle.
+  std::vector<size_t> sort_steps() {
+    auto n = work_.size();
+    std::vector<size_t> pending(n);
+    std::vector<std::vector<size_t>> dependents(n);
+    for (size_t i = 0; i < n; ++i) {
+      pending[i] = work_[i].needs.size();
+      for (auto j : work_[i].needs)
+        dependents[j].push_back(i);
+    }
+    std::vector<bool> done(n, false);
+    std::vector<size_t> order;
+    std::set<size_t> ready;
+    auto drain = [&] {
+      while (!ready.empty()) {
+        auto i = *ready.begin();
+        ready.erase(ready.begin());
+        done[i] = true;
+        order.push_back(i);
+        for (auto d : dependents[i])
+          if (!done[d] && --pending[d] == 0)
+            ready.insert(d);
+      }
+    };
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i] == 0)
+        ready.insert(i);
+    drain();
+    // Whatever is left waits on a cycle: report one, drop it, repeat.
+    for (;;) {
+      size_t start = n;
+      for (size_t i = 0; i < n && start == n; ++i)
+        if (!done[i])
+          start = i;
+      if (start == n)
+        break;
+      std::vector<size_t> walk;
+      std::map<size_t, size_t> seen;
+      auto cur = start;
+      while (seen.count(cur) == 0) {
+        seen.emplace(cur, walk.size());
+        walk.push_back(cur);
+        for (auto j : work_[cur].needs)
+          if (!done[j]) {
+            cur = j;
+            break;
+          }
+      }
+      std::vector<size_t> cycle{walk.begin() + static_cast<std::ptrdiff_t>(seen[cur]),
+                                walk.end()};
+      std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
+      std::vector<std::string> names;
+      for (auto i : cycle)
+        names.push_back(work_[i].id);
+      names.push_back(work_[cycle.front()].id);
+      fail(work_[cycle.front()].path + "/needs", "dependency cycle: " + join(names, " -> "));
+      for (auto i : cycle) {
+        done[i] = true;
+        for (auto d : dependents[i])
+          if (!done[d] && --pending[d] == 0)
+            ready.insert(d);
+      }
+      auto before = order.size();
+      drain();
+      order.resize(before); // steps behind a cycle have no valid order
+    }
+    return order;
+  }
+
+  // -- references ---------------------------------------------------------------
+
+  const std::set<size_t>& ancestors(size_t i) {
+    auto it = ancestors_.find(i);
+    if (it != ancestors_.end())
+      return it->second;
+    std::set<size_t> result;
+    std::deque<size_t> todo{work_[i].needs.begin(), work_[i].needs.end()};
+    while (!todo.empty()) {
+      auto j = todo.front();
+      todo.pop_front();
+      if (!result.insert(j).second)
+        continue;
+      todo.insert(todo.end(), work_[j].needs.begin(), work_[j].needs.end());
+    }
+    return ancestors_.emplace(i, std::move(result)).first->second;
+  }
+
+  void check_references() {
+    for (size_t i = 0; i < work_.size(); ++i)
+      for (auto& [path, text] : work_[i].texts)
+        check_text(path, text, &i);
+  }
+
+  /// Checks the references in `text`; `step` is the referencing step, or
+  /// nullptr for `outputs` (where any step may be named).
+  void check_text(const std::string& path, const std::string& text, const size_t* step) {
+    auto refs = find_references(text);
+    if (!refs) {
+      fail(path, message_of(refs.error()));
+      return;
+    }
+    for (auto& ref : *refs) {
+      auto prefix = "reference " + ref.text + ": ";
+      switch (ref.scope) {
+        case reference::inputs:
+          if (input_set_.count(ref.name) == 0)
+            fail(path, prefix + "unknown input '" + ref.name + "'"
+                         + (input_set_.empty() ? std::string{" (the graph declares no inputs)"}
+                                               : " (declared: " + join(g_->inputs) + ")"));
+          break;
+        case reference::with:
+          fail(path, prefix + "${with.KEY} is only valid in tool argv templates");
+          break;
+        case reference::steps: {
+          auto it = work_index_.find(ref.name);
+          if (it == work_index_.end())
+            fail(path, prefix + "unknown step '" + ref.name + "'");
+          else if (step != nullptr && ancestors(*step).count(it->second) == 0)
+            fail(path, prefix + "step '" + ref.name + "' is not upstream of '"
+                         + work_[*step].id + "' (add it to needs)");
+          break;
+        }
+      }
+    }
+  }
+
+  // -- state --------------------------------------------------------------------
+
+  const parse_options& opts_;
+  std::vector<std::string> chain_; ///< absolute paths of the files being parsed
+  loader_fn loader_;
+  int max_depth_;
+  std::string base_abs_;
+  std::shared_ptr<graph> g_;
+  std::set<std::string> input_set_;
+  std::vector<step_work> work_;
+  std::map<std::string, size_t> work_index_;
+  std::map<size_t, std::set<size_t>> ancestors_;
+  std::map<std::string, json> files_;
+  std::vector<graph_error> errors_;
+};
+
+} // namespace
+
+// -- model ---------------------------------------------------------------------
+
+const char* to_string(step_kind x) {
+  switch (x) {
+    case step_kind::run: return "run";
+    case step_kind::tool: return "tool";
+    case step_kind::graph: return "graph";
+    case step_kind::plan: return "plan";
+    case step_kind::agent: return "agent";
+    case step_kind::fn: return "fn";
+  }
+  return "unknown";
+}
+
+const step_def* graph::find(const std::string& id) const {
+  auto it = index.find(id);
+  if (it == index.end() || it->second >= steps.size())
+    return nullptr;
+  return &steps[it->second];
+}
+
+bool graph::is_upstream(const std::string& ancestor, const std::string& step) const {
+  auto start = find(step);
+  if (start == nullptr)
+    return false;
+  std::set<std::string> seen;
+  std::deque<const step_def*> todo{start};
+  while (!todo.empty()) {
+    auto s = todo.front();
+    todo.pop_front();
+    for (auto& need : s->needs) {
+      if (need == ancestor)
+        return true;
+      if (!seen.insert(need).second)
+        continue;
+      if (auto next = find(need))
+        todo.push_back(next);
+    }
+  }
+  return false;
+}
+
+std::string to_string(const graph_error& e) {
+  if (e.path.empty())
+    return e.message;
+  return e.path + ": " + e.message;
+}
+
+// -- parsing and validation ------------------------------------------------------
+
+parse_result parse_graph(const json& doc, const std::string& base_dir,
+                         const parse_options& opts) {
+  try {
+    graph_parser parser{opts, {}};
+    return parser.run(doc, base_dir, "");
+  } catch (const std::exception& ex) {
+    parse_result result;
+    result.errors.push_back(graph_error{"", std::string{"cannot validate graph: "} + ex.what()});
+    return result;
+  }
+}
+
+parse_result parse_graph_file(const std::string& path, const parse_options& opts) {
+  auto fail = [](std::string message) {
+    parse_result result;
+    result.errors.push_back(graph_error{"", std::move(message)});
+    return result;
+  };
+  try {
+    auto text = read_graph_text(path);
+    if (!text)
+      return fail(message_of(text.error()));
+    auto doc = parse_json_text(*text);
+    if (!doc)
+      return fail(message_of(doc.error()));
+    auto abs = normalize(path);
+    graph_parser parser{opts, {abs}};
+    return parser.run(*doc, parent_of(abs), fs::path(abs).stem().string());
+  } catch (const std::exception& ex) {
+    return fail(std::string{"cannot validate graph: "} + ex.what());
+  }
+}
+
+caf::expected<json> parse_json_text(const std::string& text) {
+  try {
+    json_checker checker;
+    if (!json::sax_parse(text, &checker, json::input_format_t::json, true, false))
+      return make_error(persistence_errc::invalid_graph, checker.message(text));
+    auto doc = json::parse(text, nullptr, false, false);
+    if (doc.is_discarded())
+      return make_error(persistence_errc::invalid_graph, "malformed JSON");
+    return doc;
+  } catch (const std::exception& ex) {
+    return make_error(persistence_errc::invalid_graph,
+                      std::string{"malformed JSON: "} + sanitize_utf8(ex.what()));
+  }
+}
+
+} // namespace canopy

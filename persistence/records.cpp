@@ -1,0 +1,225 @@
+#include "persistence/records.hpp"
+
+#include "persistence/duration.hpp"
+#include "persistence/error.hpp"
+
+namespace canopy {
+
+namespace {
+
+const char* execution_names[] = {"queued", "running", "stopping", "stopped", "completed", "failed"};
+const char* step_names[] = {"pending", "queued", "running", "completed", "failed"};
+
+template <class T, size_t N>
+bool lookup(const char* (&names)[N], const std::string& s, T& x) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) {
+      x = static_cast<T>(i);
+      return true;
+    }
+  return false;
+}
+
+// Field helpers: short keys keep records small; the public documents are
+// rendered elsewhere with the SPEC's names.
+template <class T>
+void get_to(const json& j, const char* key, T& out) {
+  auto i = j.find(key);
+  if (i != j.end() && !i->is_null())
+    i->get_to(out);
+}
+
+void put_str(json& j, const char* key, const std::string& s) {
+  if (!s.empty())
+    j[key] = s;
+}
+
+void put_int(json& j, const char* key, int64_t v) {
+  if (v != 0)
+    j[key] = v;
+}
+
+template <class F>
+auto decode(const char* what, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return make_error(persistence_errc::corrupt_record,
+                      std::string{"corrupt "} + what + " record: " + e.what());
+  }
+}
+
+} // namespace
+
+const char* to_string(execution_status x) {
+  return execution_names[static_cast<size_t>(x)];
+}
+
+const char* to_string(step_status x) {
+  return step_names[static_cast<size_t>(x)];
+}
+
+bool from_string(const std::string& s, execution_status& x) {
+  return lookup(execution_names, s, x);
+}
+
+bool from_string(const std::string& s, step_status& x) {
+  return lookup(step_names, s, x);
+}
+
+bool is_terminal(execution_status x) {
+  return x == execution_status::completed || x == execution_status::failed
+         || x == execution_status::stopped;
+}
+
+// -- execution ------------------------------------------------------------------
+
+json to_json(const execution_record& x) {
+  json j = {{"id", x.id}, {"graph", x.graph}, {"status", to_string(x.status)},
+            {"root", x.root_id}, {"depth", x.depth}, {"inputs", x.inputs},
+            {"created", x.created_at}};
+  put_str(j, "reason", x.reason);
+  put_str(j, "error", x.error);
+  put_str(j, "parent", x.parent_id);
+  put_str(j, "pstep", x.parent_step);
+  if (!x.outputs.is_null())
+    j["outputs"] = x.outputs;
+  put_int(j, "started", x.started_at);
+  put_int(j, "ended", x.ended_at);
+  put_int(j, "pid", x.owner_pid);
+  if (x.owner_start != 0)
+    j["pstart"] = x.owner_start;
+  return j;
+}
+
+caf::expected<execution_record> execution_from_json(const json& j) {
+  return decode("execution", [&]() -> caf::expected<execution_record> {
+    execution_record x;
+    x.id = j.at("id").get<std::string>();
+    x.graph = j.at("graph").get<std::string>();
+    if (!from_string(j.at("status").get<std::string>(), x.status))
+      throw std::runtime_error("unknown status");
+    get_to(j, "reason", x.reason);
+    get_to(j, "error", x.error);
+    get_to(j, "parent", x.parent_id);
+    get_to(j, "root", x.root_id);
+    get_to(j, "depth", x.depth);
+    get_to(j, "pstep", x.parent_step);
+    get_to(j, "inputs", x.inputs);
+    if (auto i = j.find("outputs"); i != j.end())
+      x.outputs = *i;
+    get_to(j, "created", x.created_at);
+    get_to(j, "started", x.started_at);
+    get_to(j, "ended", x.ended_at);
+    get_to(j, "pid", x.owner_pid);
+    get_to(j, "pstart", x.owner_start);
+    return x;
+  });
+}
+
+// -- step -----------------------------------------------------------------------
+
+json to_json(const step_record& x) {
+  json j = {{"ex", x.execution_id}, {"step", x.step}, {"status", to_string(x.status)},
+            {"attempt", x.attempt}};
+  if (!x.result.is_null())
+    j["result"] = x.result;
+  if (!x.error.is_null())
+    j["error"] = x.error;
+  put_str(j, "reason", x.reason);
+  if (x.node != "local")
+    j["node"] = x.node;
+  put_str(j, "child", x.child_id);
+  put_int(j, "pid", x.pid);
+  put_int(j, "started", x.started_at);
+  put_int(j, "ended", x.ended_at);
+  return j;
+}
+
+caf::expected<step_record> step_from_json(const json& j) {
+  return decode("step", [&]() -> caf::expected<step_record> {
+    step_record x;
+    x.execution_id = j.at("ex").get<std::string>();
+    x.step = j.at("step").get<std::string>();
+    if (!from_string(j.at("status").get<std::string>(), x.status))
+      throw std::runtime_error("unknown status");
+    get_to(j, "attempt", x.attempt);
+    if (auto i = j.find("result"); i != j.end())
+      x.result = *i;
+    if (auto i = j.find("error"); i != j.end())
+      x.error = *i;
+    get_to(j, "reason", x.reason);
+    get_to(j, "node", x.node);
+    get_to(j, "child", x.child_id);
+    get_to(j, "pid", x.pid);
+    get_to(j, "started", x.started_at);
+    get_to(j, "ended", x.ended_at);
+    return x;
+  });
+}
+
+// -- event ----------------------------------------------------------------------
+
+json to_json(const event_record& x) {
+  json j = {{"seq", x.seq}, {"time", x.time}, {"type", x.type}, {"ex", x.execution_id},
+            {"root", x.root_id}};
+  put_str(j, "parent", x.parent_id);
+  put_str(j, "step", x.step);
+  put_str(j, "status", x.status);
+  put_str(j, "reason", x.reason);
+  if (!x.data.is_null())
+    j["data"] = x.data;
+  return j;
+}
+
+caf::expected<event_record> event_from_json(const json& j) {
+  return decode("event", [&]() -> caf::expected<event_record> {
+    event_record x;
+    x.seq = j.at("seq").get<uint64_t>();
+    x.time = j.at("time").get<int64_t>();
+    x.type = j.at("type").get<std::string>();
+    x.execution_id = j.at("ex").get<std::string>();
+    get_to(j, "root", x.root_id);
+    get_to(j, "parent", x.parent_id);
+    get_to(j, "step", x.step);
+    get_to(j, "status", x.status);
+    get_to(j, "reason", x.reason);
+    if (auto i = j.find("data"); i != j.end())
+      x.data = *i;
+    return x;
+  });
+}
+
+json event_document(const event_record& x) {
+  json j = {{"seq", x.seq}, {"time", to_rfc3339(x.time)}, {"type", x.type},
+            {"execution_id", x.execution_id}, {"root_id", x.root_id}};
+  if (!x.parent_id.empty())
+    j["parent_id"] = x.parent_id;
+  if (!x.step.empty())
+    j["step"] = x.step;
+  if (!x.status.empty())
+    j["status"] = x.status;
+  if (!x.reason.empty())
+    j["reason"] = x.reason;
+  if (!x.data.is_null())
+    j["data"] = x.data;
+  return j;
+}
+
+// -- graph ----------------------------------------------------------------------
+
+json to_json(const stored_graph& x) {
+  return {{"document", x.document}, {"base_dir", x.base_dir}, {"files", x.files}};
+}
+
+caf::expected<stored_graph> stored_graph_from_json(const json& j) {
+  return decode("graph", [&]() -> caf::expected<stored_graph> {
+    stored_graph x;
+    x.document = j.at("document");
+    x.base_dir = j.at("base_dir").get<std::string>();
+    get_to(j, "files", x.files);
+    return x;
+  });
+}
+
+} // namespace canopy

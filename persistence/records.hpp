@@ -1,0 +1,111 @@
+#pragma once
+
+// Records kept in the store: executions, steps, events, and each execution's
+// graph. Plain data with JSON codecs (SPEC §3, §6, §8).
+
+#include <cstdint>
+#include <string>
+
+#include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
+
+namespace canopy {
+
+using json = nlohmann::json;
+
+// -- status values -------------------------------------------------------------
+
+/// Execution status (SPEC §3).
+enum class execution_status : uint8_t { queued, running, stopping, stopped, completed, failed };
+
+/// Step status (SPEC §3).
+enum class step_status : uint8_t { pending, queued, running, completed, failed };
+
+const char* to_string(execution_status x);
+const char* to_string(step_status x);
+
+/// Parses a status name; @returns false for an unknown name.
+bool from_string(const std::string& s, execution_status& x);
+bool from_string(const std::string& s, step_status& x);
+
+/// True for `completed`, `failed` and `stopped`: nothing of it runs.
+bool is_terminal(execution_status x);
+
+// -- records -------------------------------------------------------------------
+
+/// One execution, without its steps. Times are ms since the epoch, 0 = unset.
+struct execution_record {
+  std::string id;
+  std::string graph;        ///< the graph's name
+  execution_status status = execution_status::queued;
+  std::string reason;       ///< empty = none
+  std::string error;        ///< failure message, empty = none
+  std::string parent_id;    ///< empty for a root
+  std::string root_id;
+  int depth = 0;
+  std::string parent_step;  ///< empty for a root
+  json inputs = json::object();
+  json outputs;             ///< null unless completed
+  int64_t created_at = 0;
+  int64_t started_at = 0;
+  int64_t ended_at = 0;
+  /// The process that owns the live actor: pid and its start time (from
+  /// /proc/PID/stat), so a dead owner is recognised even if the pid is reused.
+  int64_t owner_pid = 0;
+  uint64_t owner_start = 0;
+};
+
+/// One step of one execution.
+struct step_record {
+  std::string execution_id;
+  std::string step;
+  step_status status = step_status::pending;
+  int attempt = 0;          ///< attempts started so far (from 1 once started)
+  json result;              ///< null until the step produced a result
+  json error;               ///< null, or the failure message
+  std::string reason;       ///< why a stop or failure ended or reset it
+  std::string node = "local";
+  std::string child_id;     ///< the child execution of a `graph` step
+  int64_t pid = 0;          ///< process group of the running attempt (`run` steps)
+  int64_t started_at = 0;
+  int64_t ended_at = 0;
+};
+
+/// One entry of the event log (SPEC §8). `seq` is assigned at commit.
+struct event_record {
+  uint64_t seq = 0;
+  int64_t time = 0;
+  std::string type;
+  std::string execution_id;
+  std::string root_id;
+  std::string parent_id;
+  std::string step;
+  std::string status;
+  std::string reason;
+  json data;
+};
+
+/// The graph an execution runs, kept so resume never rereads files.
+struct stored_graph {
+  json document;
+  std::string base_dir;
+  json files = json::object(); ///< absolute path → document
+};
+
+// -- codecs --------------------------------------------------------------------
+
+json to_json(const execution_record& x);
+json to_json(const step_record& x);
+json to_json(const event_record& x);
+json to_json(const stored_graph& x);
+
+/// Decoders: @returns the record or `persistence_errc::corrupt_record`.
+caf::expected<execution_record> execution_from_json(const json& j);
+caf::expected<step_record> step_from_json(const json& j);
+caf::expected<event_record> event_from_json(const json& j);
+caf::expected<stored_graph> stored_graph_from_json(const json& j);
+
+/// Renders an event as SPEC §8 describes it (RFC 3339 time, null fields omitted).
+json event_document(const event_record& x);
+
+} // namespace canopy

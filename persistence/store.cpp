@@ -1,0 +1,533 @@
+#include "persistence/store.hpp"
+
+#include <lmdb.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <random>
+
+#include "persistence/duration.hpp"
+#include "persistence/error.hpp"
+
+namespace canopy {
+
+namespace {
+
+constexpr const char* schema_version = "1";
+
+caf::error lmdb_error(const char* what, int rc) {
+  return make_error(persistence_errc::store_error,
+                    std::string{what} + ": " + mdb_strerror(rc));
+}
+
+MDB_val as_val(const std::string& s) {
+  return MDB_val{s.size(), const_cast<char*>(s.data())};
+}
+
+std::string as_string(const MDB_val& v) {
+  return {static_cast<const char*>(v.mv_data), v.mv_size};
+}
+
+std::string seq_key(uint64_t seq) {
+  std::string k(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    k[static_cast<size_t>(i)] = static_cast<char>(seq & 0xff);
+    seq >>= 8;
+  }
+  return k;
+}
+
+uint64_t seq_of(const MDB_val& v) {
+  uint64_t seq = 0;
+  auto p = static_cast<const unsigned char*>(v.mv_data);
+  for (size_t i = v.mv_size - 8; i < v.mv_size; ++i)
+    seq = (seq << 8) | p[i];
+  return seq;
+}
+
+std::string pair_key(const std::string& a, const std::string& b) {
+  std::string k;
+  k.reserve(a.size() + 1 + b.size());
+  k += a;
+  k += '\0';
+  k += b;
+  return k;
+}
+
+/// A read-only transaction that aborts when it goes out of scope.
+struct read_txn {
+  MDB_txn* txn = nullptr;
+  ~read_txn() {
+    if (txn)
+      mdb_txn_abort(txn);
+  }
+};
+
+int mkdirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+        return errno;
+    }
+    if (i < path.size())
+      cur += path[i];
+  }
+  return 0;
+}
+
+} // namespace
+
+void write_batch::append(write_batch&& other) {
+  auto move_all = [](auto& dst, auto& src) {
+    if (dst.empty())
+      dst = std::move(src);
+    else
+      for (auto& x : src)
+        dst.push_back(std::move(x));
+  };
+  move_all(executions, other.executions);
+  move_all(steps, other.steps);
+  move_all(graphs, other.graphs);
+  move_all(events, other.events);
+  move_all(deleted_executions, other.deleted_executions);
+}
+
+store::~store() {
+  if (env_)
+    mdb_env_close(env_);
+}
+
+caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
+  if (auto rc = mkdirs(opts.home); rc != 0)
+    return make_error(persistence_errc::io_error,
+                      "cannot create home '" + opts.home + "': " + std::strerror(rc));
+  std::shared_ptr<store> s{new store};
+  s->home_ = opts.home;
+  int rc = mdb_env_create(&s->env_);
+  if (rc != 0)
+    return lmdb_error("mdb_env_create", rc);
+  mdb_env_set_maxdbs(s->env_, 16);
+  mdb_env_set_maxreaders(s->env_, 510);
+  // The map size is persisted by LMDB; a larger existing map wins.
+  mdb_env_set_mapsize(s->env_, opts.initial_map_bytes);
+  rc = mdb_env_open(s->env_, opts.home.c_str(), MDB_NOTLS, 0644);
+  if (rc != 0)
+    return make_error(persistence_errc::store_error,
+                      "cannot open store in '" + opts.home + "': " + mdb_strerror(rc));
+  MDB_txn* txn = nullptr;
+  rc = mdb_txn_begin(s->env_, nullptr, 0, &txn);
+  if (rc != 0)
+    return lmdb_error("mdb_txn_begin", rc);
+  struct {
+    const char* name;
+    unsigned* dbi;
+  } dbs[] = {{"meta", &s->meta_},         {"executions", &s->executions_},
+             {"steps", &s->steps_},       {"children", &s->children_},
+             {"graphs", &s->graphs_},     {"events", &s->events_},
+             {"tree_events", &s->tree_events_}, {"live", &s->live_}};
+  for (auto& db : dbs) {
+    MDB_dbi dbi;
+    if ((rc = mdb_dbi_open(txn, db.name, MDB_CREATE, &dbi)) != 0) {
+      mdb_txn_abort(txn);
+      return lmdb_error("mdb_dbi_open", rc);
+    }
+    *db.dbi = dbi;
+  }
+  std::string key = "schema", val = schema_version;
+  MDB_val k = as_val(key), v;
+  if (mdb_get(txn, s->meta_, &k, &v) == MDB_NOTFOUND) {
+    v = as_val(val);
+    mdb_put(txn, s->meta_, &k, &v, 0);
+  } else if (as_string(v) != schema_version) {
+    mdb_txn_abort(txn);
+    return make_error(persistence_errc::store_error,
+                      "store in '" + opts.home + "' has schema " + as_string(v)
+                        + ", this canopy reads schema " + schema_version);
+  }
+  if ((rc = mdb_txn_commit(txn)) != 0)
+    return lmdb_error("mdb_txn_commit", rc);
+  return s;
+}
+
+size_t store::map_size() const {
+  MDB_envinfo info;
+  mdb_env_info(env_, &info);
+  return info.me_mapsize;
+}
+
+template <class F>
+caf::error store::read(F&& f) const {
+  std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+  read_txn t;
+  int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &t.txn);
+  if (rc == MDB_MAP_RESIZED) {
+    // Another process grew the map: adopt its size (needs no open txn here).
+    guard.unlock();
+    {
+      std::unique_lock<std::shared_mutex> excl{resize_mtx_};
+      mdb_env_set_mapsize(env_, 0);
+    }
+    guard.lock();
+    rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &t.txn);
+  }
+  if (rc != 0)
+    return lmdb_error("mdb_txn_begin (read)", rc);
+  return f(t.txn);
+}
+
+caf::expected<execution_record> store::execution(const std::string& id) const {
+  execution_record out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(id), v;
+    int rc = mdb_get(txn, executions_, &k, &v);
+    if (rc == MDB_NOTFOUND)
+      return make_error(persistence_errc::not_found, "no execution '" + id + "'");
+    if (rc != 0)
+      return lmdb_error("mdb_get", rc);
+    auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
+    if (!rec)
+      return rec.error();
+    out = std::move(*rec);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<step_record>> store::steps(const std::string& id) const {
+  std::vector<step_record> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_cursor* cur;
+    mdb_cursor_open(txn, steps_, &cur);
+    std::string prefix = id + '\0';
+    MDB_val k = as_val(prefix), v;
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
+        break;
+      auto rec = step_from_json(json::parse(as_string(v), nullptr, false));
+      if (!rec) {
+        mdb_cursor_close(cur);
+        return rec.error();
+      }
+      out.push_back(std::move(*rec));
+    }
+    mdb_cursor_close(cur);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<std::string>> store::children(const std::string& id) const {
+  std::vector<std::string> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_cursor* cur;
+    mdb_cursor_open(txn, children_, &cur);
+    std::string prefix = id + '\0';
+    MDB_val k = as_val(prefix), v;
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
+        break;
+      out.emplace_back(static_cast<const char*>(k.mv_data) + prefix.size(),
+                       k.mv_size - prefix.size());
+    }
+    mdb_cursor_close(cur);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<stored_graph> store::graph(const std::string& id) const {
+  stored_graph out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(id), v;
+    int rc = mdb_get(txn, graphs_, &k, &v);
+    if (rc == MDB_NOTFOUND)
+      return make_error(persistence_errc::not_found, "no graph for execution '" + id + "'");
+    if (rc != 0)
+      return lmdb_error("mdb_get", rc);
+    auto rec = stored_graph_from_json(json::parse(as_string(v), nullptr, false));
+    if (!rec)
+      return rec.error();
+    out = std::move(*rec);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<execution_record>> store::list(const execution_filter& f) const {
+  std::vector<execution_record> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_cursor* cur;
+    mdb_cursor_open(txn, executions_, &cur);
+    MDB_val k, v;
+    // Ids are time-ordered: walk backwards for newest first.
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_LAST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+      auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
+      if (!rec) {
+        mdb_cursor_close(cur);
+        return rec.error();
+      }
+      if (f.roots_only && !rec->parent_id.empty())
+        continue;
+      if (f.status && rec->status != *f.status)
+        continue;
+      if (!f.graph.empty() && rec->graph != f.graph)
+        continue;
+      out.push_back(std::move(*rec));
+      if (f.limit != 0 && out.size() >= f.limit)
+        break;
+    }
+    mdb_cursor_close(cur);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<event_record>>
+store::tree_events(const std::string& root_id, uint64_t after, size_t limit) const {
+  std::vector<event_record> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_cursor* cur;
+    mdb_cursor_open(txn, tree_events_, &cur);
+    std::string prefix = root_id + '\0';
+    std::string start = prefix + seq_key(after + 1);
+    MDB_val k = as_val(start), v;
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      if (k.mv_size != prefix.size() + 8
+          || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
+        break;
+      auto sk = seq_key(seq_of(k));
+      MDB_val ek = as_val(sk), ev;
+      if (mdb_get(txn, events_, &ek, &ev) != 0)
+        continue;
+      auto rec = event_from_json(json::parse(as_string(ev), nullptr, false));
+      if (!rec) {
+        mdb_cursor_close(cur);
+        return rec.error();
+      }
+      out.push_back(std::move(*rec));
+      if (limit != 0 && out.size() >= limit)
+        break;
+    }
+    mdb_cursor_close(cur);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<execution_record>> store::live() const {
+  std::vector<execution_record> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_cursor* cur;
+    mdb_cursor_open(txn, live_, &cur);
+    MDB_val k, v;
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      MDB_val ev;
+      if (mdb_get(txn, executions_, &k, &ev) != 0)
+        continue;
+      auto rec = execution_from_json(json::parse(as_string(ev), nullptr, false));
+      if (!rec) {
+        mdb_cursor_close(cur);
+        return rec.error();
+      }
+      out.push_back(std::move(*rec));
+    }
+    mdb_cursor_close(cur);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<uint64_t> store::last_seq() const {
+  uint64_t seq = 0;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_cursor* cur;
+    mdb_cursor_open(txn, events_, &cur);
+    MDB_val k, v;
+    if (mdb_cursor_get(cur, &k, &v, MDB_LAST) == 0)
+      seq = seq_of(k);
+    mdb_cursor_close(cur);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return seq;
+}
+
+caf::error store::grow() {
+  std::unique_lock<std::shared_mutex> excl{resize_mtx_};
+  MDB_envinfo info;
+  mdb_env_info(env_, &info);
+  int rc = mdb_env_set_mapsize(env_, info.me_mapsize * 2);
+  if (rc != 0)
+    return lmdb_error("mdb_env_set_mapsize", rc);
+  return caf::none;
+}
+
+caf::error store::commit(write_batch& batch) {
+  for (;;) {
+    MDB_txn* txn = nullptr;
+    int rc;
+    {
+      std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+      rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+      if (rc == MDB_MAP_RESIZED) {
+        guard.unlock();
+        {
+          std::unique_lock<std::shared_mutex> excl{resize_mtx_};
+          mdb_env_set_mapsize(env_, 0);
+        }
+        continue;
+      }
+      if (rc != 0)
+        return lmdb_error("mdb_txn_begin", rc);
+      auto put = [&](unsigned dbi, const std::string& key, const std::string& val,
+                     unsigned flags = 0) {
+        if (rc != 0)
+          return;
+        MDB_val k = as_val(key), v = as_val(val);
+        rc = mdb_put(txn, dbi, &k, &v, flags);
+      };
+      auto del_prefix = [&](unsigned dbi, const std::string& prefix) {
+        MDB_cursor* cur;
+        if (rc != 0 || (rc = mdb_cursor_open(txn, dbi, &cur)) != 0)
+          return;
+        MDB_val k = as_val(prefix), v;
+        int r = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        while (r == 0 && k.mv_size >= prefix.size()
+               && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0) {
+          if ((rc = mdb_cursor_del(cur, 0)) != 0)
+            break;
+          r = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
+          if (r != 0)
+            break;
+        }
+        mdb_cursor_close(cur);
+      };
+      static const std::string empty;
+      for (auto& id : batch.deleted_executions) {
+        MDB_val k = as_val(id);
+        execution_record rec;
+        MDB_val v;
+        if (mdb_get(txn, executions_, &k, &v) == 0) {
+          if (auto r = execution_from_json(json::parse(as_string(v), nullptr, false)))
+            rec = std::move(*r);
+          mdb_del(txn, executions_, &k, nullptr);
+          if (!rec.parent_id.empty()) {
+            auto ck = pair_key(rec.parent_id, id);
+            MDB_val ckv = as_val(ck);
+            mdb_del(txn, children_, &ckv, nullptr);
+          }
+        }
+        mdb_del(txn, graphs_, &k, nullptr);
+        mdb_del(txn, live_, &k, nullptr);
+        del_prefix(steps_, id + '\0');
+      }
+      for (auto& x : batch.executions) {
+        put(executions_, x.id, to_json(x).dump());
+        if (rc == 0) {
+          MDB_val lk = as_val(x.id), lv = as_val(empty);
+          if (is_terminal(x.status)) {
+            int r = mdb_del(txn, live_, &lk, nullptr);
+            if (r != 0 && r != MDB_NOTFOUND)
+              rc = r;
+          } else {
+            rc = mdb_put(txn, live_, &lk, &lv, 0);
+          }
+        }
+        if (!x.parent_id.empty())
+          put(children_, pair_key(x.parent_id, x.id), empty);
+      }
+      for (auto& x : batch.graphs)
+        put(graphs_, x.first, to_json(x.second).dump());
+      for (auto& x : batch.steps)
+        put(steps_, pair_key(x.execution_id, x.step), to_json(x).dump());
+      if (!batch.events.empty() && rc == 0) {
+        uint64_t seq = 0;
+        MDB_cursor* cur;
+        if ((rc = mdb_cursor_open(txn, events_, &cur)) == 0) {
+          MDB_val k, v;
+          if (mdb_cursor_get(cur, &k, &v, MDB_LAST) == 0)
+            seq = seq_of(k);
+          mdb_cursor_close(cur);
+        }
+        for (auto& e : batch.events) {
+          e.seq = ++seq;
+          auto key = seq_key(e.seq);
+          put(events_, key, to_json(e).dump(), MDB_APPEND);
+          put(tree_events_, pair_key(e.root_id, key), empty);
+        }
+      }
+      if (rc == 0)
+        rc = mdb_txn_commit(txn);
+      else
+        mdb_txn_abort(txn);
+    }
+    if (rc == MDB_MAP_FULL) {
+      if (auto err = grow())
+        return err;
+      continue;
+    }
+    if (rc != 0)
+      return lmdb_error("commit", rc);
+    return caf::none;
+  }
+}
+
+std::string make_execution_id() {
+  static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+  static std::mutex mtx;
+  static std::mt19937_64 rng{std::random_device{}()};
+  static uint64_t last_ms = 0;
+  static uint64_t last_lo = 0, last_hi = 0;
+  std::lock_guard<std::mutex> guard{mtx};
+  auto ms = static_cast<uint64_t>(now_ms());
+  uint64_t hi, lo; // 80 random bits: 16 in hi, 64 in lo
+  if (ms <= last_ms) {
+    // Same millisecond: increment the previous randomness to stay ordered.
+    ms = last_ms;
+    lo = last_lo + 1;
+    hi = last_hi + (lo == 0 ? 1 : 0);
+  } else {
+    lo = rng();
+    hi = rng() & 0x7fff; // leave headroom for increments
+  }
+  last_ms = ms;
+  last_lo = lo;
+  last_hi = hi;
+  std::string out(26, '0');
+  // 48-bit time → 10 chars; 80 random bits → 16 chars.
+  for (int i = 9; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = alphabet[ms & 31];
+    ms >>= 5;
+  }
+  for (int i = 25; i >= 10; --i) {
+    out[static_cast<size_t>(i)] = alphabet[lo & 31];
+    lo = (lo >> 5) | ((hi & 31) << 59);
+    hi >>= 5;
+  }
+  return out;
+}
+
+} // namespace canopy

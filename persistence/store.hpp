@@ -1,0 +1,143 @@
+#pragma once
+
+// The LMDB store under a canopy home. Knows records, not actors.
+//
+// Layout (named databases in one environment):
+//   meta        "schema" → version
+//   executions  id → execution record
+//   steps       execution id \0 step id → step record
+//   children    parent id \0 child id → ""
+//   graphs      execution id → stored graph
+//   events      seq (8 bytes, big endian) → event record
+//   tree_events root id \0 seq → ""
+//   live        execution id → "" for every execution not yet terminal
+//
+// Threading: one `store` per process and home, shared by all threads. Reads
+// open a short read transaction each and may run from any thread at once
+// (MDB_NOTLS). Writes must come from one thread at a time (in canopy: the
+// store writer actor); every write transaction begins and ends inside one call.
+// Several processes may open the same home: LMDB serialises their writers.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "persistence/records.hpp"
+
+struct MDB_env;
+
+namespace canopy {
+
+/// Mutations committed together in one write transaction.
+struct write_batch {
+  std::vector<execution_record> executions;
+  std::vector<step_record> steps;
+  std::vector<std::pair<std::string, stored_graph>> graphs; ///< execution id → graph
+  std::vector<event_record> events; ///< seq assigned at commit
+  /// Executions (with their steps, graph and index entries) to delete.
+  std::vector<std::string> deleted_executions;
+
+  bool empty() const {
+    return executions.empty() && steps.empty() && graphs.empty() && events.empty()
+           && deleted_executions.empty();
+  }
+
+  /// Appends every mutation of `other`, keeping order.
+  void append(write_batch&& other);
+};
+
+/// Filter of `list_executions`.
+struct execution_filter {
+  std::optional<execution_status> status;
+  std::string graph;     ///< empty: any
+  bool roots_only = true;
+  size_t limit = 0;      ///< 0: no limit
+};
+
+/// Options of `store::open`.
+struct store_options {
+  std::string home;
+  size_t initial_map_bytes = 64u << 20;
+};
+
+class store {
+public:
+  ~store();
+  store(const store&) = delete;
+  store& operator=(const store&) = delete;
+
+  /// Opens (creating the folder and databases when missing) the store in `home`.
+  /// @returns the store, or `io_error` when the folder cannot be created,
+  ///          `store_error` when LMDB cannot open it.
+  static caf::expected<std::shared_ptr<store>> open(const store_options& opts);
+
+  /// The home folder.
+  const std::string& home() const { return home_; }
+
+  // -- reads (any thread) --------------------------------------------------------
+
+  /// @returns the execution, `not_found`, or `store_error`/`corrupt_record`.
+  caf::expected<execution_record> execution(const std::string& id) const;
+
+  /// @returns the steps of `id` in key order (possibly empty).
+  caf::expected<std::vector<step_record>> steps(const std::string& id) const;
+
+  /// @returns the ids of the direct children of `id`, oldest first.
+  caf::expected<std::vector<std::string>> children(const std::string& id) const;
+
+  /// @returns the stored graph of execution `id`, or `not_found`.
+  caf::expected<stored_graph> graph(const std::string& id) const;
+
+  /// @returns executions matching `f`, newest first.
+  caf::expected<std::vector<execution_record>> list(const execution_filter& f) const;
+
+  /// @returns the events of the tree rooted at `root_id` with seq > `after`,
+  ///          in seq order, at most `limit` (0: all).
+  caf::expected<std::vector<event_record>> tree_events(const std::string& root_id,
+                                                       uint64_t after = 0,
+                                                       size_t limit = 0) const;
+
+  /// @returns every execution whose status is not terminal (queued, running,
+  ///          stopping), in id order.
+  caf::expected<std::vector<execution_record>> live() const;
+
+  /// @returns the highest seq in the event log (0 when empty).
+  caf::expected<uint64_t> last_seq() const;
+
+  // -- writes (one thread at a time) ---------------------------------------------
+
+  /// Commits `batch` in one durable transaction, assigning event seqs
+  /// (strictly increasing per store, across processes) into `batch.events`.
+  /// Grows the map and retries when it is full.
+  /// @returns nothing, or `store_error` (the transaction was aborted: nothing
+  ///          of the batch is stored).
+  caf::error commit(write_batch& batch);
+
+  /// Current map size in bytes.
+  size_t map_size() const;
+
+private:
+  store() = default;
+  template <class F>
+  caf::error read(F&& f) const;
+  caf::error grow();
+
+  std::string home_;
+  MDB_env* env_ = nullptr;
+  unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
+           tree_events_ = 0, live_ = 0;
+  /// Readers hold it shared; growing the map holds it exclusively, since LMDB
+  /// allows mdb_env_set_mapsize only while this process has no transaction.
+  mutable std::shared_mutex resize_mtx_;
+};
+
+/// Generates a new execution id: 26 characters, time-ordered (ULID-like,
+/// lowercase Crockford base32). Thread-safe.
+std::string make_execution_id();
+
+} // namespace canopy

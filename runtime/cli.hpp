@@ -1,0 +1,10 @@
+#pragma once
+
+namespace canopy {
+
+/// Runs the `canopy` command line (SPEC §6). @returns the process exit code.
+/// Threading: call once, from `main`, before any thread starts (it blocks
+/// SIGINT/SIGTERM to turn them into stops).
+int cli_main(int argc, char** argv);
+
+} // namespace canopy

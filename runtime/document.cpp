@@ -1,0 +1,91 @@
+#include "runtime/document.hpp"
+
+#include "persistence/duration.hpp"
+
+namespace canopy {
+
+namespace {
+
+json time_or_null(int64_t ms) {
+  return ms == 0 ? json(nullptr) : json(to_rfc3339(ms));
+}
+
+json str_or_null(const std::string& s) {
+  return s.empty() ? json(nullptr) : json(s);
+}
+
+json step_document(const step_record& s) {
+  json j = {{"status", to_string(s.status)},
+            {"attempt", s.attempt},
+            {"result", s.result},
+            {"node", s.node},
+            {"started_at", time_or_null(s.started_at)},
+            {"ended_at", time_or_null(s.ended_at)},
+            {"error", s.error},
+            {"reason", str_or_null(s.reason)}};
+  if (!s.child_id.empty())
+    j["child_id"] = s.child_id;
+  if (s.pid != 0)
+    j["pid"] = s.pid;
+  return j;
+}
+
+} // namespace
+
+json execution_summary(const execution_record& rec) {
+  return {{"id", rec.id},
+          {"graph", rec.graph},
+          {"status", to_string(rec.status)},
+          {"reason", str_or_null(rec.reason)},
+          {"error", str_or_null(rec.error)},
+          {"parent_id", str_or_null(rec.parent_id)},
+          {"root_id", rec.root_id},
+          {"depth", rec.depth},
+          {"parent_step", str_or_null(rec.parent_step)},
+          {"inputs", rec.inputs},
+          {"outputs", rec.status == execution_status::completed ? rec.outputs : json(nullptr)},
+          {"created_at", time_or_null(rec.created_at)},
+          {"started_at", time_or_null(rec.started_at)},
+          {"ended_at", time_or_null(rec.ended_at)}};
+}
+
+caf::expected<json> load_document(const store& db, const std::string& id,
+                                  document_options opts) {
+  auto rec = db.execution(id);
+  if (!rec)
+    return rec.error();
+  auto doc = execution_summary(*rec);
+  if (opts.steps) {
+    auto steps = db.steps(id);
+    if (!steps)
+      return steps.error();
+    json out = json::object();
+    // Graph order first (every step, started or not), then anything else.
+    if (auto g = db.graph(id); g && g->document.contains("steps")
+                                 && g->document["steps"].is_object())
+      for (auto& kv : g->document["steps"].items()) {
+        step_record pending;
+        pending.step = kv.key();
+        out[kv.key()] = step_document(pending);
+      }
+    for (auto& s : *steps)
+      out[s.step] = step_document(s);
+    doc["steps"] = std::move(out);
+  }
+  if (opts.children) {
+    auto kids = db.children(id);
+    if (!kids)
+      return kids.error();
+    json children = json::array();
+    for (auto& kid : *kids) {
+      auto child = load_document(db, kid, opts);
+      if (!child)
+        return child.error();
+      children.push_back(std::move(*child));
+    }
+    doc["children"] = std::move(children);
+  }
+  return doc;
+}
+
+} // namespace canopy

@@ -1,0 +1,30 @@
+#pragma once
+
+// The execution document of SPEC §6, built from the store.
+
+#include <string>
+
+#include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
+
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+/// What to include in a document.
+struct document_options {
+  bool steps = true;
+  bool children = true; ///< recursively, as `children`
+};
+
+/// Renders one record as the execution document (no `steps`/`children`).
+nlohmann::json execution_summary(const execution_record& rec);
+
+/// Loads execution `id` and renders its document: steps in graph order
+/// (steps never started appear `pending` with attempt 0), and with
+/// `opts.children` every descendant under `children`.
+/// @returns the document, `not_found`, or a store error. Thread-safe.
+caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
+                                            document_options opts = {});
+
+} // namespace canopy

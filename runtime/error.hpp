@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+
+namespace canopy {
+
+/// Errors of the runtime layer (library API, CLI).
+enum class runtime_errc : uint8_t {
+  /// Inputs do not match the graph's declared inputs; context names them.
+  invalid_input = 1,
+  /// The execution is in a state that does not allow the operation.
+  wrong_state,
+  /// The runtime is shutting down.
+  shutting_down,
+};
+
+constexpr caf::atom_value runtime_category = caf::atom("runtime");
+
+caf::error make_error(runtime_errc x, std::string message);
+
+const char* to_string(runtime_errc x);
+
+/// Maps any canopy error to the CLI exit code of SPEC §6: 2 usage or invalid
+/// input, 4 not found, 5 store unavailable, 1 otherwise.
+int exit_code_of(const caf::error& err);
+
+} // namespace canopy

@@ -1,0 +1,212 @@
+#include "runtime/render.hpp"
+
+#include <cstdio>
+
+#include "persistence/duration.hpp"
+
+namespace canopy {
+
+namespace {
+
+const char* colour(const std::string& status) {
+  if (status == "completed")
+    return "\033[32m";
+  if (status == "failed")
+    return "\033[31m";
+  if (status == "running")
+    return "\033[36m";
+  if (status == "stopped" || status == "stopping")
+    return "\033[33m";
+  return "\033[2m";
+}
+
+const char* reset = "\033[0m";
+
+std::string clock_of(int64_t ms) {
+  auto t = to_rfc3339(ms);
+  return t.substr(11, 12); // HH:MM:SS.mmm
+}
+
+std::string shorten(std::string s, size_t n) {
+  if (s.size() > n)
+    s = s.substr(0, n - 1) + "…";
+  return s;
+}
+
+} // namespace
+
+std::string event_line(const event_record& e, const std::string& label) {
+  std::string out = clock_of(e.time) + " " + e.type;
+  out.append(e.type.size() < 20 ? 20 - e.type.size() : 1, ' ');
+  out += label;
+  if (!e.step.empty())
+    out += "/" + e.step;
+  if (e.type == "step.output" && e.data.is_object())
+    out += " | " + e.data.value("line", std::string{});
+  else if (!e.status.empty())
+    out += " " + e.status;
+  if (!e.reason.empty())
+    out += " (" + e.reason + ")";
+  if (e.data.is_object() && e.data.contains("error") && e.data["error"].is_string())
+    out += ": " + e.data["error"].get<std::string>();
+  return out;
+}
+
+tree_view::tree_view(const store& db, std::string root_id)
+  : db_(db), root_id_(std::move(root_id)) {
+}
+
+tree_view::exec_view& tree_view::get(const std::string& id) {
+  auto i = execs_.find(id);
+  if (i != execs_.end())
+    return i->second;
+  auto& v = execs_[id];
+  if (auto rec = db_.execution(id)) {
+    v.graph = rec->graph;
+    v.status = to_string(rec->status);
+    v.parent_id = rec->parent_id;
+    v.parent_step = rec->parent_step;
+    if (!v.parent_id.empty())
+      get(v.parent_id).child_of_step[v.parent_step] = id;
+  }
+  if (auto g = db_.graph(id); g && g->document.contains("steps")
+                              && g->document["steps"].is_object())
+    for (auto& kv : g->document["steps"].items()) {
+      v.order.push_back(kv.key());
+      v.steps[kv.key()] = "pending";
+    }
+  return v;
+}
+
+std::string tree_view::label(const std::string& execution_id) {
+  auto& v = get(execution_id);
+  return v.graph.empty() ? execution_id.substr(0, 10) : v.graph;
+}
+
+void tree_view::apply(const event_record& e) {
+  auto& v = get(e.execution_id);
+  if (e.type.rfind("execution.", 0) == 0) {
+    if (!e.status.empty())
+      v.status = e.status;
+    v.reason = e.reason;
+    return;
+  }
+  if (e.step.empty())
+    return;
+  if (!v.steps.count(e.step))
+    v.order.push_back(e.step);
+  if (e.type == "step.output") {
+    if (e.data.is_object())
+      v.last_line[e.step] = e.data.value("line", std::string{});
+    return;
+  }
+  if (!e.status.empty())
+    v.steps[e.step] = e.status;
+}
+
+void tree_view::render_exec(const std::string& id, const std::string& indent,
+                            std::vector<std::string>& out) const {
+  auto i = execs_.find(id);
+  if (i == execs_.end())
+    return;
+  auto& v = i->second;
+  for (size_t n = 0; n < v.order.size(); ++n) {
+    auto& step = v.order[n];
+    bool last = n + 1 == v.order.size();
+    auto status = v.steps.at(step);
+    std::string line = indent + (last ? "└─ " : "├─ ") + step + " " + colour(status) + status
+                       + reset;
+    auto ll = v.last_line.find(step);
+    if (ll != v.last_line.end() && status == "running")
+      line += "  \033[2m" + shorten(ll->second, 60) + reset;
+    auto child = v.child_of_step.find(step);
+    if (child != v.child_of_step.end()) {
+      auto c = execs_.find(child->second);
+      if (c != execs_.end())
+        line += "  → " + c->second.graph + " " + colour(c->second.status) + c->second.status
+                + reset;
+    }
+    out.push_back(line);
+    if (child != v.child_of_step.end())
+      render_exec(child->second, indent + (last ? "   " : "│  "), out);
+  }
+}
+
+std::vector<std::string> tree_view::render() const {
+  std::vector<std::string> out;
+  auto i = execs_.find(root_id_);
+  if (i == execs_.end())
+    return out;
+  auto& v = i->second;
+  out.push_back(v.graph + " " + root_id_ + " " + colour(v.status) + v.status + reset
+                + (v.reason.empty() ? "" : " (" + v.reason + ")"));
+  render_exec(root_id_, "", out);
+  return out;
+}
+
+namespace {
+
+void render_doc(const nlohmann::json& doc, const std::string& indent, std::string& out) {
+  std::map<std::string, const nlohmann::json*> child_by_step;
+  if (doc.contains("children"))
+    for (auto& c : doc["children"])
+      child_by_step[c.value("parent_step", std::string{})] = &c;
+  if (!doc.contains("steps"))
+    return;
+  auto& steps = doc["steps"];
+  size_t n = 0;
+  for (auto& kv : steps.items()) {
+    bool last = ++n == steps.size();
+    auto& s = kv.value();
+    out += indent + (last ? "└─ " : "├─ ") + kv.key() + "  "
+           + s.value("status", std::string{});
+    if (s.value("attempt", 0) > 1)
+      out += "  attempt " + std::to_string(s.value("attempt", 0));
+    if (s.contains("reason") && s["reason"].is_string())
+      out += "  (" + s["reason"].get<std::string>() + ")";
+    if (s.contains("error") && s["error"].is_string())
+      out += "  error: " + s["error"].get<std::string>();
+    auto c = child_by_step.find(kv.key());
+    if (c != child_by_step.end()) {
+      auto& child = *c->second;
+      out += "  → " + child.value("graph", std::string{}) + " "
+             + child.value("id", std::string{}) + " " + child.value("status", std::string{});
+    }
+    out += "\n";
+    if (c != child_by_step.end())
+      render_doc(*c->second, indent + (last ? "   " : "│  "), out);
+  }
+}
+
+} // namespace
+
+std::string render_document(const nlohmann::json& doc) {
+  std::string out = doc.value("graph", std::string{}) + " " + doc.value("id", std::string{})
+                    + "  " + doc.value("status", std::string{});
+  if (doc.contains("reason") && doc["reason"].is_string())
+    out += " (" + doc["reason"].get<std::string>() + ")";
+  out += "\n";
+  if (doc.contains("error") && doc["error"].is_string())
+    out += "error: " + doc["error"].get<std::string>() + "\n";
+  render_doc(doc, "", out);
+  if (doc.contains("outputs") && !doc["outputs"].is_null())
+    out += "outputs: " + doc["outputs"].dump(2) + "\n";
+  return out;
+}
+
+std::string render_list(const std::vector<execution_record>& rows) {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), "%-26s  %-20s  %-10s  %-16s  %s\n", "ID", "GRAPH", "STATUS",
+                "REASON", "CREATED");
+  out += buf;
+  for (auto& r : rows) {
+    std::snprintf(buf, sizeof(buf), "%-26s  %-20s  %-10s  %-16s  %s\n", r.id.c_str(),
+                  shorten(r.graph, 20).c_str(), to_string(r.status),
+                  r.reason.empty() ? "-" : r.reason.c_str(), to_rfc3339(r.created_at).c_str());
+    out += buf;
+  }
+  return out;
+}
+
+} // namespace canopy

@@ -1,0 +1,62 @@
+#pragma once
+
+// Human output of the CLI: event lines, the live tree, `show` and `ls`.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+/// One line per event, for output that is not a terminal:
+/// `09:22:21.042 step.completed  research/search completed`.
+std::string event_line(const event_record& e, const std::string& label);
+
+/// A live tree of executions and steps built from events; redrawn in place on
+/// a terminal. Not thread-safe: feed it from one thread.
+class tree_view {
+public:
+  tree_view(const store& db, std::string root_id);
+
+  /// Applies an event.
+  void apply(const event_record& e);
+
+  /// Renders the tree, one line per execution and step, ANSI-coloured.
+  std::vector<std::string> render() const;
+
+  /// A short label for an execution: its graph name, plus the parent step.
+  std::string label(const std::string& execution_id);
+
+private:
+  struct exec_view {
+    std::string graph;
+    std::string status = "queued";
+    std::string reason;
+    std::string parent_id;
+    std::string parent_step;
+    std::vector<std::string> order; ///< steps in first-seen order
+    std::map<std::string, std::string> steps; ///< step → status
+    std::map<std::string, std::string> last_line; ///< step → last output line
+    std::map<std::string, std::string> child_of_step; ///< step → child id
+  };
+  exec_view& get(const std::string& id);
+  void render_exec(const std::string& id, const std::string& indent,
+                   std::vector<std::string>& out) const;
+
+  const store& db_;
+  std::string root_id_;
+  std::map<std::string, exec_view> execs_;
+};
+
+/// Renders a document from `load_document` as an indented tree.
+std::string render_document(const nlohmann::json& doc);
+
+/// Renders `ls` rows.
+std::string render_list(const std::vector<execution_record>& rows);
+
+} // namespace canopy

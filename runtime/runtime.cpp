@@ -1,0 +1,422 @@
+#include "runtime/runtime.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/error.hpp"
+#include "actors/execution_actor.hpp"
+#include "actors/messages.hpp"
+#include "actors/slot_pool.hpp"
+#include "actors/store_writer.hpp"
+#include "persistence/error.hpp"
+#include "runtime/error.hpp"
+
+namespace canopy {
+
+// -- free functions ------------------------------------------------------------
+
+std::string default_home() {
+  if (auto env = std::getenv("CANOPY_HOME"); env != nullptr && *env != '\0')
+    return env;
+  return "./.canopy";
+}
+
+uint64_t process_start_time(int64_t pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string text;
+  if (!in || !std::getline(in, text))
+    return 0;
+  // The command name may hold spaces and parentheses: skip past the last ')'.
+  auto pos = text.rfind(')');
+  if (pos == std::string::npos)
+    return 0;
+  std::istringstream fields{text.substr(pos + 2)};
+  std::string field;
+  // Field 3 (state) is the first after ')'; starttime is field 22.
+  for (int i = 3; i < 22; ++i)
+    if (!(fields >> field))
+      return 0;
+  uint64_t start = 0;
+  fields >> start;
+  return start;
+}
+
+namespace {
+
+bool owner_alive(const execution_record& rec) {
+  if (rec.owner_pid <= 0)
+    return false;
+  auto start = process_start_time(rec.owner_pid);
+  return start != 0 && start == rec.owner_start;
+}
+
+} // namespace
+
+caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
+  auto live = db.live();
+  if (!live)
+    return live.error();
+  std::vector<std::string> recovered;
+  write_batch batch;
+  auto now = now_ms();
+  for (auto& rec : *live) {
+    if (owner_alive(rec))
+      continue;
+    auto steps = db.steps(rec.id);
+    if (!steps)
+      return steps.error();
+    for (auto& s : *steps) {
+      if (s.status != step_status::running && s.status != step_status::queued)
+        continue;
+      s.status = step_status::pending;
+      s.reason = "interrupted";
+      s.ended_at = now;
+      event_record e;
+      e.time = now;
+      e.type = "step.pending";
+      e.execution_id = rec.id;
+      e.root_id = rec.root_id;
+      e.parent_id = rec.parent_id;
+      e.step = s.step;
+      e.status = "pending";
+      e.reason = "interrupted";
+      batch.events.push_back(std::move(e));
+      batch.steps.push_back(std::move(s));
+    }
+    rec.status = execution_status::stopped;
+    rec.reason = "interrupted";
+    rec.ended_at = now;
+    event_record e;
+    e.time = now;
+    e.type = "execution.stopped";
+    e.execution_id = rec.id;
+    e.root_id = rec.root_id;
+    e.parent_id = rec.parent_id;
+    e.status = "stopped";
+    e.reason = "interrupted";
+    batch.events.push_back(std::move(e));
+    recovered.push_back(rec.id);
+    batch.executions.push_back(std::move(rec));
+  }
+  if (batch.empty())
+    return recovered;
+  if (auto err = db.commit(batch))
+    return err;
+  return recovered;
+}
+
+caf::error check_inputs(const graph& g, const json& inputs) {
+  if (!inputs.is_object())
+    return make_error(runtime_errc::invalid_input, "inputs must be a JSON object");
+  for (auto& name : g.inputs)
+    if (!inputs.contains(name))
+      return make_error(runtime_errc::invalid_input,
+                        "missing input '" + name + "' (graph '" + g.name + "' declares it)");
+  for (auto& kv : inputs.items())
+    if (std::find(g.inputs.begin(), g.inputs.end(), kv.key()) == g.inputs.end())
+      return make_error(runtime_errc::invalid_input,
+                        "undeclared input '" + kv.key() + "' (graph '" + g.name
+                          + "' does not declare it)");
+  return caf::none;
+}
+
+// -- subscription -------------------------------------------------------------
+
+namespace {
+
+using event_fn = std::function<void(const event_record&)>;
+
+struct forwarder_state {
+  bool ready = false;
+  uint64_t replayed_upto = 0;
+  std::vector<event_record> early;
+  static const char* name;
+};
+
+const char* forwarder_state::name = "event_forwarder";
+
+/// Subscribes itself to the store writer, replays the tree's events committed
+/// before that from the store, then calls `f` with every live event: each
+/// event exactly once, in seq order.
+caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::actor writer,
+                              std::shared_ptr<store> db, event_fn f, std::string root_id) {
+  auto deliver = [=](const event_record& e) {
+    if ((root_id.empty() || e.root_id == root_id) && e.seq > self->state.replayed_upto)
+      f(e);
+  };
+  self->request(writer, caf::infinite, subscribe_atom::value, caf::actor_cast<caf::actor>(self))
+    .then([=](uint64_t last) {
+      auto& st = self->state;
+      if (!root_id.empty())
+        if (auto past = db->tree_events(root_id, 0); past)
+          for (auto& e : *past)
+            if (e.seq <= last)
+              f(e);
+      st.replayed_upto = root_id.empty() ? 0 : last;
+      st.ready = true;
+      for (auto& e : st.early)
+        deliver(e);
+      st.early.clear();
+    });
+  return {
+    [=](events_atom, const std::vector<event_record>& events) {
+      auto& st = self->state;
+      for (auto& e : events) {
+        if (!st.ready)
+          st.early.push_back(e);
+        else
+          deliver(e);
+      }
+    },
+  };
+}
+
+} // namespace
+
+subscription make_subscription(caf::actor_system& sys, const caf::actor& writer,
+                               std::shared_ptr<store> db,
+                               std::function<void(const event_record&)> f, std::string root_id) {
+  subscription s;
+  s.writer_ = writer;
+  s.subscriber_ = sys.spawn(event_forwarder, writer, std::move(db), std::move(f),
+                            std::move(root_id));
+  return s;
+}
+
+subscription::~subscription() {
+  cancel();
+}
+
+void subscription::cancel() {
+  if (!subscriber_)
+    return;
+  {
+    caf::scoped_actor self{subscriber_->home_system()};
+    self->send(writer_, unsubscribe_atom::value, subscriber_);
+    self->monitor(subscriber_);
+    self->send_exit(subscriber_, caf::exit_reason::user_shutdown);
+    self->receive([](caf::down_msg&) {});
+  }
+  subscriber_ = nullptr;
+  writer_ = nullptr;
+}
+
+// -- execution handle --------------------------------------------------------------
+
+caf::expected<execution_record> execution_handle::wait() const {
+  if (actor_) {
+    caf::scoped_actor self{rt_->system()};
+    self->monitor(actor_);
+    self->receive([](caf::down_msg&) {});
+  }
+  return status();
+}
+
+bool execution_handle::wait_for(millis timeout) const {
+  if (!actor_)
+    return true;
+  caf::scoped_actor self{rt_->system()};
+  self->monitor(actor_);
+  bool done = false;
+  self->receive([&](caf::down_msg&) { done = true; },
+                caf::after(timeout) >> [] {});
+  return done;
+}
+
+caf::expected<execution_record> execution_handle::status() const {
+  return rt_->db()->execution(id_);
+}
+
+bool execution_handle::running() const {
+  return !wait_for(millis{0});
+}
+
+subscription execution_handle::subscribe(std::function<void(const event_record&)> f) const {
+  return make_subscription(rt_->system(), rt_->writer_, rt_->db_, std::move(f), root_id_);
+}
+
+void execution_handle::stop(bool force, const std::string& reason) const {
+  if (actor_)
+    caf::anon_send(actor_, stop_atom::value, reason, force);
+}
+
+// -- runtime ---------------------------------------------------------------------------
+
+caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
+  if (opts.home.empty())
+    opts.home = default_home();
+  // A step that closes its stdin must not kill us with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
+  auto db = store::open({opts.home});
+  if (!db)
+    return db.error();
+  if (auto rec = recover_interrupted(**db); !rec)
+    return rec.error();
+  std::unique_ptr<runtime> rt{new runtime};
+  rt->opts_ = opts;
+  rt->db_ = std::move(*db);
+  rt->fns_ = std::make_shared<fn_registry>();
+  rt->cfg_ = std::make_unique<caf::actor_system_config>();
+  if (opts.scheduler_threads > 0)
+    rt->cfg_->set("scheduler.max-threads", opts.scheduler_threads);
+  rt->cfg_->set("logger.console", caf::atom("none"));
+  rt->sys_ = std::make_unique<caf::actor_system>(*rt->cfg_);
+  rt->writer_ = spawn_store_writer(*rt->sys_, rt->db_);
+  rt->slots_ = spawn_slot_pool(*rt->sys_, opts.max_parallel);
+  auto svc = std::make_shared<execution_services>();
+  svc->db = rt->db_;
+  svc->writer = rt->writer_;
+  svc->slots = rt->slots_;
+  svc->fns = rt->fns_;
+  svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
+  svc->owner_pid = ::getpid();
+  svc->owner_start = process_start_time(::getpid());
+  rt->svc_ = std::move(svc);
+  return rt;
+}
+
+runtime::~runtime() {
+  if (!sys_)
+    return;
+  // Explicit shutdown sequence: stop every live root (snapshotted with reason
+  // `shutdown`), wait for their downs, then stop the services.
+  {
+    caf::scoped_actor self{*sys_};
+    std::vector<caf::actor> roots;
+    {
+      std::lock_guard<std::mutex> guard{roots_mtx_};
+      roots.swap(roots_);
+    }
+    for (auto& r : roots) {
+      self->monitor(r);
+      self->send(r, stop_atom::value, std::string{"shutdown"}, false);
+    }
+    for (size_t i = 0; i < roots.size(); ++i)
+      self->receive([](caf::down_msg&) {});
+    self->send_exit(slots_, caf::exit_reason::user_shutdown);
+    self->send_exit(writer_, caf::exit_reason::user_shutdown);
+  }
+  writer_ = nullptr;
+  slots_ = nullptr;
+  svc_.reset();
+  sys_.reset(); // waits for every actor
+}
+
+void runtime::track(const caf::actor& root) {
+  std::lock_guard<std::mutex> guard{roots_mtx_};
+  // Forget roots that are gone so a long-lived runtime does not grow.
+  roots_.erase(std::remove_if(roots_.begin(), roots_.end(),
+                              [](const caf::actor& a) {
+                                return a->getf(caf::abstract_actor::is_terminated_flag);
+                              }),
+               roots_.end());
+  roots_.push_back(root);
+}
+
+bool runtime::register_fn(const std::string& name, fn_function f) {
+  return fns_->add(name, std::move(f));
+}
+
+parse_options runtime::graph_options() const {
+  parse_options opts;
+  opts.fns = fns_->names();
+  return opts;
+}
+
+parse_result runtime::parse_file(const std::string& path) const {
+  return parse_graph_file(path, graph_options());
+}
+
+caf::actor_system& runtime::system() {
+  return *sys_;
+}
+
+caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, json inputs) {
+  if (auto err = check_inputs(*g, inputs))
+    return err;
+  execution_init init;
+  auto& r = init.record;
+  r.id = make_execution_id();
+  r.graph = g->name;
+  r.root_id = r.id;
+  r.inputs = std::move(inputs);
+  r.created_at = now_ms();
+  r.owner_pid = svc_->owner_pid;
+  r.owner_start = svc_->owner_start;
+  init.graph = std::move(g);
+  // Durable before the id is handed out.
+  auto batch = make_queued_batch(r, *init.graph);
+  caf::error err;
+  {
+    caf::scoped_actor self{*sys_};
+    self->request(writer_, caf::infinite, write_atom::value, std::move(batch))
+      .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
+  }
+  if (err)
+    return err;
+  execution_handle h;
+  h.rt_ = this;
+  h.id_ = r.id;
+  h.root_id_ = r.id;
+  h.actor_ = spawn_execution(*sys_, std::move(init), svc_);
+  track(h.actor_);
+  return h;
+}
+
+caf::expected<execution_handle> runtime::resume(const std::string& id) {
+  auto rec = db_->execution(id);
+  if (!rec)
+    return rec.error();
+  if (!is_terminal(rec->status))
+    return make_error(runtime_errc::wrong_state,
+                      "execution " + id + " is " + to_string(rec->status));
+  execution_handle h;
+  h.rt_ = this;
+  h.id_ = id;
+  h.root_id_ = rec->root_id;
+  if (rec->status == execution_status::completed)
+    return h; // nothing to do: the document is final
+  auto stored = db_->graph(id);
+  if (!stored)
+    return stored.error();
+  auto opts = graph_options();
+  auto files = stored->files;
+  opts.load_file = [files](const std::string& path) -> caf::expected<json> {
+    auto i = files.find(path);
+    if (i == files.end())
+      return make_error(persistence_errc::not_found, "graph file '" + path + "' was not stored");
+    return *i;
+  };
+  opts.depth = rec->depth;
+  auto parsed = parse_graph(stored->document, stored->base_dir, opts);
+  if (!parsed) {
+    std::string msg = "stored graph no longer validates:";
+    for (auto& e : parsed.errors)
+      msg += "\n  " + to_string(e);
+    return make_error(persistence_errc::invalid_graph, msg);
+  }
+  auto steps = db_->steps(id);
+  if (!steps)
+    return steps.error();
+  execution_init init;
+  init.record = std::move(*rec);
+  init.graph = parsed.value;
+  init.steps = std::move(*steps);
+  h.actor_ = spawn_execution(*sys_, std::move(init), svc_);
+  track(h.actor_);
+  return h;
+}
+
+subscription runtime::subscribe(std::function<void(const event_record&)> f) {
+  return make_subscription(*sys_, writer_, db_, std::move(f), {});
+}
+
+} // namespace canopy

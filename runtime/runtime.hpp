@@ -1,0 +1,189 @@
+#pragma once
+
+// The embeddable runtime (SPEC §11): configure a home, register `fn` steps,
+// start executions and hold handles to them. The CLI is a thin layer over it.
+//
+//   auto rt = canopy::runtime::open({".canopy"});
+//   (*rt)->register_fn("greet", [](canopy::fn_context& ctx) -> caf::expected<json> {
+//     return json{{"text", "hello " + ctx.with().value("name", "")}};
+//   });
+//   auto h = (*rt)->start_file("graph.json", {{"topic", "actors"}});
+//   h->wait();
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/fn_registry.hpp"
+#include "persistence/graph.hpp"
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+
+namespace caf {
+class actor_system;
+class actor_system_config;
+} // namespace caf
+
+namespace canopy {
+
+/// Options of `runtime::open`.
+struct runtime_options {
+  /// The store folder: `--home`, else `$CANOPY_HOME`, else `./.canopy`
+  /// (see `default_home`).
+  std::string home;
+  /// Subprocesses running at once in this process (SPEC: default 4).
+  size_t max_parallel = 4;
+  /// Threads for registered `fn` functions.
+  size_t fn_threads = 4;
+  /// CAF scheduler threads (0: CAF's default).
+  size_t scheduler_threads = 0;
+};
+
+/// `$CANOPY_HOME`, else `./.canopy`.
+std::string default_home();
+
+class subscription;
+
+/// Subscribes `f` to the committed events of the tree `root_id` (all events
+/// when empty): first the events already committed (replayed from `db`),
+/// then live ones; each once, in seq order, called on an actor thread.
+subscription make_subscription(caf::actor_system& sys, const caf::actor& writer,
+                               std::shared_ptr<store> db,
+                               std::function<void(const event_record&)> f, std::string root_id);
+
+/// An event subscription; unsubscribes when destroyed.
+class subscription {
+public:
+  subscription() = default;
+  subscription(subscription&&) noexcept = default;
+  subscription& operator=(subscription&&) noexcept = default;
+  ~subscription();
+  /// Stops the callbacks; blocks until no callback runs.
+  void cancel();
+
+private:
+  friend subscription make_subscription(caf::actor_system&, const caf::actor&,
+                                        std::shared_ptr<store>,
+                                        std::function<void(const event_record&)>, std::string);
+  caf::actor writer_;
+  caf::actor subscriber_;
+};
+
+class runtime;
+struct execution_services;
+
+/// A handle to a started execution. Cheap to copy; keeps the execution's actor
+/// alive while it runs.
+class execution_handle {
+public:
+  /// The execution id.
+  const std::string& id() const { return id_; }
+
+  /// Blocks until the execution's actor is gone (completed, failed or
+  /// stopped), then @returns the stored record.
+  caf::expected<execution_record> wait() const;
+
+  /// Like `wait`, but gives up after `timeout`: @returns false then.
+  bool wait_for(millis timeout) const;
+
+  /// @returns the stored record (any thread, any time).
+  caf::expected<execution_record> status() const;
+
+  /// True while the execution's actor runs.
+  bool running() const;
+
+  /// Calls `f` (on an actor thread) with every committed event of this
+  /// execution's tree, in seq order.
+  subscription subscribe(std::function<void(const event_record&)> f) const;
+
+  /// Asks the execution to stop (`force`: no grace periods). The stop is
+  /// asynchronous; `wait` for it.
+  void stop(bool force = false, const std::string& reason = "requested") const;
+
+private:
+  friend class runtime;
+  runtime* rt_ = nullptr;
+  std::string id_;
+  std::string root_id_;
+  caf::actor actor_;
+};
+
+class runtime {
+public:
+  ~runtime();
+
+  /// Opens the store in `opts.home`, turns executions left running by a dead
+  /// process into `stopped`/`interrupted`, and starts the actor system.
+  /// @returns the runtime, or the store's error (`io_error`, `store_error`).
+  /// Threading: any thread; one runtime per home and process.
+  static caf::expected<std::unique_ptr<runtime>> open(runtime_options opts);
+
+  /// Registers a `fn` step function. @returns false when the name is taken.
+  /// Register before starting executions that use it.
+  bool register_fn(const std::string& name, fn_function f);
+
+  /// Parse options matching this runtime (its registered functions).
+  parse_options graph_options() const;
+
+  /// Parses and validates a graph file against this runtime.
+  parse_result parse_file(const std::string& path) const;
+
+  /// Starts an execution of `g` with `inputs` (object). The `queued` record is
+  /// committed before this returns.
+  /// @returns the handle, `runtime_errc::invalid_input` naming a missing or
+  ///          undeclared input, or a store error.
+  caf::expected<execution_handle> start(std::shared_ptr<const graph> g, json inputs);
+
+  /// Resumes a stopped, failed or interrupted execution from its snapshot.
+  /// @returns the handle; `not_found`; `wrong_state` for a running execution.
+  caf::expected<execution_handle> resume(const std::string& id);
+
+  /// Calls `f` with every committed event of this process.
+  subscription subscribe(std::function<void(const event_record&)> f);
+
+  /// The store (reads from any thread).
+  const std::shared_ptr<canopy::store>& db() const { return db_; }
+
+  caf::actor_system& system();
+
+private:
+  runtime() = default;
+  friend class execution_handle;
+
+  /// Remembers a live root so the destructor can stop it.
+  void track(const caf::actor& root);
+
+  runtime_options opts_;
+  std::shared_ptr<canopy::store> db_;
+  std::shared_ptr<fn_registry> fns_;
+  std::unique_ptr<caf::actor_system_config> cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  std::shared_ptr<const execution_services> svc_;
+  caf::actor writer_;
+  caf::actor slots_;
+  std::mutex roots_mtx_;
+  std::vector<caf::actor> roots_;
+};
+
+/// Checks `inputs` against the graph's declared inputs (SPEC §13 rule 1).
+/// @returns `runtime_errc::invalid_input` naming the first missing or
+///          undeclared input.
+caf::error check_inputs(const graph& g, const json& inputs);
+
+/// Turns every execution of `db` left `queued`, `running` or `stopping` by a
+/// process that no longer exists into `stopped`/`interrupted` (its running
+/// and queued steps back to `pending`, reason `interrupted`). Writes directly:
+/// call only where no store writer of this process runs.
+/// @returns the ids recovered, or a store error.
+caf::expected<std::vector<std::string>> recover_interrupted(store& db);
+
+/// @returns the start time of process `pid` (clock ticks since boot, from
+/// /proc), or 0 when it does not exist.
+uint64_t process_start_time(int64_t pid);
+
+} // namespace canopy
