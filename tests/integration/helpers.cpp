@@ -1,0 +1,119 @@
+#include "tests/integration/helpers.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace canopy::test {
+
+namespace fs = std::filesystem;
+
+temp_dir::temp_dir() {
+  std::string tmpl = "/tmp/canopy-test-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    throw std::runtime_error("mkdtemp failed");
+  path = tmpl;
+}
+
+temp_dir::~temp_dir() {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+std::string temp_dir::write(const std::string& name, const std::string& content) const {
+  auto full = path + "/" + name;
+  fs::create_directories(fs::path(full).parent_path());
+  std::ofstream out{full, std::ios::binary};
+  out << content;
+  return full;
+}
+
+json proc_result::out_json() const {
+  return json::parse(out, nullptr, false).is_discarded() ? json(nullptr)
+                                                         : json::parse(out, nullptr, false);
+}
+
+std::string canopy_binary() {
+  return CANOPY_BINARY;
+}
+
+std::string source_dir() {
+  return CANOPY_SOURCE_DIR;
+}
+
+bool wait_exit(subprocess& p, std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!p.poll()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+bool wait_for_output(subprocess& p, const std::function<bool(const std::string&)>& pred,
+                     std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    bool done = p.poll();
+    if (pred(p.out().data))
+      return true;
+    if (done || std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+proc_result run_command(const std::vector<std::string>& argv, std::chrono::seconds timeout,
+                        const std::string& cwd) {
+  subprocess_options opts;
+  opts.argv = argv;
+  opts.cwd = cwd;
+  auto p = subprocess::start(opts);
+  if (!p)
+    throw std::runtime_error("cannot start " + argv.at(0));
+  proc_result r;
+  if (!wait_exit(*p, timeout)) {
+    p->signal_group(SIGKILL);
+    wait_exit(*p, std::chrono::seconds{10});
+    r.exit_code = -1;
+  } else {
+    r.exit_code = p->exit_code();
+  }
+  r.out = p->out().data;
+  r.err = p->err().data;
+  return r;
+}
+
+proc_result canopy(const std::string& home, const std::vector<std::string>& args,
+                   std::chrono::seconds timeout, const std::string& cwd) {
+  std::vector<std::string> argv{canopy_binary(), "--home", home};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, timeout, cwd);
+}
+
+bool process_gone(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0)
+    return true;
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string text;
+  if (!std::getline(in, text))
+    return true;
+  auto pos = text.rfind(')');
+  return pos != std::string::npos && pos + 2 < text.size() && text[pos + 2] == 'Z';
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+} // namespace canopy::test

@@ -1,0 +1,70 @@
+#pragma once
+
+// Helpers for tests that use real processes, real stores and real files.
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/subprocess.hpp"
+
+namespace canopy::test {
+
+using json = nlohmann::json;
+
+/// A fresh folder under /tmp, removed with its contents on destruction.
+struct temp_dir {
+  temp_dir();
+  ~temp_dir();
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  /// Writes `content` to `name` inside the folder; @returns the full path.
+  std::string write(const std::string& name, const std::string& content) const;
+  std::string path;
+};
+
+/// What a finished process printed.
+struct proc_result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  /// stdout parsed as JSON (null when it is not JSON).
+  json out_json() const;
+};
+
+/// The canopy binary under test.
+std::string canopy_binary();
+
+/// The source tree (for examples and fixtures).
+std::string source_dir();
+
+/// Runs `canopy --home HOME ARGS...` to completion (fails the test after
+/// `timeout`). @returns its exit code and output.
+proc_result canopy(const std::string& home, const std::vector<std::string>& args,
+                   std::chrono::seconds timeout = std::chrono::seconds{120},
+                   const std::string& cwd = {});
+
+/// Runs any command to completion.
+proc_result run_command(const std::vector<std::string>& argv,
+                        std::chrono::seconds timeout = std::chrono::seconds{120},
+                        const std::string& cwd = {});
+
+/// Polls `p` until `pred(stdout so far)` holds or `timeout` passes.
+/// @returns true when the predicate held. An event wait, not a sleep: it
+/// returns as soon as the output shows the event.
+bool wait_for_output(subprocess& p, const std::function<bool(const std::string&)>& pred,
+                     std::chrono::seconds timeout = std::chrono::seconds{60});
+
+/// Polls `p` until it exits (true) or `timeout` passes (false).
+bool wait_exit(subprocess& p, std::chrono::seconds timeout = std::chrono::seconds{60});
+
+/// True when no process with `pid` exists any more (zombies count as gone).
+bool process_gone(long pid);
+
+/// Reads a whole file.
+std::string read_file(const std::string& path);
+
+} // namespace canopy::test
