@@ -460,6 +460,11 @@ void try_complete_halt(exec_actor* self) {
   flush(self, [=] { report_and_quit(self); });
 }
 
+/// The reason children of a halting execution stop with.
+std::string child_reason(const execution_state& st) {
+  return st.final_status == execution_status::failed ? "sibling_failed" : "parent_stopped";
+}
+
 void begin_halt(exec_actor* self, execution_status final_status, std::string reason,
                 std::string step_reason, bool force) {
   auto& st = self->state;
@@ -471,7 +476,7 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
       st.force = true;
       for (auto& s : st.steps)
         if (s.worker)
-          self->send_exit(s.worker, make_stop(st.step_reason, true));
+          self->send_exit(s.worker, make_stop(child_reason(st), true));
     }
     return;
   }
@@ -489,7 +494,7 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
   }
   for (auto& s : st.steps) {
     if (s.worker)
-      self->send_exit(s.worker, make_stop(st.step_reason, force));
+      self->send_exit(s.worker, make_stop(child_reason(st), force));
     if (s.in_fn && s.stop_flag)
       s.stop_flag->store(true, std::memory_order_release);
   }
@@ -616,7 +621,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
     std::string reason;
     bool force = false;
     if (is_stop(msg.reason, reason, force)) {
-      begin_halt(self, execution_status::stopped, reason, "parent_stopped", force);
+      begin_halt(self, execution_status::stopped, reason, reason, force);
     } else if (st.parent && msg.source == st.parent.address() && msg.reason) {
       // The parent died without stopping us: halt all the same.
       begin_halt(self, execution_status::stopped, "parent_stopped", "parent_stopped", false);
@@ -653,7 +658,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
   flush(self);
   return {
     [=](stop_atom, const std::string& reason, bool force) {
-      begin_halt(self, execution_status::stopped, reason, "parent_stopped", force);
+      begin_halt(self, execution_status::stopped, reason, reason, force);
       flush(self);
     },
     [=](done_atom, uint64_t idx, int attempt, step_outcome& out) {
@@ -797,7 +802,7 @@ stored_graph to_stored(const graph& g) {
 write_batch make_queued_batch(const execution_record& rec, const graph& g) {
   write_batch b;
   b.executions.push_back(rec);
-  b.graphs.emplace_back(rec.id, to_stored(g));
+  b.encoded_graphs.emplace_back(rec.id, encode_graph(g.document, g.base_dir, g.files));
   event_record e;
   e.time = now_ms();
   e.type = "execution.queued";

@@ -28,6 +28,8 @@
 //   (child_atom, step, status, outputs, error) a child execution finished
 // Sends its parent execution (child_atom, ...) before quitting.
 //
+// Steps reset by a stop record the execution's stop reason; its children stop
+// with `parent_stopped`.
 // A failed step (retries exhausted) halts its execution: running siblings go
 // back to `pending` with reason `sibling_failed` (their child executions stop
 // with that reason) and the execution ends `failed`/`step_failed`.

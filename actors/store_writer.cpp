@@ -79,6 +79,8 @@ caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
     [=](unsubscribe_atom, const caf::actor& who) {
       auto& subs = self->state.subscribers;
       subs.erase(std::remove(subs.begin(), subs.end(), who), subs.end());
+      // Answered after every event already committed was sent to `who`.
+      return true;
     },
   };
 }

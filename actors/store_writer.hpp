@@ -6,7 +6,8 @@
 //   (write_atom, write_batch) -> bool          commit durably (group commit), then answer true
 //   (subscribe_atom, actor) -> uint64_t         send the subscriber every event committed
 //                                               after the answered seq
-//   (unsubscribe_atom, actor)                   stop sending
+//   (unsubscribe_atom, actor) -> bool           stop sending; answered after every
+//                                               event committed so far was sent
 // Subscribers receive (events_atom, std::vector<event_record>) after each commit,
 // with seqs assigned, in seq order.
 //

@@ -206,6 +206,143 @@ json event_document(const event_record& x) {
   return j;
 }
 
+// -- encoders -------------------------------------------------------------------
+
+std::string dump_json(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+
+/// Appends `s` as a JSON string. Ids, names and reasons are canopy's own;
+/// anything else goes through `dump_json`, which sanitises UTF-8.
+void append_string(std::string& out, const std::string& s) {
+  bool plain = true;
+  for (unsigned char c : s)
+    if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) {
+      plain = false;
+      break;
+    }
+  if (!plain) {
+    out += dump_json(json(s));
+    return;
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+/// Writes `{"k":v,...}` without building a json object.
+struct object_writer {
+  std::string out;
+  bool first = true;
+  object_writer() {
+    out.reserve(192);
+    out += '{';
+  }
+  void key(const char* k) {
+    if (!first)
+      out += ',';
+    first = false;
+    out += '"';
+    out += k;
+    out += "\":";
+  }
+  void str(const char* k, const std::string& v) {
+    key(k);
+    append_string(out, v);
+  }
+  void str_if(const char* k, const std::string& v) {
+    if (!v.empty())
+      str(k, v);
+  }
+  void num(const char* k, int64_t v) {
+    key(k);
+    out += std::to_string(v);
+  }
+  void num_if(const char* k, int64_t v) {
+    if (v != 0)
+      num(k, v);
+  }
+  void value_if(const char* k, const json& v) {
+    if (v.is_null())
+      return;
+    key(k);
+    if (v.is_object() && v.empty())
+      out += "{}";
+    else
+      out += dump_json(v);
+  }
+  std::string finish() {
+    out += '}';
+    return std::move(out);
+  }
+};
+
+} // namespace
+
+std::string encode(const execution_record& x) {
+  return dump_json(to_json(x));
+}
+
+std::string encode(const stored_graph& x) {
+  return dump_json(to_json(x));
+}
+
+std::string encode_graph(const json& document, const std::string& base_dir,
+                         const std::map<std::string, json>& files) {
+  std::string out = "{\"document\":";
+  out += dump_json(document);
+  out += ",\"base_dir\":";
+  out += dump_json(json(base_dir));
+  out += ",\"files\":{";
+  bool first = true;
+  for (auto& kv : files) {
+    if (!first)
+      out += ',';
+    first = false;
+    out += dump_json(json(kv.first));
+    out += ':';
+    out += dump_json(kv.second);
+  }
+  out += "}}";
+  return out;
+}
+
+std::string encode(const step_record& x) {
+  object_writer w;
+  w.str("ex", x.execution_id);
+  w.str("step", x.step);
+  w.str("status", to_string(x.status));
+  w.num("attempt", x.attempt);
+  w.value_if("result", x.result);
+  w.value_if("error", x.error);
+  w.str_if("reason", x.reason);
+  if (x.node != "local")
+    w.str("node", x.node);
+  w.str_if("child", x.child_id);
+  w.num_if("pid", x.pid);
+  w.num_if("started", x.started_at);
+  w.num_if("ended", x.ended_at);
+  return w.finish();
+}
+
+std::string encode(const event_record& x) {
+  object_writer w;
+  w.key("seq");
+  w.out += std::to_string(x.seq);
+  w.num("time", x.time);
+  w.str("type", x.type);
+  w.str("ex", x.execution_id);
+  w.str("root", x.root_id);
+  w.str_if("parent", x.parent_id);
+  w.str_if("step", x.step);
+  w.str_if("status", x.status);
+  w.str_if("reason", x.reason);
+  w.value_if("data", x.data);
+  return w.finish();
+}
+
 // -- graph ----------------------------------------------------------------------
 
 json to_json(const stored_graph& x) {

@@ -4,6 +4,7 @@
 // graph. Plain data with JSON codecs (SPEC §3, §6, §8).
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include <caf/expected.hpp>
@@ -98,6 +99,22 @@ json to_json(const execution_record& x);
 json to_json(const step_record& x);
 json to_json(const event_record& x);
 json to_json(const stored_graph& x);
+
+/// Encoders to the stored text (compact JSON). Steps and events, the hot
+/// path, are written directly without building a `json` first. Invalid UTF-8
+/// in any string is replaced with U+FFFD, so every record decodes.
+std::string encode(const execution_record& x);
+std::string encode(const step_record& x);
+std::string encode(const event_record& x);
+std::string encode(const stored_graph& x);
+
+/// Encodes a stored graph from its parts without copying them (the document
+/// of a large graph is megabytes).
+std::string encode_graph(const json& document, const std::string& base_dir,
+                         const std::map<std::string, json>& files);
+
+/// Compact JSON text of `v`; invalid UTF-8 is replaced, never thrown.
+std::string dump_json(const json& v);
 
 /// Decoders: @returns the record or `persistence_errc::corrupt_record`.
 caf::expected<execution_record> execution_from_json(const json& j);

@@ -15,7 +15,7 @@ namespace {
 struct segment {
   bool is_ref = false;
   std::string literal; ///< text with `$${` already turned into `${`
-  reference ref;
+  reference ref{reference::inputs, {}, {}, {}};
 };
 
 bool is_name_char(char c) {
@@ -55,7 +55,7 @@ caf::expected<reference> parse_reference(const std::string& inner, std::string t
   if (inner.empty())
     return bad("empty reference");
   auto parts = split_dots(inner);
-  reference ref;
+  reference ref{reference::inputs, {}, {}, {}};
   ref.text = std::move(text);
   const auto& scope = parts[0];
   if (scope == "inputs")

@@ -91,6 +91,7 @@ void write_batch::append(write_batch&& other) {
   move_all(executions, other.executions);
   move_all(steps, other.steps);
   move_all(graphs, other.graphs);
+  move_all(encoded_graphs, other.encoded_graphs);
   move_all(events, other.events);
   move_all(deleted_executions, other.deleted_executions);
 }
@@ -127,7 +128,7 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
   } dbs[] = {{"meta", &s->meta_},         {"executions", &s->executions_},
              {"steps", &s->steps_},       {"children", &s->children_},
              {"graphs", &s->graphs_},     {"events", &s->events_},
-             {"tree_events", &s->tree_events_}, {"live", &s->live_}};
+             {"live", &s->live_}};
   for (auto& db : dbs) {
     MDB_dbi dbi;
     if ((rc = mdb_dbi_open(txn, db.name, MDB_CREATE, &dbi)) != 0) {
@@ -303,7 +304,7 @@ store::tree_events(const std::string& root_id, uint64_t after, size_t limit) con
   std::vector<event_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
     MDB_cursor* cur;
-    mdb_cursor_open(txn, tree_events_, &cur);
+    mdb_cursor_open(txn, events_, &cur);
     std::string prefix = root_id + '\0';
     std::string start = prefix + seq_key(after + 1);
     MDB_val k = as_val(start), v;
@@ -312,11 +313,7 @@ store::tree_events(const std::string& root_id, uint64_t after, size_t limit) con
       if (k.mv_size != prefix.size() + 8
           || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
         break;
-      auto sk = seq_key(seq_of(k));
-      MDB_val ek = as_val(sk), ev;
-      if (mdb_get(txn, events_, &ek, &ev) != 0)
-        continue;
-      auto rec = event_from_json(json::parse(as_string(ev), nullptr, false));
+      auto rec = event_from_json(json::parse(as_string(v), nullptr, false));
       if (!rec) {
         mdb_cursor_close(cur);
         return rec.error();
@@ -359,15 +356,24 @@ caf::expected<std::vector<execution_record>> store::live() const {
   return out;
 }
 
+namespace {
+
+const std::string seq_meta_key = "seq";
+
+/// Reads the last assigned seq from `meta` (0 when none).
+uint64_t read_seq(MDB_txn* txn, unsigned meta) {
+  MDB_val k = as_val(seq_meta_key), v;
+  if (mdb_get(txn, meta, &k, &v) != 0 || v.mv_size != 8)
+    return 0;
+  return seq_of(v);
+}
+
+} // namespace
+
 caf::expected<uint64_t> store::last_seq() const {
   uint64_t seq = 0;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_cursor* cur;
-    mdb_cursor_open(txn, events_, &cur);
-    MDB_val k, v;
-    if (mdb_cursor_get(cur, &k, &v, MDB_LAST) == 0)
-      seq = seq_of(k);
-    mdb_cursor_close(cur);
+    seq = read_seq(txn, meta_);
     return caf::none;
   });
   if (err)
@@ -443,9 +449,10 @@ caf::error store::commit(write_batch& batch) {
         mdb_del(txn, graphs_, &k, nullptr);
         mdb_del(txn, live_, &k, nullptr);
         del_prefix(steps_, id + '\0');
+        del_prefix(events_, id + '\0');
       }
       for (auto& x : batch.executions) {
-        put(executions_, x.id, to_json(x).dump());
+        put(executions_, x.id, encode(x));
         if (rc == 0) {
           MDB_val lk = as_val(x.id), lv = as_val(empty);
           if (is_terminal(x.status)) {
@@ -460,24 +467,20 @@ caf::error store::commit(write_batch& batch) {
           put(children_, pair_key(x.parent_id, x.id), empty);
       }
       for (auto& x : batch.graphs)
-        put(graphs_, x.first, to_json(x.second).dump());
+        put(graphs_, x.first, encode(x.second));
+      for (auto& x : batch.encoded_graphs)
+        put(graphs_, x.first, x.second);
       for (auto& x : batch.steps)
-        put(steps_, pair_key(x.execution_id, x.step), to_json(x).dump());
+        put(steps_, pair_key(x.execution_id, x.step), encode(x));
       if (!batch.events.empty() && rc == 0) {
-        uint64_t seq = 0;
-        MDB_cursor* cur;
-        if ((rc = mdb_cursor_open(txn, events_, &cur)) == 0) {
-          MDB_val k, v;
-          if (mdb_cursor_get(cur, &k, &v, MDB_LAST) == 0)
-            seq = seq_of(k);
-          mdb_cursor_close(cur);
-        }
+        // One counter per store, in the same transaction: seqs are strictly
+        // increasing across every process that writes this home.
+        uint64_t seq = read_seq(txn, meta_);
         for (auto& e : batch.events) {
           e.seq = ++seq;
-          auto key = seq_key(e.seq);
-          put(events_, key, to_json(e).dump(), MDB_APPEND);
-          put(tree_events_, pair_key(e.root_id, key), empty);
+          put(events_, pair_key(e.root_id, seq_key(e.seq)), encode(e));
         }
+        put(meta_, seq_meta_key, seq_key(seq));
       }
       if (rc == 0)
         rc = mdb_txn_commit(txn);

@@ -3,13 +3,12 @@
 // The LMDB store under a canopy home. Knows records, not actors.
 //
 // Layout (named databases in one environment):
-//   meta        "schema" → version
+//   meta        "schema" → version, "seq" → last event seq (8 bytes, big endian)
 //   executions  id → execution record
 //   steps       execution id \0 step id → step record
 //   children    parent id \0 child id → ""
 //   graphs      execution id → stored graph
-//   events      seq (8 bytes, big endian) → event record
-//   tree_events root id \0 seq → ""
+//   events      root id \0 seq (8 bytes, big endian) → event record
 //   live        execution id → "" for every execution not yet terminal
 //
 // Threading: one `store` per process and home, shared by all threads. Reads
@@ -38,12 +37,15 @@ struct write_batch {
   std::vector<execution_record> executions;
   std::vector<step_record> steps;
   std::vector<std::pair<std::string, stored_graph>> graphs; ///< execution id → graph
+  /// Execution id → graph already encoded (`encode_graph`), for large graphs.
+  std::vector<std::pair<std::string, std::string>> encoded_graphs;
   std::vector<event_record> events; ///< seq assigned at commit
   /// Executions (with their steps, graph and index entries) to delete.
   std::vector<std::string> deleted_executions;
 
   bool empty() const {
-    return executions.empty() && steps.empty() && graphs.empty() && events.empty()
+    return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
+           && events.empty()
            && deleted_executions.empty();
   }
 
@@ -130,7 +132,7 @@ private:
   std::string home_;
   MDB_env* env_ = nullptr;
   unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
-           tree_events_ = 0, live_ = 0;
+           live_ = 0;
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
   /// allows mdb_env_set_mapsize only while this process has no transaction.
   mutable std::shared_mutex resize_mtx_;

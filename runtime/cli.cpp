@@ -136,8 +136,9 @@ private:
   std::thread thread_;
 };
 
-/// Shows progress of `h` until it ends, then prints the result.
-int follow(runtime& rt, const execution_handle& h, bool as_json) {
+/// Shows progress of `h` until it ends (events after seq `after` only), then
+/// prints the result.
+int follow(runtime& rt, const execution_handle& h, bool as_json, uint64_t after = 0) {
   bool tty = !as_json && ::isatty(STDOUT_FILENO);
   std::mutex mtx;
   tree_view view{*rt.db(), h.id()};
@@ -156,6 +157,10 @@ int follow(runtime& rt, const execution_handle& h, bool as_json) {
   if (!as_json)
     sub = h.subscribe([&](const event_record& e) {
       std::lock_guard<std::mutex> guard{mtx};
+      if (e.seq <= after) {
+        view.apply(e); // history: builds the tree, printed only on a TTY
+        return;
+      }
       view.apply(e);
       if (tty)
         redraw();
@@ -300,11 +305,14 @@ int cmd_resume(const global_options& g, const std::string& id, bool as_json) {
   auto rt = open_runtime(g);
   if (!rt)
     return fail(rt.error());
+  auto before = (*rt)->db()->last_seq();
+  if (!before)
+    return fail(before.error());
   auto h = (*rt)->resume(id);
   if (!h)
     return fail(h.error());
   guard.watch(*h);
-  return follow(**rt, *h, as_json);
+  return follow(**rt, *h, as_json, *before);
 }
 
 caf::expected<std::shared_ptr<store>> open_store(const global_options& g) {

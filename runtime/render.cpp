@@ -1,6 +1,7 @@
 #include "runtime/render.hpp"
 
 #include <cstdio>
+#include <set>
 
 #include "persistence/duration.hpp"
 
@@ -31,6 +32,38 @@ std::string shorten(std::string s, size_t n) {
   if (s.size() > n)
     s = s.substr(0, n - 1) + "…";
   return s;
+}
+
+/// Step ids of a graph document in a topological order (ties by name).
+std::vector<std::string> step_order(const nlohmann::json& doc) {
+  std::vector<std::string> out;
+  if (!doc.contains("steps") || !doc["steps"].is_object())
+    return out;
+  auto& steps = doc["steps"];
+  std::map<std::string, size_t> missing;
+  std::map<std::string, std::vector<std::string>> dependents;
+  for (auto& kv : steps.items()) {
+    missing[kv.key()] = 0;
+    if (kv.value().is_object() && kv.value().contains("needs") && kv.value()["needs"].is_array())
+      for (auto& n : kv.value()["needs"])
+        if (n.is_string() && steps.contains(n.get<std::string>())) {
+          ++missing[kv.key()];
+          dependents[n.get<std::string>()].push_back(kv.key());
+        }
+  }
+  std::set<std::string> ready;
+  for (auto& kv : missing)
+    if (kv.second == 0)
+      ready.insert(kv.first);
+  while (!ready.empty()) {
+    auto id = *ready.begin();
+    ready.erase(ready.begin());
+    out.push_back(id);
+    for (auto& d : dependents[id])
+      if (--missing[d] == 0)
+        ready.insert(d);
+  }
+  return out;
 }
 
 } // namespace
@@ -69,17 +102,19 @@ tree_view::exec_view& tree_view::get(const std::string& id) {
     if (!v.parent_id.empty())
       get(v.parent_id).child_of_step[v.parent_step] = id;
   }
-  if (auto g = db_.graph(id); g && g->document.contains("steps")
-                              && g->document["steps"].is_object())
-    for (auto& kv : g->document["steps"].items()) {
-      v.order.push_back(kv.key());
-      v.steps[kv.key()] = "pending";
+  if (auto g = db_.graph(id))
+    for (auto& step : step_order(g->document)) {
+      v.order.push_back(step);
+      v.steps[step] = "pending";
     }
   return v;
 }
 
 std::string tree_view::label(const std::string& execution_id) {
   auto& v = get(execution_id);
+  // A child is named by where it hangs: `team/researcher`.
+  if (!v.parent_id.empty() && execution_id != root_id_)
+    return label(v.parent_id) + "/" + v.parent_step;
   return v.graph.empty() ? execution_id.substr(0, 10) : v.graph;
 }
 

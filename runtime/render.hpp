@@ -29,7 +29,8 @@ public:
   /// Renders the tree, one line per execution and step, ANSI-coloured.
   std::vector<std::string> render() const;
 
-  /// A short label for an execution: its graph name, plus the parent step.
+  /// A short label for an execution: the root's graph name, and for a child
+  /// its parent's label and step, e.g. `team/researcher`.
   std::string label(const std::string& execution_id);
 
 private:

@@ -63,7 +63,9 @@ public:
   subscription(subscription&&) noexcept = default;
   subscription& operator=(subscription&&) noexcept = default;
   ~subscription();
-  /// Stops the callbacks; blocks until no callback runs.
+  /// Delivers every event committed before this call, then stops the
+  /// callbacks; blocks until no callback runs. After `handle.wait()`,
+  /// `cancel()` guarantees the execution's final events were delivered.
   void cancel();
 
 private:

@@ -89,8 +89,10 @@ struct temp_dir {
 };
 
 fs::path fixtures_dir() {
-#ifdef CANOPY_FIXTURES_DIR
+#if defined(CANOPY_FIXTURES_DIR)
   return fs::path{CANOPY_FIXTURES_DIR};
+#elif defined(CANOPY_SOURCE_DIR)
+  return fs::path{CANOPY_SOURCE_DIR} / "tests" / "fixtures";
 #else
   return fs::path{__FILE__}.parent_path().parent_path() / "fixtures";
 #endif

@@ -1,0 +1,133 @@
+// bench_steps: durable step throughput (issue 2).
+//
+// A layered DAG of `fn: noop` steps, WIDTH wide and LAYERS deep; step (k, i)
+// needs (k-1, i) and (k-1, (i+1) % WIDTH). Every step is recorded durably
+// (step record + started/completed events, group-committed). In the same run a
+// raw LMDB writer commits the same number of records in batches of WIDTH, as
+// the ceiling. Prints a Markdown table row set.
+//
+//   usage: bench_steps [STEPS=100000] [WIDTH=1000] [DIR=/tmp/canopy-bench]
+
+#include <lmdb.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "runtime/runtime.hpp"
+
+using namespace canopy;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+long peak_rss_kib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+std::string step_name(size_t layer, size_t i) {
+  return "s" + std::to_string(layer) + "_" + std::to_string(i);
+}
+
+/// Commits `n` records of about `value_size` bytes, `batch` per durable txn.
+double raw_lmdb_rate(const std::string& dir, size_t n, size_t batch, size_t value_size) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  MDB_env* env;
+  mdb_env_create(&env);
+  mdb_env_set_mapsize(env, size_t{1} << 30);
+  mdb_env_open(env, dir.c_str(), MDB_NOTLS, 0644);
+  MDB_dbi dbi;
+  MDB_txn* txn;
+  mdb_txn_begin(env, nullptr, 0, &txn);
+  mdb_dbi_open(txn, nullptr, 0, &dbi);
+  mdb_txn_commit(txn);
+  std::string value(value_size, 'v');
+  auto t0 = clock_type::now();
+  for (size_t done = 0; done < n;) {
+    mdb_txn_begin(env, nullptr, 0, &txn);
+    for (size_t j = 0; j < batch && done < n; ++j, ++done) {
+      auto key = "01m819q9wr70p7042zn6heejgn" + std::string(1, '\0') + std::to_string(done);
+      MDB_val k{key.size(), key.data()}, v{value.size(), value.data()};
+      mdb_put(txn, dbi, &k, &v, 0);
+    }
+    mdb_txn_commit(txn);
+  }
+  auto secs = seconds_since(t0);
+  mdb_env_close(env);
+  return static_cast<double>(n) / secs;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  size_t steps = argc > 1 ? std::stoul(argv[1]) : 100000;
+  size_t width = argc > 2 ? std::stoul(argv[2]) : 1000;
+  std::string dir = argc > 3 ? argv[3] : "/tmp/canopy-bench";
+  size_t layers = steps / width;
+  std::filesystem::remove_all(dir);
+
+  // -- build and validate the graph ---------------------------------------
+  auto t0 = clock_type::now();
+  json doc = {{"name", "bench"}, {"steps", json::object()}};
+  auto& js = doc["steps"];
+  for (size_t k = 0; k < layers; ++k)
+    for (size_t i = 0; i < width; ++i) {
+      json s = {{"fn", "noop"}};
+      if (k > 0)
+        s["needs"] = {step_name(k - 1, i), step_name(k - 1, (i + 1) % width)};
+      js[step_name(k, i)] = std::move(s);
+    }
+  auto parsed = parse_graph(doc, dir);
+  if (!parsed) {
+    std::fprintf(stderr, "graph invalid: %s\n", to_string(parsed.errors.front()).c_str());
+    return 1;
+  }
+  auto parse_secs = seconds_since(t0);
+
+  // -- run it durably ------------------------------------------------------
+  auto rt = runtime::open({dir + "/home"});
+  if (!rt) {
+    std::fprintf(stderr, "cannot open runtime\n");
+    return 1;
+  }
+  t0 = clock_type::now();
+  auto h = (*rt)->start(parsed.value, json::object());
+  if (!h)
+    return 1;
+  auto start_secs = seconds_since(t0);
+  auto rec = h->wait();
+  auto run_secs = seconds_since(t0);
+  if (!rec || rec->status != execution_status::completed) {
+    std::fprintf(stderr, "execution did not complete\n");
+    return 1;
+  }
+  auto map_mib = static_cast<double>((*rt)->db()->map_size()) / (1 << 20);
+  auto rss = peak_rss_kib();
+  rt->reset();
+
+  // -- the ceiling: raw batched LMDB ----------------------------------------
+  auto raw = raw_lmdb_rate(dir + "/raw", steps, width, 160);
+  auto rate = static_cast<double>(steps) / run_secs;
+
+  std::printf("| metric | value |\n|---|---|\n");
+  std::printf("| steps (fn: noop, %zu wide x %zu layers) | %zu |\n", width, layers, steps);
+  std::printf("| graph parse + validation | %.2f s |\n", parse_secs);
+  std::printf("| start (graph and queued record stored) | %.2f s |\n", start_secs);
+  std::printf("| total, start() to completed (durable) | %.2f s |\n", run_secs);
+  std::printf("| **durable steps/s** | **%.0f** |\n", rate);
+  std::printf("| raw LMDB, %zu records, %zu per txn (records/s) | %.0f |\n", steps, width, raw);
+  std::printf("| **ratio canopy / raw** | **%.1f %%** |\n", 100.0 * rate / raw);
+  std::printf("| peak RSS | %.0f MiB |\n", static_cast<double>(rss) / 1024);
+  std::printf("| LMDB map size at the end | %.0f MiB |\n", map_mib);
+  std::filesystem::remove_all(dir);
+  return 0;
+}

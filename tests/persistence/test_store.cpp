@@ -1,0 +1,923 @@
+// Tests of canopy::store against a real LMDB environment in a temporary home.
+// Every test opens its own home; nothing is shared between tests.
+
+#include "persistence/store.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <lmdb.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "persistence/duration.hpp"
+#include "persistence/error.hpp"
+#include "tests/integration/helpers.hpp"
+
+using namespace canopy;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// -- helpers -------------------------------------------------------------------
+
+std::shared_ptr<store> open_store(const std::string& home, size_t map_bytes = 64u << 20) {
+  store_options opts;
+  opts.home = home;
+  opts.initial_map_bytes = map_bytes;
+  auto db = store::open(opts);
+  INFO("open " << home << ": " << (db ? std::string{} : message_of(db.error())));
+  REQUIRE(db);
+  return std::move(*db);
+}
+
+execution_record make_exec(const std::string& id, const std::string& graph = "g",
+                           execution_status status = execution_status::queued,
+                           const std::string& parent = {}, const std::string& root = {}) {
+  execution_record r;
+  r.id = id;
+  r.graph = graph;
+  r.status = status;
+  r.parent_id = parent;
+  r.root_id = root.empty() ? (parent.empty() ? id : parent) : root;
+  r.depth = parent.empty() ? 0 : 1;
+  r.created_at = now_ms();
+  return r;
+}
+
+step_record make_step(const std::string& exec, const std::string& name,
+                      step_status status = step_status::pending) {
+  step_record s;
+  s.execution_id = exec;
+  s.step = name;
+  s.status = status;
+  return s;
+}
+
+event_record make_event(const std::string& exec, const std::string& root,
+                        const std::string& type = "step.started", json data = nullptr) {
+  event_record e;
+  e.time = now_ms();
+  e.type = type;
+  e.execution_id = exec;
+  e.root_id = root;
+  e.data = std::move(data);
+  return e;
+}
+
+void commit_ok(store& db, write_batch& batch) {
+  auto err = db.commit(batch);
+  INFO("commit: " << message_of(err));
+  REQUIRE_FALSE(err);
+}
+
+template <class T>
+T get(caf::expected<T> x) {
+  INFO("error: " << (x ? std::string{} : message_of(x.error())));
+  REQUIRE(x);
+  return std::move(*x);
+}
+
+bool is_errc(const caf::error& err, persistence_errc code) {
+  return err && err.category() == persistence_category
+         && err.code() == static_cast<uint8_t>(code);
+}
+
+std::vector<std::string> ids_of(const std::vector<execution_record>& xs) {
+  std::vector<std::string> out;
+  for (auto& x : xs)
+    out.push_back(x.id);
+  return out;
+}
+
+std::vector<std::string> names_of(const std::vector<step_record>& xs) {
+  std::vector<std::string> out;
+  for (auto& x : xs)
+    out.push_back(x.step);
+  return out;
+}
+
+std::vector<uint64_t> seqs_of(const std::vector<event_record>& xs) {
+  std::vector<uint64_t> out;
+  for (auto& x : xs)
+    out.push_back(x.seq);
+  return out;
+}
+
+/// Waits for `pid` with a deadline (SIGKILL after it). @returns its exit code,
+/// or -1 when it did not exit normally.
+int reap(pid_t pid, std::chrono::seconds timeout = std::chrono::seconds{120}) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  for (;;) {
+    auto r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      break;
+    if (r < 0)
+      return -1;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// Forks a child that runs `f` (returning its exit code) and never returns
+/// into Catch. Call only while this process holds no store of the home.
+template <class F>
+pid_t fork_child(F f) {
+  auto pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int rc = 99;
+    try {
+      rc = f();
+    } catch (...) {
+      rc = 98;
+    }
+    ::_exit(rc);
+  }
+  return pid;
+}
+
+} // namespace
+
+// -- opening ---------------------------------------------------------------------
+
+TEST_CASE("open creates the home folder and its databases", "[persistence][store]") {
+  test::temp_dir dir;
+  auto home = dir.path + "/nested/deeper/home";
+  REQUIRE_FALSE(fs::exists(home));
+  {
+    auto db = open_store(home);
+    CHECK(db->home() == home);
+    CHECK(fs::is_directory(home));
+    CHECK(fs::exists(home + "/data.mdb"));
+    CHECK(get(db->last_seq()) == 0u);
+    CHECK(get(db->list({})).empty());
+    CHECK(get(db->live()).empty());
+    write_batch b;
+    b.executions.push_back(make_exec("x1"));
+    commit_ok(*db, b);
+  }
+  // Reopening finds what was committed.
+  auto db = open_store(home);
+  CHECK(get(db->execution("x1")).id == "x1");
+}
+
+TEST_CASE("open fails with io_error when the home cannot be created",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto file = dir.write("plain-file", "not a folder");
+  store_options opts;
+  opts.home = file + "/home";
+  auto db = store::open(opts);
+  REQUIRE_FALSE(db);
+  CHECK(is_errc(db.error(), persistence_errc::io_error));
+}
+
+// -- round trips -----------------------------------------------------------------
+
+TEST_CASE("an execution record round-trips with every field", "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  execution_record r;
+  r.id = make_execution_id();
+  r.graph = "research";
+  r.status = execution_status::stopped;
+  r.reason = "requested";
+  r.error = "step 'x' failed: boom";
+  r.parent_id = "parent-id";
+  r.root_id = "root-id";
+  r.depth = 3;
+  r.parent_step = "review";
+  r.inputs = json{{"topic", "actors"}, {"n", 4}, {"nested", {{"a", json::array({1, 2})}}}};
+  r.outputs = json{{"report", "done"}};
+  r.created_at = 1700000000001;
+  r.started_at = 1700000000002;
+  r.ended_at = 1700000000003;
+  r.owner_pid = 4242;
+  r.owner_start = 987654321;
+  write_batch b;
+  b.executions.push_back(r);
+  commit_ok(*db, b);
+  auto back = get(db->execution(r.id));
+  CHECK(to_json(back) == to_json(r));
+  CHECK(back.id == r.id);
+  CHECK(back.status == execution_status::stopped);
+  CHECK(back.reason == "requested");
+  CHECK(back.error == r.error);
+  CHECK(back.parent_id == "parent-id");
+  CHECK(back.root_id == "root-id");
+  CHECK(back.depth == 3);
+  CHECK(back.parent_step == "review");
+  CHECK(back.inputs == r.inputs);
+  CHECK(back.outputs == r.outputs);
+  CHECK(back.created_at == r.created_at);
+  CHECK(back.started_at == r.started_at);
+  CHECK(back.ended_at == r.ended_at);
+  CHECK(back.owner_pid == 4242);
+  CHECK(back.owner_start == 987654321u);
+  SECTION("a null outputs stays null") {
+    r.outputs = nullptr;
+    write_batch b2;
+    b2.executions.push_back(r);
+    commit_ok(*db, b2);
+    CHECK(get(db->execution(r.id)).outputs.is_null());
+  }
+  SECTION("an unknown id is not_found") {
+    auto missing = db->execution("no-such-id");
+    REQUIRE_FALSE(missing);
+    CHECK(is_errc(missing.error(), persistence_errc::not_found));
+  }
+}
+
+TEST_CASE("a step record round-trips with every field", "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  step_record s;
+  s.execution_id = "e1";
+  s.step = "draft";
+  s.status = step_status::failed;
+  s.attempt = 3;
+  s.result = json{{"exit_code", 1}, {"stdout", "x\ny"}, {"stderr", ""}, {"json", nullptr}};
+  s.error = "exit code 1";
+  s.reason = "sibling_failed";
+  s.node = "worker-7";
+  s.child_id = "child-1";
+  s.pid = 31337;
+  s.started_at = 1700000000010;
+  s.ended_at = 1700000000020;
+  write_batch b;
+  b.executions.push_back(make_exec("e1"));
+  b.steps.push_back(s);
+  commit_ok(*db, b);
+  auto steps = get(db->steps("e1"));
+  REQUIRE(steps.size() == 1);
+  CHECK(to_json(steps[0]) == to_json(s));
+  CHECK(steps[0].status == step_status::failed);
+  CHECK(steps[0].attempt == 3);
+  CHECK(steps[0].result == s.result);
+  CHECK(steps[0].error == "exit code 1");
+  CHECK(steps[0].reason == "sibling_failed");
+  CHECK(steps[0].node == "worker-7");
+  CHECK(steps[0].child_id == "child-1");
+  CHECK(steps[0].pid == 31337);
+  CHECK(steps[0].started_at == s.started_at);
+  CHECK(steps[0].ended_at == s.ended_at);
+  // A later write of the same step replaces it.
+  s.status = step_status::completed;
+  s.attempt = 4;
+  s.error = nullptr;
+  write_batch b2;
+  b2.steps.push_back(s);
+  commit_ok(*db, b2);
+  steps = get(db->steps("e1"));
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].status == step_status::completed);
+  CHECK(steps[0].attempt == 4);
+  CHECK(steps[0].error.is_null());
+}
+
+TEST_CASE("a stored graph round-trips", "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  stored_graph g;
+  g.document = json{{"name", "g"}, {"steps", {{"a", {{"fn", "noop"}}}}}};
+  g.base_dir = "/some/folder";
+  g.files = json{{"/some/folder/child.json", {{"steps", {{"b", {{"fn", "noop"}}}}}}}};
+  write_batch b;
+  b.executions.push_back(make_exec("e1"));
+  b.graphs.emplace_back("e1", g);
+  commit_ok(*db, b);
+  auto back = get(db->graph("e1"));
+  CHECK(back.document == g.document);
+  CHECK(back.base_dir == g.base_dir);
+  CHECK(back.files == g.files);
+  auto missing = db->graph("e2");
+  REQUIRE_FALSE(missing);
+  CHECK(is_errc(missing.error(), persistence_errc::not_found));
+}
+
+TEST_CASE("events round-trip and their seqs are assigned into the batch",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  event_record e = make_event("c1", "r1", "step.failed", json{{"error", "boom"}});
+  e.time = 1700000000123;
+  e.parent_id = "r1";
+  e.step = "draft";
+  e.status = "failed";
+  e.reason = "sibling_failed";
+  write_batch b;
+  b.events.push_back(make_event("r1", "r1", "execution.queued"));
+  b.events.push_back(e);
+  b.events.push_back(make_event("r1", "r1", "execution.failed"));
+  commit_ok(*db, b);
+  REQUIRE(b.events.size() == 3);
+  CHECK(b.events[0].seq == 1);
+  CHECK(b.events[1].seq == 2);
+  CHECK(b.events[2].seq == 3);
+  CHECK(get(db->last_seq()) == 3u);
+  // The seq keeps rising across commits.
+  write_batch b2;
+  b2.events.push_back(make_event("r1", "r1"));
+  b2.events.push_back(make_event("r2", "r2"));
+  commit_ok(*db, b2);
+  CHECK(b2.events[0].seq == 4);
+  CHECK(b2.events[1].seq == 5);
+  CHECK(get(db->last_seq()) == 5u);
+  auto events = get(db->tree_events("r1"));
+  REQUIRE(events.size() == 4);
+  CHECK(seqs_of(events) == std::vector<uint64_t>{1, 2, 3, 4});
+  auto& back = events[1];
+  e.seq = 2;
+  CHECK(to_json(back) == to_json(e));
+  CHECK(back.time == e.time);
+  CHECK(back.type == "step.failed");
+  CHECK(back.execution_id == "c1");
+  CHECK(back.root_id == "r1");
+  CHECK(back.parent_id == "r1");
+  CHECK(back.step == "draft");
+  CHECK(back.status == "failed");
+  CHECK(back.reason == "sibling_failed");
+  CHECK(back.data == json{{"error", "boom"}});
+  // Other trees' events are not part of this tree.
+  CHECK(seqs_of(get(db->tree_events("r2"))) == std::vector<uint64_t>{5});
+}
+
+TEST_CASE("event seqs are strictly increasing over many commits", "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  uint64_t last = 0;
+  for (int i = 0; i < 200; ++i) {
+    write_batch b;
+    for (int j = 0; j < i % 4; ++j)
+      b.events.push_back(make_event("r", "r", "step.output", json{{"i", i}, {"j", j}}));
+    b.executions.push_back(make_exec("r", "g", execution_status::running));
+    commit_ok(*db, b);
+    for (auto& e : b.events) {
+      CHECK(e.seq == last + 1);
+      last = e.seq;
+    }
+  }
+  CHECK(get(db->last_seq()) == last);
+  auto all = get(db->tree_events("r"));
+  REQUIRE(all.size() == last);
+  for (size_t i = 0; i < all.size(); ++i)
+    CHECK(all[i].seq == i + 1);
+}
+
+// -- indexes ---------------------------------------------------------------------
+
+TEST_CASE("steps() returns only that execution's steps", "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  write_batch b;
+  for (auto id : {"a", "ab", "b", "a0"})
+    b.executions.push_back(make_exec(id));
+  b.steps.push_back(make_step("a", "y"));
+  b.steps.push_back(make_step("a", "x"));
+  b.steps.push_back(make_step("ab", "x"));
+  b.steps.push_back(make_step("ab", "z"));
+  b.steps.push_back(make_step("a0", "q"));
+  b.steps.push_back(make_step("b", "w"));
+  commit_ok(*db, b);
+  auto a = get(db->steps("a"));
+  CHECK(names_of(a) == std::vector<std::string>{"x", "y"});
+  for (auto& s : a)
+    CHECK(s.execution_id == "a");
+  CHECK(names_of(get(db->steps("ab"))) == std::vector<std::string>{"x", "z"});
+  CHECK(names_of(get(db->steps("a0"))) == std::vector<std::string>{"q"});
+  CHECK(names_of(get(db->steps("b"))) == std::vector<std::string>{"w"});
+  CHECK(get(db->steps("")).empty());
+  CHECK(get(db->steps("c")).empty());
+  CHECK(get(db->steps("abc")).empty());
+}
+
+TEST_CASE("children() lists the direct children oldest first", "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  auto p = make_execution_id();
+  auto c1 = make_execution_id();
+  auto c2 = make_execution_id();
+  auto gc = make_execution_id();
+  auto other = make_execution_id();
+  write_batch b;
+  // Written out of order: the index sorts.
+  b.executions.push_back(make_exec(p));
+  b.executions.push_back(make_exec(c2, "g", execution_status::queued, p, p));
+  b.executions.push_back(make_exec(gc, "g", execution_status::queued, c1, p));
+  b.executions.push_back(make_exec(c1, "g", execution_status::queued, p, p));
+  b.executions.push_back(make_exec(other));
+  // Prefix isolation: "p" and "pq" are different parents.
+  b.executions.push_back(make_exec("p"));
+  b.executions.push_back(make_exec("pq"));
+  b.executions.push_back(make_exec("k1", "g", execution_status::queued, "p", "p"));
+  b.executions.push_back(make_exec("k2", "g", execution_status::queued, "pq", "pq"));
+  commit_ok(*db, b);
+  CHECK(get(db->children(p)) == std::vector<std::string>{c1, c2});
+  CHECK(get(db->children(c1)) == std::vector<std::string>{gc});
+  CHECK(get(db->children(c2)).empty());
+  CHECK(get(db->children(other)).empty());
+  CHECK(get(db->children("p")) == std::vector<std::string>{"k1"});
+  CHECK(get(db->children("pq")) == std::vector<std::string>{"k2"});
+  // Rewriting a child does not duplicate its index entry.
+  write_batch b2;
+  b2.executions.push_back(make_exec(c1, "g", execution_status::running, p, p));
+  commit_ok(*db, b2);
+  CHECK(get(db->children(p)) == std::vector<std::string>{c1, c2});
+}
+
+TEST_CASE("list() returns newest first, roots only, filtered by status and graph",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  auto r1 = make_exec(make_execution_id(), "alpha", execution_status::completed);
+  auto r2 = make_exec(make_execution_id(), "beta", execution_status::failed);
+  auto c = make_exec(make_execution_id(), "alpha", execution_status::completed, r2.id, r2.id);
+  auto r3 = make_exec(make_execution_id(), "alpha", execution_status::running);
+  write_batch b;
+  for (auto* r : {&r3, &c, &r1, &r2})
+    b.executions.push_back(*r);
+  commit_ok(*db, b);
+  SECTION("roots only, newest first") {
+    CHECK(ids_of(get(db->list({}))) == std::vector<std::string>{r3.id, r2.id, r1.id});
+  }
+  SECTION("with children") {
+    execution_filter f;
+    f.roots_only = false;
+    CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{r3.id, c.id, r2.id, r1.id});
+  }
+  SECTION("by status") {
+    execution_filter f;
+    f.status = execution_status::completed;
+    CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{r1.id});
+    f.roots_only = false;
+    CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{c.id, r1.id});
+    f.status = execution_status::stopped;
+    CHECK(get(db->list(f)).empty());
+  }
+  SECTION("by graph") {
+    execution_filter f;
+    f.graph = "alpha";
+    CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{r3.id, r1.id});
+    f.graph = "beta";
+    CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{r2.id});
+    f.graph = "gamma";
+    CHECK(get(db->list(f)).empty());
+  }
+  SECTION("by status and graph together, with a limit") {
+    execution_filter f;
+    f.graph = "alpha";
+    f.roots_only = false;
+    f.limit = 2;
+    CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{r3.id, c.id});
+    f.status = execution_status::completed;
+    f.limit = 1;
+    CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{c.id});
+  }
+}
+
+TEST_CASE("tree_events honours after and limit and keeps trees apart",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  // Interleaved trees whose root ids are prefixes of each other.
+  std::vector<uint64_t> a_seqs, ab_seqs;
+  for (int i = 0; i < 10; ++i) {
+    write_batch b;
+    b.events.push_back(make_event("a", "a", "step.output", json{{"i", i}}));
+    b.events.push_back(make_event("ab-child", "ab", "step.output", json{{"i", i}}));
+    if (i % 3 == 0)
+      b.events.push_back(make_event("a-child", "a", "step.output", json{{"i", i}}));
+    commit_ok(*db, b);
+    for (auto& e : b.events)
+      (e.root_id == "a" ? a_seqs : ab_seqs).push_back(e.seq);
+  }
+  REQUIRE(a_seqs.size() == 14);
+  CHECK(seqs_of(get(db->tree_events("a"))) == a_seqs);
+  CHECK(seqs_of(get(db->tree_events("ab"))) == ab_seqs);
+  CHECK(get(db->tree_events("")).empty());
+  CHECK(get(db->tree_events("b")).empty());
+  SECTION("after skips everything up to and including that seq") {
+    auto after = a_seqs[5];
+    std::vector<uint64_t> want(a_seqs.begin() + 6, a_seqs.end());
+    CHECK(seqs_of(get(db->tree_events("a", after))) == want);
+    // A seq that belongs to another tree works as a cursor too.
+    auto foreign = ab_seqs[3];
+    want.clear();
+    for (auto s : a_seqs)
+      if (s > foreign)
+        want.push_back(s);
+    CHECK(seqs_of(get(db->tree_events("a", foreign))) == want);
+    CHECK(get(db->tree_events("a", a_seqs.back())).empty());
+    CHECK(get(db->tree_events("a", 1u << 30)).empty());
+  }
+  SECTION("limit caps the answer from the start of the range") {
+    CHECK(seqs_of(get(db->tree_events("a", 0, 3)))
+          == std::vector<uint64_t>(a_seqs.begin(), a_seqs.begin() + 3));
+    CHECK(seqs_of(get(db->tree_events("a", a_seqs[2], 2)))
+          == std::vector<uint64_t>{a_seqs[3], a_seqs[4]});
+    CHECK(seqs_of(get(db->tree_events("a", 0, 1000))) == a_seqs);
+  }
+  SECTION("paging with after and limit visits every event once") {
+    std::vector<uint64_t> seen;
+    uint64_t cursor = 0;
+    for (;;) {
+      auto page = get(db->tree_events("a", cursor, 4));
+      if (page.empty())
+        break;
+      CHECK(page.size() <= 4);
+      for (auto& e : page)
+        seen.push_back(e.seq);
+      cursor = page.back().seq;
+    }
+    CHECK(seen == a_seqs);
+  }
+}
+
+TEST_CASE("live() follows the execution status", "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  auto put = [&](const std::string& id, execution_status s) {
+    write_batch b;
+    b.executions.push_back(make_exec(id, "g", s));
+    commit_ok(*db, b);
+  };
+  put("e2", execution_status::queued);
+  put("e1", execution_status::running);
+  put("e3", execution_status::completed);
+  CHECK(ids_of(get(db->live())) == std::vector<std::string>{"e1", "e2"});
+  put("e2", execution_status::running);
+  put("e1", execution_status::stopping);
+  CHECK(ids_of(get(db->live())) == std::vector<std::string>{"e1", "e2"});
+  auto live = get(db->live());
+  CHECK(live[0].status == execution_status::stopping);
+  CHECK(live[1].status == execution_status::running);
+  SECTION("every terminal status removes the entry") {
+    put("e1", execution_status::stopped);
+    CHECK(ids_of(get(db->live())) == std::vector<std::string>{"e2"});
+    put("e2", execution_status::failed);
+    CHECK(get(db->live()).empty());
+    put("e4", execution_status::running);
+    put("e4", execution_status::completed);
+    CHECK(get(db->live()).empty());
+  }
+  SECTION("a resumed execution is live again") {
+    put("e3", execution_status::running);
+    CHECK(ids_of(get(db->live())) == std::vector<std::string>{"e1", "e2", "e3"});
+  }
+  SECTION("the last write of a batch decides") {
+    write_batch b;
+    b.executions.push_back(make_exec("e5", "g", execution_status::queued));
+    b.executions.push_back(make_exec("e5", "g", execution_status::running));
+    b.executions.push_back(make_exec("e5", "g", execution_status::completed));
+    b.executions.push_back(make_exec("e6", "g", execution_status::completed));
+    b.executions.push_back(make_exec("e6", "g", execution_status::running));
+    commit_ok(*db, b);
+    CHECK(ids_of(get(db->live())) == std::vector<std::string>{"e1", "e2", "e6"});
+  }
+}
+
+TEST_CASE("deleted_executions removes the record, steps, graph and child index entry",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  write_batch b;
+  b.executions.push_back(make_exec("p", "g", execution_status::running));
+  b.executions.push_back(make_exec("c", "g", execution_status::running, "p", "p"));
+  b.executions.push_back(make_exec("cd", "g", execution_status::running, "p", "p"));
+  for (auto id : {"p", "c", "cd"}) {
+    b.steps.push_back(make_step(id, "s1"));
+    b.steps.push_back(make_step(id, "s2"));
+    b.graphs.emplace_back(id, stored_graph{json{{"steps", json::object()}}, "/", json::object()});
+  }
+  b.events.push_back(make_event("c", "p", "execution.queued"));
+  commit_ok(*db, b);
+  REQUIRE(get(db->children("p")) == std::vector<std::string>{"c", "cd"});
+
+  write_batch del;
+  del.deleted_executions.push_back("c");
+  commit_ok(*db, del);
+
+  auto rec = db->execution("c");
+  REQUIRE_FALSE(rec);
+  CHECK(is_errc(rec.error(), persistence_errc::not_found));
+  CHECK(get(db->steps("c")).empty());
+  auto g = db->graph("c");
+  REQUIRE_FALSE(g);
+  CHECK(is_errc(g.error(), persistence_errc::not_found));
+  CHECK(get(db->children("p")) == std::vector<std::string>{"cd"});
+  CHECK(ids_of(get(db->live())) == std::vector<std::string>{"cd", "p"});
+  execution_filter all;
+  all.roots_only = false;
+  CHECK(ids_of(get(db->list(all))) == std::vector<std::string>{"p", "cd"});
+  // Neighbours, including one whose id extends the deleted one, are untouched.
+  CHECK(names_of(get(db->steps("cd"))) == std::vector<std::string>{"s1", "s2"});
+  CHECK(names_of(get(db->steps("p"))) == std::vector<std::string>{"s1", "s2"});
+  CHECK(get(db->execution("cd")).id == "cd");
+  CHECK(get(db->graph("cd")).base_dir == "/");
+  CHECK(get(db->graph("p")).base_dir == "/");
+
+  SECTION("deleting an unknown id is harmless") {
+    write_batch again;
+    again.deleted_executions.push_back("c");
+    again.deleted_executions.push_back("never-existed");
+    commit_ok(*db, again);
+    CHECK(get(db->children("p")) == std::vector<std::string>{"cd"});
+  }
+  SECTION("a deleted execution can be written again in a later batch") {
+    write_batch again;
+    again.executions.push_back(make_exec("c", "g", execution_status::queued, "p", "p"));
+    commit_ok(*db, again);
+    CHECK(get(db->children("p")) == std::vector<std::string>{"c", "cd"});
+    CHECK(get(db->steps("c")).empty());
+  }
+}
+
+// -- growth and concurrency ------------------------------------------------------------
+
+TEST_CASE("the map grows when full and keeps every record readable",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  constexpr size_t initial = 64u << 10;
+  auto db = open_store(dir.path, initial);
+  auto start_size = db->map_size();
+  CHECK(start_size < (1u << 20));
+  // A reader on another thread while the map grows under it.
+  std::atomic<bool> done{false};
+  std::atomic<int> read_errors{0};
+  std::atomic<int> reads{0};
+  std::thread reader{[&] {
+    while (!done.load()) {
+      if (!db->last_seq() || !db->list({}))
+        ++read_errors;
+      ++reads;
+    }
+  }};
+  const std::string blob(100 * 1024, 'x');
+  constexpr int executions = 40; // ~4 MB of graphs plus steps and events
+  std::vector<std::string> ids;
+  for (int i = 0; i < executions; ++i) {
+    auto id = make_execution_id();
+    ids.push_back(id);
+    write_batch b;
+    b.executions.push_back(make_exec(id, "big", execution_status::completed));
+    b.graphs.emplace_back(id, stored_graph{json{{"blob", blob}, {"i", i}}, "/", json::object()});
+    b.steps.push_back(make_step(id, "s"));
+    b.steps.back().result = json{{"stdout", blob.substr(0, 10000)}};
+    b.events.push_back(make_event(id, id, "execution.completed", json{{"i", i}}));
+    commit_ok(*db, b);
+    CHECK(b.events[0].seq == static_cast<uint64_t>(i + 1));
+  }
+  // One batch far larger than the current map: grows several times in one commit.
+  {
+    write_batch b;
+    for (int i = 0; i < 30; ++i)
+      b.graphs.emplace_back("single-" + std::to_string(i),
+                            stored_graph{json{{"blob", blob}}, "/", json::object()});
+    commit_ok(*db, b);
+  }
+  done = true;
+  reader.join();
+  CHECK(read_errors.load() == 0);
+  CHECK(reads.load() > 0);
+  CHECK(db->map_size() > start_size);
+  CHECK(db->map_size() >= 7u * 1024 * 1024);
+  for (int i = 0; i < executions; ++i) {
+    auto g = get(db->graph(ids[static_cast<size_t>(i)]));
+    CHECK(g.document["i"] == i);
+    CHECK(g.document["blob"].get<std::string>().size() == blob.size());
+    CHECK(get(db->steps(ids[static_cast<size_t>(i)])).size() == 1);
+  }
+  for (int i = 0; i < 30; ++i)
+    CHECK(get(db->graph("single-" + std::to_string(i))).document["blob"] == blob);
+  execution_filter f;
+  f.graph = "big";
+  CHECK(get(db->list(f)).size() == executions);
+  CHECK(get(db->last_seq()) == static_cast<uint64_t>(executions));
+  // And it survives a reopen.
+  db.reset();
+  db = open_store(dir.path, initial);
+  CHECK(get(db->graph(ids.back())).document["i"] == executions - 1);
+}
+
+TEST_CASE("two processes committing to one home get unique, increasing seqs",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  constexpr int commits = 150;
+  constexpr int per_commit = 3;
+  // Both processes start from a tiny map, so each also sees the other grow it.
+  auto map_bytes = GENERATE(size_t{64u << 20}, size_t{64u << 10});
+  INFO("initial map bytes: " << map_bytes);
+  auto home = dir.path + "/home";
+  // Fork before this process opens the store: an LMDB environment must not
+  // cross a fork.
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  auto child = fork_child([&]() -> int {
+    ::close(go[1]);
+    char c;
+    if (::read(go[0], &c, 1) != 1)
+      return 10;
+    auto db = store::open({home, map_bytes});
+    if (!db)
+      return 11;
+    uint64_t last = 0;
+    const std::string pad(2000, 'c');
+    for (int i = 0; i < commits; ++i) {
+      write_batch b;
+      for (int j = 0; j < per_commit; ++j)
+        b.events.push_back(
+          make_event("child", "child", "step.output", json{{"i", i}, {"j", j}, {"pad", pad}}));
+      if ((*db)->commit(b))
+        return 12;
+      for (auto& e : b.events) {
+        if (e.seq <= last)
+          return 13;
+        last = e.seq;
+      }
+    }
+    return 0;
+  });
+  ::close(go[0]);
+  auto db = open_store(home, map_bytes);
+  REQUIRE(::write(go[1], "g", 1) == 1);
+  ::close(go[1]);
+  uint64_t last = 0;
+  bool increasing = true;
+  const std::string pad(2000, 'p');
+  for (int i = 0; i < commits; ++i) {
+    write_batch b;
+    for (int j = 0; j < per_commit; ++j)
+      b.events.push_back(
+        make_event("parent", "parent", "step.output", json{{"i", i}, {"j", j}, {"pad", pad}}));
+    commit_ok(*db, b);
+    for (auto& e : b.events) {
+      increasing = increasing && e.seq > last;
+      last = e.seq;
+    }
+  }
+  CHECK(increasing);
+  REQUIRE(reap(child) == 0);
+  constexpr uint64_t total = 2 * commits * per_commit;
+  CHECK(get(db->last_seq()) == total);
+  auto mine = get(db->tree_events("parent"));
+  auto theirs = get(db->tree_events("child"));
+  REQUIRE(mine.size() == commits * per_commit);
+  REQUIRE(theirs.size() == commits * per_commit);
+  std::set<uint64_t> all;
+  for (auto* xs : {&mine, &theirs}) {
+    // Each process's events keep their commit order.
+    for (size_t k = 0; k < xs->size(); ++k) {
+      auto& e = (*xs)[k];
+      all.insert(e.seq);
+      CHECK(e.data["i"] == static_cast<int>(k / per_commit));
+      CHECK(e.data["j"] == static_cast<int>(k % per_commit));
+      if (k > 0)
+        CHECK(e.seq > (*xs)[k - 1].seq);
+    }
+  }
+  CHECK(all.size() == total);
+  CHECK(*all.begin() == 1u);
+  CHECK(*all.rbegin() == total);
+}
+
+// -- damage ----------------------------------------------------------------------
+
+TEST_CASE("a corrupt record is reported as corrupt_record", "[persistence][store]") {
+  test::temp_dir dir;
+  {
+    auto db = open_store(dir.path);
+    write_batch b;
+    b.executions.push_back(make_exec("good"));
+    b.steps.push_back(make_step("good", "s"));
+    b.events.push_back(make_event("good", "good"));
+    commit_ok(*db, b);
+  }
+  // Write garbage with a raw LMDB transaction while no store is open.
+  {
+    MDB_env* env = nullptr;
+    REQUIRE(mdb_env_create(&env) == 0);
+    mdb_env_set_maxdbs(env, 16);
+    mdb_env_set_mapsize(env, 64u << 20);
+    REQUIRE(mdb_env_open(env, dir.path.c_str(), 0, 0644) == 0);
+    MDB_txn* txn = nullptr;
+    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
+    auto put = [&](const char* db_name, const std::string& key, const std::string& val) {
+      MDB_dbi dbi;
+      REQUIRE(mdb_dbi_open(txn, db_name, 0, &dbi) == 0);
+      MDB_val k{key.size(), const_cast<char*>(key.data())};
+      MDB_val v{val.size(), const_cast<char*>(val.data())};
+      REQUIRE(mdb_put(txn, dbi, &k, &v, 0) == 0);
+    };
+    put("executions", "bad", "{not json");
+    put("executions", "wrongtype", R"({"id": 7, "graph": "g", "status": "running"})");
+    put("executions", "badstatus", R"({"id": "badstatus", "graph": "g", "status": "zzz"})");
+    put("steps", std::string{"good"} + '\0' + "t", "\x01\x02garbage");
+    put("graphs", "good", "[1, 2");
+    put("live", "bad", "");
+    REQUIRE(mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+  }
+  auto db = open_store(dir.path);
+  for (auto id : {"bad", "wrongtype", "badstatus"}) {
+    INFO("id " << id);
+    auto rec = db->execution(id);
+    REQUIRE_FALSE(rec);
+    CHECK(is_errc(rec.error(), persistence_errc::corrupt_record));
+  }
+  auto steps = db->steps("good");
+  REQUIRE_FALSE(steps);
+  CHECK(is_errc(steps.error(), persistence_errc::corrupt_record));
+  auto g = db->graph("good");
+  REQUIRE_FALSE(g);
+  CHECK(is_errc(g.error(), persistence_errc::corrupt_record));
+  auto listed = db->list({});
+  REQUIRE_FALSE(listed);
+  CHECK(is_errc(listed.error(), persistence_errc::corrupt_record));
+  auto live = db->live();
+  REQUIRE_FALSE(live);
+  CHECK(is_errc(live.error(), persistence_errc::corrupt_record));
+  // Good records stay readable, and the store still takes writes.
+  CHECK(get(db->execution("good")).id == "good");
+  CHECK(get(db->tree_events("good")).size() == 1);
+  write_batch b;
+  b.events.push_back(make_event("good", "good"));
+  commit_ok(*db, b);
+  CHECK(b.events[0].seq == 2);
+}
+
+// -- ids -------------------------------------------------------------------------
+
+TEST_CASE("make_execution_id is 26 characters, unique and sorted in creation order",
+          "[persistence][store]") {
+  const std::string alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
+  constexpr size_t n = 100000;
+  std::vector<std::string> ids;
+  ids.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    ids.push_back(make_execution_id());
+  bool sizes_ok = true, chars_ok = true, ordered = true;
+  for (size_t i = 0; i < n; ++i) {
+    sizes_ok = sizes_ok && ids[i].size() == 26;
+    chars_ok = chars_ok && ids[i].find_first_not_of(alphabet) == std::string::npos;
+    if (i > 0 && !(ids[i - 1] < ids[i])) {
+      if (ordered)
+        UNSCOPED_INFO("out of order at " << i << ": " << ids[i - 1] << " then " << ids[i]);
+      ordered = false;
+    }
+  }
+  CHECK(sizes_ok);
+  CHECK(chars_ok);
+  CHECK(ordered);
+  CHECK(std::set<std::string>(ids.begin(), ids.end()).size() == n);
+  // The time prefix is the creation time in ms.
+  auto decode_ms = [&](const std::string& id) {
+    uint64_t ms = 0;
+    for (size_t i = 0; i < 10; ++i)
+      ms = ms * 32 + alphabet.find(id[i]);
+    return static_cast<int64_t>(ms);
+  };
+  auto before = now_ms();
+  auto id = make_execution_id();
+  auto after = now_ms();
+  CHECK(decode_ms(id) >= before - 1000);
+  CHECK(decode_ms(id) <= after + 1000);
+}
+
+TEST_CASE("make_execution_id is unique and ordered per thread under contention",
+          "[persistence][store]") {
+  constexpr size_t threads = 4, per_thread = 25000;
+  std::vector<std::vector<std::string>> ids(threads);
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < threads; ++t)
+    workers.emplace_back([&ids, t] {
+      ids[t].reserve(per_thread);
+      for (size_t i = 0; i < per_thread; ++i)
+        ids[t].push_back(make_execution_id());
+    });
+  for (auto& w : workers)
+    w.join();
+  std::set<std::string> all;
+  for (auto& xs : ids) {
+    CHECK(std::is_sorted(xs.begin(), xs.end()));
+    all.insert(xs.begin(), xs.end());
+  }
+  CHECK(all.size() == threads * per_thread);
+}
