@@ -196,6 +196,8 @@ void fail_attempt(exec_actor* self, size_t idx, const std::string& error, json r
 void mark_running(exec_actor* self, size_t idx) {
   auto& st = self->state;
   auto& s = st.steps[idx];
+  if (s.status == step_status::queued)
+    s.started_at = now_ms(); // waited for a slot: running starts now
   s.status = step_status::running;
   s.reason.clear();
   emit(self, "step.started", st.g->steps[idx].id, "running", {},

@@ -91,7 +91,7 @@ proc_result run_command(const std::vector<std::string>& argv, std::chrono::secon
   return r;
 }
 
-proc_result canopy(const std::string& home, const std::vector<std::string>& args,
+proc_result run_canopy(const std::string& home, const std::vector<std::string>& args,
                    std::chrono::seconds timeout, const std::string& cwd) {
   std::vector<std::string> argv{canopy_binary(), "--home", home};
   argv.insert(argv.end(), args.begin(), args.end());

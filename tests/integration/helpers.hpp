@@ -43,7 +43,7 @@ std::string source_dir();
 
 /// Runs `canopy --home HOME ARGS...` to completion (fails the test after
 /// `timeout`). @returns its exit code and output.
-proc_result canopy(const std::string& home, const std::vector<std::string>& args,
+proc_result run_canopy(const std::string& home, const std::vector<std::string>& args,
                    std::chrono::seconds timeout = std::chrono::seconds{120},
                    const std::string& cwd = {});
 

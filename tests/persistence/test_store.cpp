@@ -727,17 +727,20 @@ TEST_CASE("two processes committing to one home get unique, increasing seqs",
   INFO("initial map bytes: " << map_bytes);
   auto home = dir.path + "/home";
   // Fork before this process opens the store: an LMDB environment must not
-  // cross a fork.
-  int go[2];
+  // cross a fork. Both processes open the home before either commits; then
+  // they commit at the same time.
+  int opened[2], go[2];
+  REQUIRE(::pipe(opened) == 0);
   REQUIRE(::pipe(go) == 0);
   auto child = fork_child([&]() -> int {
+    ::close(opened[0]);
     ::close(go[1]);
-    char c;
-    if (::read(go[0], &c, 1) != 1)
-      return 10;
     auto db = store::open({home, map_bytes});
     if (!db)
       return 11;
+    char c = 'o';
+    if (::write(opened[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1)
+      return 10;
     uint64_t last = 0;
     const std::string pad(2000, 'c');
     for (int i = 0; i < commits; ++i) {
@@ -755,7 +758,11 @@ TEST_CASE("two processes committing to one home get unique, increasing seqs",
     }
     return 0;
   });
+  ::close(opened[1]);
   ::close(go[0]);
+  char c = 0;
+  REQUIRE(::read(opened[0], &c, 1) == 1);
+  ::close(opened[0]);
   auto db = open_store(home, map_bytes);
   REQUIRE(::write(go[1], "g", 1) == 1);
   ::close(go[1]);
@@ -796,6 +803,57 @@ TEST_CASE("two processes committing to one home get unique, increasing seqs",
   CHECK(all.size() == total);
   CHECK(*all.begin() == 1u);
   CHECK(*all.rbegin() == total);
+}
+
+TEST_CASE("opening a home succeeds while another process grows its map",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  constexpr size_t tiny = 64u << 10;
+  open_store(dir.path, tiny).reset();
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  auto child = fork_child([&]() -> int {
+    ::close(ready[0]);
+    auto db = store::open({dir.path, tiny});
+    if (!db)
+      return 11;
+    if (::write(ready[1], "r", 1) != 1)
+      return 10;
+    const std::string pad(10000, 'g');
+    for (int i = 0; i < 300; ++i) {
+      write_batch b;
+      b.events.push_back(make_event("grower", "grower", "step.output", json{{"pad", pad}}));
+      if ((*db)->commit(b))
+        return 12;
+    }
+    return 0;
+  });
+  ::close(ready[1]);
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  ::close(ready[0]);
+  // Open and read over and over while the other process grows the map.
+  int opens = 0, open_failures = 0, read_failures = 0;
+  std::string first_error;
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    ++opens;
+    auto db = store::open({dir.path, tiny});
+    if (!db) {
+      if (open_failures++ == 0)
+        first_error = message_of(db.error());
+      continue;
+    }
+    if (!(*db)->last_seq() || !(*db)->tree_events("grower", 0, 1))
+      ++read_failures;
+  }
+  INFO("opens: " << opens << ", first open error: " << first_error);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(open_failures == 0);
+  CHECK(read_failures == 0);
+  auto db = open_store(dir.path, tiny);
+  CHECK(get(db->last_seq()) == 300u);
 }
 
 // -- damage ----------------------------------------------------------------------

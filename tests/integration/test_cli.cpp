@@ -1,0 +1,379 @@
+// The `canopy` command line, driven as a user drives it: real processes, a
+// real store in a temp folder, real subprocess steps.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "persistence/duration.hpp"
+#include "tests/integration/helpers.hpp"
+
+using namespace canopy::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+  return source_dir() + "/tests/fixtures/" + name;
+}
+
+/// Parses an RFC 3339 time with milliseconds into ms since the epoch.
+int64_t ms_of(const json& t) {
+  REQUIRE(t.is_string());
+  std::tm tm{};
+  int ms = 0;
+  auto s = t.get<std::string>();
+  REQUIRE(std::sscanf(s.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                      &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms)
+          == 7);
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
+}
+
+/// The largest number of intervals [start, end) that overlap at one moment.
+size_t max_overlap(std::vector<std::pair<int64_t, int64_t>> iv) {
+  std::vector<std::pair<int64_t, int>> points;
+  for (auto& [a, b] : iv) {
+    points.emplace_back(a, +1);
+    points.emplace_back(b, -1);
+  }
+  // Ends sort before starts at the same millisecond.
+  std::sort(points.begin(), points.end());
+  size_t cur = 0, best = 0;
+  for (auto& p : points) {
+    cur = p.second > 0 ? cur + 1 : cur - 1;
+    best = std::max(best, cur);
+  }
+  return best;
+}
+
+json ls_json(const std::string& home) {
+  auto r = run_canopy(home, {"ls", "--json", "--all"});
+  REQUIRE(r.exit_code == 0);
+  return r.out_json();
+}
+
+} // namespace
+
+// -- validation -------------------------------------------------------------------
+
+TEST_CASE("every graph rejection exits 2 naming its JSON path and stores nothing",
+          "[integration][cli][validation]") {
+  temp_dir home;
+  auto expected = json::parse(read_file(fixture("invalid/expected.json")));
+  REQUIRE(expected.size() >= 12);
+  for (auto& e : expected) {
+    auto file = fixture("invalid/" + e["file"].get<std::string>());
+    INFO("fixture " << file);
+    auto path = e["path"].get<std::string>();
+    auto contains = e["contains"].get<std::string>();
+    for (auto cmd : {"validate", "run"}) {
+      INFO("canopy " << cmd);
+      auto r = run_canopy(home.path, {cmd, file});
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::Contains(contains));
+      if (!path.empty())
+        CHECK_THAT(r.err, Catch::Contains(path + ": "));
+    }
+  }
+  CHECK(ls_json(home.path) == json::array());
+}
+
+TEST_CASE("a graph over 8 MiB, a missing file and bad inputs exit 2 and store nothing",
+          "[integration][cli][validation]") {
+  temp_dir home;
+  temp_dir files;
+  std::string big = R"({"steps": {"a": {"fn": "echo", "with": {"pad": ")"
+                    + std::string(9u << 20, 'x') + R"("}}}})";
+  auto big_file = files.write("big.json", big);
+  auto r = run_canopy(home.path, {"run", big_file});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("larger than 8 MiB"));
+
+  r = run_canopy(home.path, {"run", files.path + "/missing.json"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("missing.json"));
+
+  auto g = files.write("in.json", R"({"inputs": ["topic"], "steps": {"a": {"fn": "noop"}}})");
+  r = run_canopy(home.path, {"run", g});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("missing input 'topic'"));
+  r = run_canopy(home.path, {"run", g, "--input", "topic=x", "--input", "extra=y"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("undeclared input 'extra'"));
+  r = run_canopy(home.path, {"run", g, "--input", "topic:={bad"});
+  CHECK(r.exit_code == 2);
+  r = run_canopy(home.path, {"run", g, "--no-such-flag"});
+  CHECK(r.exit_code == 2);
+  CHECK(ls_json(home.path) == json::array());
+}
+
+TEST_CASE("validate accepts a valid graph with a nested file", "[integration][cli][validation]") {
+  temp_dir home;
+  auto r = run_canopy(home.path, {"validate", fixture("valid/nested.json")});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("ok"));
+}
+
+// -- running ----------------------------------------------------------------------------
+
+TEST_CASE("a three-level nested graph records lineage and outputs", "[integration][cli]") {
+  temp_dir home;
+  temp_dir g;
+  g.write("leaf.json", R"({"inputs": ["word"],
+    "steps": {"shout": {"run": ["sh", "-c", "printf '%s!' \"$W\""], "env": {"W": "${inputs.word}"}}},
+    "outputs": {"text": "${steps.shout.stdout}"}})");
+  g.write("sub/middle.json", R"({"inputs": ["word"],
+    "steps": {"inner": {"graph": "../leaf.json", "with": {"word": "${inputs.word}"}}},
+    "outputs": {"text": "${steps.inner.text}"}})");
+  auto root = g.write("root.json", R"({"name": "root", "inputs": ["word"],
+    "steps": {"outer": {"graph": "sub/middle.json", "with": {"word": "${inputs.word}"}}},
+    "outputs": {"result": "${steps.outer.text}"}})");
+  auto r = run_canopy(home.path, {"run", root, "--input", "word=canopy", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto doc = r.out_json();
+  REQUIRE(doc.is_object());
+  CHECK(doc["status"] == "completed");
+  CHECK(doc["outputs"]["result"] == "canopy!");
+
+  auto show = run_canopy(home.path, {"show", doc["id"].get<std::string>(), "--json"});
+  REQUIRE(show.exit_code == 0);
+  auto tree = show.out_json();
+  auto root_id = tree["id"];
+  CHECK(tree["depth"] == 0);
+  CHECK(tree["parent_id"].is_null());
+  CHECK(tree["root_id"] == root_id);
+  REQUIRE(tree["children"].size() == 1);
+  auto& mid = tree["children"][0];
+  CHECK(mid["parent_id"] == root_id);
+  CHECK(mid["root_id"] == root_id);
+  CHECK(mid["depth"] == 1);
+  CHECK(mid["parent_step"] == "outer");
+  CHECK(mid["status"] == "completed");
+  CHECK(tree["steps"]["outer"]["child_id"] == mid["id"]);
+  REQUIRE(mid["children"].size() == 1);
+  auto& leaf = mid["children"][0];
+  CHECK(leaf["parent_id"] == mid["id"]);
+  CHECK(leaf["root_id"] == root_id);
+  CHECK(leaf["depth"] == 2);
+  CHECK(leaf["parent_step"] == "inner");
+  CHECK(leaf["outputs"]["text"] == "canopy!");
+  CHECK(leaf["steps"]["shout"]["status"] == "completed");
+  CHECK(leaf["steps"]["shout"]["result"]["stdout"] == "canopy!");
+  CHECK(leaf["steps"]["shout"]["result"]["exit_code"] == 0);
+
+  // `show` of a child gives its subtree; `ls` lists roots unless --all.
+  auto sub = run_canopy(home.path, {"show", mid["id"].get<std::string>(), "--json"});
+  REQUIRE(sub.exit_code == 0);
+  CHECK(sub.out_json()["children"][0]["id"] == leaf["id"]);
+  auto ls = run_canopy(home.path, {"ls", "--json"});
+  REQUIRE(ls.exit_code == 0);
+  CHECK(ls.out_json().size() == 1);
+  CHECK(ls_json(home.path).size() == 3);
+}
+
+TEST_CASE("independent steps run at the same time", "[integration][cli]") {
+  // A rendezvous: each step waits for the other's marker, so the graph can
+  // only complete when both run at once (each gives up after 30 s).
+  temp_dir home;
+  temp_dir g;
+  auto file = g.write("pair.json", R"({"steps": {
+    "a": {"run": ["sh", "-c", "touch a.up; i=0; while [ ! -e b.up ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done"]},
+    "b": {"run": ["sh", "-c", "touch b.up; i=0; while [ ! -e a.up ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done"]}}})");
+  auto r = run_canopy(home.path, {"run", file, "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto doc = r.out_json();
+  auto& a = doc["steps"]["a"];
+  auto& b = doc["steps"]["b"];
+  // Recorded times overlap too.
+  CHECK(ms_of(a["started_at"]) <= ms_of(b["ended_at"]));
+  CHECK(ms_of(b["started_at"]) <= ms_of(a["ended_at"]));
+}
+
+TEST_CASE("no more than max_parallel subprocesses run at once", "[integration][cli]") {
+  temp_dir home;
+  temp_dir g;
+  json steps = json::object();
+  for (int i = 0; i < 8; ++i)
+    steps["s" + std::to_string(i)] = {{"run", {"sh", "-c", "sleep 0.1"}}};
+  auto file = g.write("fan.json", json{{"steps", steps}}.dump());
+  auto r = run_canopy(home.path, {"--max-parallel", "2", "run", file, "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto doc = r.out_json();
+  std::vector<std::pair<int64_t, int64_t>> iv;
+  for (auto& kv : doc["steps"].items())
+    iv.emplace_back(ms_of(kv.value()["started_at"]), ms_of(kv.value()["ended_at"]));
+  CHECK(iv.size() == 8);
+  CHECK(max_overlap(iv) <= 2);
+  CHECK(max_overlap(iv) >= 1);
+  // Waiting for a slot is visible as `queued`.
+  auto events = run_canopy(home.path, {"events", doc["id"].get<std::string>(), "--json"});
+  REQUIRE(events.exit_code == 0);
+  CHECK_THAT(events.out, Catch::Contains("\"step.queued\""));
+}
+
+TEST_CASE("exit codes follow the execution's status", "[integration][cli]") {
+  temp_dir home;
+  temp_dir g;
+  auto ok = g.write("ok.json", R"({"steps": {"a": {"fn": "noop"}}})");
+  auto bad = g.write("bad.json", R"({"steps": {"a": {"run": ["sh", "-c", "echo out; echo oops >&2; exit 3"]}, "b": {"fn": "sleep", "with": {"ms": 60000}}}})");
+  CHECK(run_canopy(home.path, {"run", ok}).exit_code == 0);
+  auto r = run_canopy(home.path, {"run", bad, "--json"});
+  CHECK(r.exit_code == 1);
+  auto doc = r.out_json();
+  CHECK(doc["status"] == "failed");
+  CHECK(doc["reason"] == "step_failed");
+  CHECK(doc["outputs"].is_null());
+  // A failed step keeps its result and error.
+  CHECK(doc["steps"]["a"]["status"] == "failed");
+  CHECK(doc["steps"]["a"]["result"]["exit_code"] == 3);
+  CHECK(doc["steps"]["a"]["result"]["stderr"] == "oops\n");
+  CHECK(doc["steps"]["a"]["error"] == "exit code 3");
+  // Its running sibling was stopped and returned to pending.
+  CHECK(doc["steps"]["b"]["status"] == "pending");
+  CHECK(doc["steps"]["b"]["reason"] == "sibling_failed");
+  CHECK_THAT(r.err, Catch::Contains("canopy --home"));
+  CHECK(run_canopy(home.path, {"show", "01nosuchexecution000000000"}).exit_code == 4);
+}
+
+TEST_CASE("retries, timeout, env, stdin and cwd reach the subprocess", "[integration][cli]") {
+  temp_dir home;
+  temp_dir g;
+  g.write("work/marker.txt", "here\n");
+  auto file = g.write("io.json", R"({"inputs": ["name"], "steps": {
+    "flaky": {"run": ["sh", "-c", "n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; [ $n -ge 3 ]"],
+              "cwd": "work", "retries": 2, "retry_delay": "10ms"},
+    "slow": {"run": ["sleep", "30"], "timeout": "100ms", "grace": {"interrupt": "50ms", "terminate": "50ms"}, "retries": 1, "retry_delay": "10ms"},
+    "io": {"run": ["sh", "-c", "cat marker.txt; printf '%s|' \"$GREETING\"; cat"], "cwd": "work",
+           "env": {"GREETING": "hi ${inputs.name}"}, "stdin": "from stdin"}}})");
+  auto r = run_canopy(home.path, {"run", file, "--input", "name=ann", "--json"});
+  CHECK(r.exit_code == 1); // `slow` times out twice
+  auto doc = r.out_json();
+  CHECK(doc["steps"]["flaky"]["status"] == "completed");
+  CHECK(doc["steps"]["flaky"]["attempt"] == 3);
+  CHECK(doc["steps"]["io"]["result"]["stdout"] == "here\nhi ann|from stdin");
+  CHECK(doc["steps"]["slow"]["status"] == "failed");
+  CHECK(doc["steps"]["slow"]["attempt"] == 2);
+  CHECK(doc["steps"]["slow"]["error"] == "timeout");
+  auto events = run_canopy(home.path, {"events", doc["id"].get<std::string>(), "--json"});
+  CHECK_THAT(events.out, Catch::Contains("\"step.retry\""));
+}
+
+TEST_CASE("events are numbered without gaps and follow the tree", "[integration][cli]") {
+  temp_dir home;
+  auto r = run_canopy(home.path, {"run", fixture("valid/nested.json"), "--input", "topic=x", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto id = r.out_json()["id"].get<std::string>();
+  auto ev = run_canopy(home.path, {"events", id, "--json"});
+  REQUIRE(ev.exit_code == 0);
+  std::vector<json> lines;
+  std::istringstream in{ev.out};
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(json::parse(line));
+  REQUIRE(lines.size() >= 4);
+  CHECK(lines.front()["type"] == "execution.queued");
+  for (size_t i = 1; i < lines.size(); ++i)
+    CHECK(lines[i]["seq"].get<uint64_t>() == lines[i - 1]["seq"].get<uint64_t>() + 1);
+  std::set<std::string> types;
+  for (auto& l : lines) {
+    types.insert(l["type"].get<std::string>());
+    CHECK(l["root_id"] == id);
+  }
+  CHECK(types.count("step.started") == 1);
+  CHECK(types.count("execution.completed") == 1);
+  // Human lines too.
+  auto human = run_canopy(home.path, {"events", id});
+  CHECK_THAT(human.out, Catch::Contains("execution.completed"));
+}
+
+TEST_CASE("run --detach prints the id and the execution completes in the background",
+          "[integration][cli]") {
+  temp_dir home;
+  temp_dir g;
+  auto file = g.write("bg.json", R"({"steps": {"a": {"run": ["sh", "-c", "echo done"]}}})");
+  auto r = run_canopy(home.path, {"run", file, "--detach", "--json"}, 30s);
+  REQUIRE(r.exit_code == 0);
+  auto id = r.out_json()["id"].get<std::string>();
+  // Follow until the tree stops running.
+  auto follow = run_canopy(home.path, {"events", id, "--follow", "--json"}, 60s);
+  CHECK(follow.exit_code == 0);
+  CHECK_THAT(follow.out, Catch::Contains("execution.completed"));
+  auto show = run_canopy(home.path, {"show", id, "--json"});
+  CHECK(show.out_json()["status"] == "completed");
+}
+
+// -- crash safety -------------------------------------------------------------------------
+
+TEST_CASE("a SIGKILLed run leaves a readable store with every completed result",
+          "[integration][cli][crash]") {
+  temp_dir home;
+  temp_dir g;
+  // A chain of 40 short steps: the kill lands in the middle of it.
+  json steps = json::object();
+  for (int i = 0; i < 40; ++i) {
+    json s = {{"run", {"sh", "-c", "echo step" + std::to_string(i) + "; sleep 0.02"}}};
+    if (i > 0)
+      s["needs"] = {"s" + std::to_string(i - 1)};
+    steps["s" + std::to_string(i)] = s;
+  }
+  auto file = g.write("chain.json", json{{"steps", steps}}.dump());
+  canopy::subprocess_options opts;
+  opts.argv = {canopy_binary(), "--home", home.path, "run", file};
+  auto p = canopy::subprocess::start(opts);
+  REQUIRE(p);
+  // Kill it once a few steps have completed (an event, not a timer).
+  REQUIRE(wait_for_output(*p, [](const std::string& out) {
+    size_t n = 0;
+    for (size_t pos = 0; (pos = out.find("step.completed", pos)) != std::string::npos; ++pos)
+      ++n;
+    return n >= 5;
+  }));
+  p->signal_group(SIGKILL);
+  REQUIRE(wait_exit(*p));
+  CHECK(p->term_signal() == SIGKILL);
+
+  auto ls = run_canopy(home.path, {"ls", "--json"});
+  REQUIRE(ls.exit_code == 0);
+  REQUIRE(ls.out_json().size() == 1);
+  auto id = ls.out_json()[0]["id"].get<std::string>();
+  auto show = run_canopy(home.path, {"show", id, "--json"});
+  REQUIRE(show.exit_code == 0);
+  auto doc = show.out_json();
+  // The owner died: the next command that opened the store said so.
+  CHECK(doc["status"] == "stopped");
+  CHECK(doc["reason"] == "interrupted");
+  size_t completed = 0;
+  for (auto& kv : doc["steps"].items()) {
+    auto& s = kv.value();
+    INFO("step " << kv.key());
+    CHECK(s["status"] != "running");
+    CHECK(s["status"] != "queued");
+    if (s["status"] == "completed") {
+      ++completed;
+      CHECK(s["result"]["exit_code"] == 0);
+      CHECK(s["result"]["stdout"] == "step" + kv.key().substr(1) + "\n");
+    }
+    if (s["status"] == "pending" && s["attempt"].get<int>() > 0)
+      CHECK(s["reason"] == "interrupted");
+    // Whatever was running when the owner died must not linger.
+    if (s.contains("pid"))
+      ::kill(-s["pid"].get<int>(), SIGKILL);
+  }
+  CHECK(completed >= 5);
+  // The human views read it too.
+  CHECK(run_canopy(home.path, {"show", id}).exit_code == 0);
+  CHECK(run_canopy(home.path, {"events", id}).exit_code == 0);
+  // And it resumes to completion without rerunning completed steps.
+  auto resumed = run_canopy(home.path, {"resume", id, "--json"});
+  CHECK(resumed.exit_code == 0);
+  auto done = resumed.out_json();
+  CHECK(done["status"] == "completed");
+  for (auto& kv : done["steps"].items())
+    CHECK(kv.value()["status"] == "completed");
+}
