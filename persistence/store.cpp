@@ -120,6 +120,11 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
                       "cannot open store in '" + opts.home + "': " + mdb_strerror(rc));
   MDB_txn* txn = nullptr;
   rc = mdb_txn_begin(s->env_, nullptr, 0, &txn);
+  while (rc == MDB_MAP_RESIZED) {
+    // Another process grew the map since we opened: adopt its size.
+    mdb_env_set_mapsize(s->env_, 0);
+    rc = mdb_txn_begin(s->env_, nullptr, 0, &txn);
+  }
   if (rc != 0)
     return lmdb_error("mdb_txn_begin", rc);
   struct {

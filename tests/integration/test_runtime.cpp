@@ -754,6 +754,84 @@ TEST_CASE("a requested stop snapshots the running steps and resume finishes the 
   }
 }
 
+TEST_CASE("a stop returns queued steps to pending and frees their slots", "[runtime]") {
+  test::temp_dir dir;
+  runtime_options opts;
+  opts.home = dir.path + "/home";
+  opts.max_parallel = 1;
+  auto rt = get(runtime::open(opts));
+  auto parse = [&](const json& doc) {
+    auto result = parse_graph(doc, dir.path, rt->graph_options());
+    REQUIRE(result);
+    return result.value;
+  };
+  json grace = {{"interrupt", "100ms"}, {"terminate", "100ms"}};
+  auto h = get(rt->start(parse(json{{"steps",
+                                     {{"p1", {{"run", stubborn_sleep(60)}, {"grace", grace}}},
+                                      {"p2", {{"run", stubborn_sleep(60)}, {"grace", grace}}}}}}),
+                         json::object()));
+  auto seen = std::make_shared<collector>();
+  auto sub = h.subscribe(seen->callback());
+  // One subprocess runs; the other waits for the only slot.
+  REQUIRE(seen->wait_for([](const event_record& e) {
+    return e.type == "step.output" && e.data.is_object() && e.data.value("line", "") == "ready";
+  }));
+  REQUIRE(seen->wait_for(is_event("step.queued", "p1")));
+  REQUIRE(seen->wait_for(is_event("step.queued", "p2")));
+  h.stop();
+  h.stop(); // idempotent
+  REQUIRE(h.wait_for(generous));
+  auto rec = get(h.status());
+  CHECK(rec.status == execution_status::stopped);
+  CHECK(rec.reason == "requested");
+  std::map<std::string, step_record> steps;
+  for (auto& s : get(rt->db()->steps(h.id())))
+    steps[s.step] = s;
+  int had_process = 0;
+  for (auto name : {"p1", "p2"}) {
+    INFO("step " << name);
+    CHECK(steps[name].status == step_status::pending);
+    CHECK_FALSE(steps[name].reason.empty());
+    if (steps[name].pid > 0) {
+      ++had_process;
+      CHECK(test::process_gone(steps[name].pid));
+    }
+  }
+  CHECK(had_process == 1);
+  // The slot is free again: a new execution's subprocess runs.
+  auto next = get(rt->start(parse(json{{"steps", {{"q", {{"run", {"sh", "-c", "echo ok"}}}}}}}),
+                            json::object()));
+  REQUIRE(next.wait_for(generous));
+  auto next_rec = get(next.status());
+  CHECK(next_rec.status == execution_status::completed);
+}
+
+TEST_CASE("a forced stop skips the grace periods", "[runtime]") {
+  fixture f;
+  json grace = {{"interrupt", "60s"}, {"terminate", "60s"}};
+  auto h = f.start(json{{"steps", {{"p", {{"run", stubborn_sleep(120)}, {"grace", grace}}}}}});
+  auto seen = std::make_shared<collector>();
+  auto sub = h.subscribe(seen->callback());
+  REQUIRE(seen->wait_for(is_ready_output("p")));
+  auto asked = clock_type::now();
+  SECTION("force at once") {
+    h.stop(true);
+  }
+  SECTION("force overtaking a graceful stop") {
+    h.stop();
+    REQUIRE(seen->wait_for(is_event("execution.stopping")));
+    h.stop(true);
+  }
+  auto rec = f.finish(h);
+  CHECK(elapsed_ms(asked) < 30000);
+  CHECK(rec.status == execution_status::stopped);
+  CHECK(rec.reason == "requested");
+  auto s = f.steps(h.id())["p"];
+  CHECK(s.status == step_status::pending);
+  REQUIRE(s.pid > 0);
+  CHECK(test::process_gone(s.pid));
+}
+
 TEST_CASE("recover_interrupted stops executions of dead owners and leaves live ones",
           "[runtime]") {
   test::temp_dir dir;
