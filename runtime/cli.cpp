@@ -143,7 +143,9 @@ int follow(runtime& rt, const execution_handle& h, bool as_json, uint64_t after 
   std::mutex mtx;
   tree_view view{*rt.db(), h.id()};
   size_t drawn = 0;
+  auto last_draw = std::chrono::steady_clock::time_point{};
   auto redraw = [&] {
+    last_draw = std::chrono::steady_clock::now();
     std::string out;
     if (drawn > 0)
       out += "\033[" + std::to_string(drawn) + "F\033[J";
@@ -162,10 +164,13 @@ int follow(runtime& rt, const execution_handle& h, bool as_json, uint64_t after 
         return;
       }
       view.apply(e);
-      if (tty)
-        redraw();
-      else
+      if (tty) {
+        // At most ten frames a second; the final state is drawn after wait().
+        if (std::chrono::steady_clock::now() - last_draw > std::chrono::milliseconds(100))
+          redraw();
+      } else {
         std::cout << event_line(e, view.label(e.execution_id)) << "\n" << std::flush;
+      }
     });
   auto rec = h.wait();
   sub.cancel();
