@@ -59,6 +59,17 @@ struct execution_state {
   std::string error;
   bool force = false;
   bool child_stopped = false;
+  // -- tree --
+  std::shared_ptr<halt_token> token;
+  std::shared_ptr<limit_scope> scope;
+  bool own_scope = false;      ///< this execution's graph set limits
+  bool scope_dirty = false;    ///< counters changed since the last flush
+  bool blocked = false;        ///< a limit refused a step: wait for the stop
+  bool started = false;        ///< the start message was handled
+  int64_t run_started = 0;     ///< when running time last started counting
+  bool from_above = false;     ///< stopped by its parent: report, don't commit
+  std::vector<std::string> stop_ids; ///< stop requests this halt answers
+  write_batch snapshot;        ///< final batches of children stopped with us
   static const char* name;
 };
 
@@ -119,6 +130,11 @@ void pump(exec_actor* self);
 /// batch release their dependents only when the commit is acknowledged.
 void flush(exec_actor* self, std::function<void()> after = {}) {
   auto& st = self->state;
+  if (st.scope_dirty) {
+    st.scope_dirty = false;
+    for (auto& c : st.scope->snapshot())
+      st.batch.counters.push_back(std::move(c));
+  }
   if (st.batch.empty() && !after)
     return;
   auto batch = std::move(st.batch);
@@ -317,10 +333,31 @@ void start_fn(exec_actor* self, size_t idx) {
                        s.attempt);
 }
 
-void start_step(exec_actor* self, size_t idx) {
+/// Asks the execution that owns a refusing scope (or the root) to stop.
+void stop_owner(exec_actor* self, const std::string& owner, const std::string& reason) {
+  auto& st = self->state;
+  if (owner == st.rec.id) {
+    begin_halt(self, execution_status::stopped, reason, reason, false);
+    return;
+  }
+  if (auto a = st.svc->directory->find(owner))
+    self->send(a, stop_atom::value, reason, false, std::string{});
+}
+
+/// Starts an attempt of step `idx`. @returns false when nothing may start now
+/// (a stop is under way or a limit refused): the step stays ready.
+bool start_step(exec_actor* self, size_t idx) {
   auto& st = self->state;
   auto& def = st.g->steps[idx];
   auto& s = st.steps[idx];
+  if (st.token->any())
+    return false;
+  if (auto refused = st.scope->charge(def.cost)) {
+    st.blocked = true;
+    stop_owner(self, refused->owner, refused->reason);
+    return false;
+  }
+  st.scope_dirty = true;
   ++s.attempt;
   s.started_at = now_ms();
   s.ended_at = 0;
@@ -328,23 +365,25 @@ void start_step(exec_actor* self, size_t idx) {
   s.result = nullptr;
   switch (def.kind) {
     case step_kind::fn:
-      return start_fn(self, idx);
-    case step_kind::run: {
+      start_fn(self, idx);
+      break;
+    case step_kind::run:
       s.status = step_status::queued;
       s.reason.clear();
       s.ticket = st.next_ticket++;
       emit(self, "step.queued", def.id, "queued");
       put_step(self, idx);
       self->send(st.svc->slots, acquire_atom::value, s.ticket);
-      return;
-    }
+      break;
     case step_kind::graph:
-      return start_child(self, idx);
+      start_child(self, idx);
+      break;
     default:
-      return fail_attempt(self, idx,
-                          std::string{"step kind '"} + to_string(def.kind)
-                            + "' is not available on this node");
+      fail_attempt(self, idx,
+                   std::string{"step kind '"} + to_string(def.kind)
+                     + "' is not available on this node");
   }
+  return true;
 }
 
 // -- scheduling ------------------------------------------------------------------
@@ -358,12 +397,13 @@ void finish(exec_actor* self);
 /// Starts every ready step, then ends the execution when nothing is left.
 void pump(exec_actor* self) {
   auto& st = self->state;
-  if (st.halting || st.finished)
+  if (st.halting || st.finished || !st.started || st.blocked)
     return;
   while (!st.ready.empty()) {
     auto idx = st.ready.back();
+    if (!start_step(self, idx))
+      return; // stays ready: a stop or a limit decides what happens next
     st.ready.pop_back();
-    start_step(self, idx);
     if (st.halting)
       return;
   }
@@ -393,18 +433,30 @@ void on_durable(exec_actor* self, std::vector<size_t> completed) {
 
 /// Tells the parent execution how this one ended, then quits normally (the
 /// status is in the store and in the report, not in the exit reason).
-void report_and_quit(exec_actor* self) {
+void report_and_quit(exec_actor* self, write_batch snapshot = {}) {
   auto& st = self->state;
   if (st.parent)
     self->send(st.parent, child_atom::value, st.rec.parent_step,
-               std::string{to_string(st.rec.status)}, st.rec.outputs, st.rec.error);
+               std::string{to_string(st.rec.status)}, st.rec.outputs, st.rec.error,
+               std::move(snapshot));
   self->quit();
+}
+
+/// Adds this run's running time to an own limit scope (the deadline clock).
+void stop_clock(exec_actor* self) {
+  auto& st = self->state;
+  if (st.own_scope && st.run_started != 0) {
+    st.scope->add_run_ms(now_ms() - st.run_started);
+    st.run_started = 0;
+    st.scope_dirty = true;
+  }
 }
 
 /// All steps completed: resolve outputs and commit the final record.
 void finish(exec_actor* self) {
   auto& st = self->state;
   st.finished = true;
+  stop_clock(self);
   reference_scope scope{&st.rec.inputs, &st.results, nullptr};
   auto outputs = resolve(st.g->outputs, scope);
   st.rec.ended_at = now_ms();
@@ -454,11 +506,38 @@ void try_complete_halt(exec_actor* self) {
   st.rec.error = st.error;
   st.rec.ended_at = now_ms();
   st.rec.outputs = nullptr;
+  stop_clock(self);
   auto type = st.final_status == execution_status::failed ? "execution.failed"
                                                           : "execution.stopped";
   emit(self, type, {}, to_string(st.final_status), st.final_reason,
        st.error.empty() ? json(nullptr) : json{{"error", st.error}});
   put_execution(self);
+  for (auto& id : st.stop_ids) {
+    stop_record r;
+    if (auto stored = st.svc->db->stop(id))
+      r = std::move(*stored);
+    r.id = id;
+    r.target = st.rec.id;
+    r.handled = true;
+    r.result = "stopped";
+    r.handled_at = now_ms();
+    st.batch.stops.push_back(std::move(r));
+    emit(self, "stop.handled", {}, to_string(st.final_status), st.final_reason,
+         {{"stop_id", id}});
+  }
+  // Children stopped with us handed us their final batches: one transaction.
+  st.batch.append(std::move(st.snapshot));
+  if (st.from_above && st.parent) {
+    if (st.scope_dirty) {
+      st.scope_dirty = false;
+      for (auto& c : st.scope->snapshot())
+        st.batch.counters.push_back(std::move(c));
+    }
+    auto batch = std::move(st.batch);
+    st.batch = write_batch{};
+    report_and_quit(self, std::move(batch));
+    return;
+  }
   flush(self, [=] { report_and_quit(self); });
 }
 
@@ -483,12 +562,15 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
     return;
   }
   st.halting = true;
+  st.token->set();
   st.final_status = final_status;
   st.final_reason = std::move(reason);
   st.step_reason = std::move(step_reason);
   st.force = force;
   st.ready.clear();
-  if (final_status == execution_status::stopped) {
+  // The execution a stop reaches says so durably; its descendants go straight
+  // to `stopped` in the one snapshot.
+  if (final_status == execution_status::stopped && !st.from_above) {
     st.rec.status = execution_status::stopping;
     st.rec.reason = st.final_reason;
     emit(self, "execution.stopping", {}, "stopping", st.final_reason);
@@ -551,6 +633,8 @@ void start_child(exec_actor* self, size_t idx) {
     st.batch.append(make_queued_batch(r, *def.child));
     s.child_id = r.id;
   }
+  child.parent_token = st.token;
+  child.parent_scope = st.scope;
   mark_running(self, idx);
   s.worker = self->spawn<caf::linked + caf::monitored>(execution, std::move(child), st.svc,
                                                          caf::actor_cast<caf::actor>(self));
@@ -615,6 +699,28 @@ caf::behavior execution(exec_actor* self, execution_init init,
   st.g = std::move(init.graph);
   st.svc = std::move(svc);
   st.parent = std::move(parent);
+  st.token = std::make_shared<halt_token>(init.parent_token);
+  auto& lim = st.g->limits;
+  if (!init.parent_scope || lim.max_steps || lim.budget || lim.max_depth || lim.deadline) {
+    // A root, or a graph that tightens its subtree's limits: a scope of its own.
+    tree_counters used;
+    if (auto stored = st.svc->db->counters(st.rec.id))
+      used = *stored;
+    std::optional<uint64_t> max_steps = lim.max_steps;
+    if (!init.parent_scope && !max_steps)
+      max_steps = default_max_steps;
+    st.scope = std::make_shared<limit_scope>(st.rec.id, init.parent_scope, max_steps,
+                                             lim.budget, lim.max_depth, used);
+    st.own_scope = true;
+    if (init.budget) {
+      st.scope->raise_budget(*init.budget);
+      st.scope_dirty = true;
+    }
+  } else {
+    st.scope = init.parent_scope;
+  }
+  st.svc->directory->add(st.rec.id, caf::actor_cast<caf::actor>(self));
+  self->attach_functor([dir = st.svc->directory, id = st.rec.id] { dir->remove(id); });
   init_steps(self, init.steps);
   self->set_exit_handler([=](caf::exit_msg& msg) {
     // Workers always quit normally and report by message; a stop exit reason
@@ -623,6 +729,9 @@ caf::behavior execution(exec_actor* self, execution_init init,
     std::string reason;
     bool force = false;
     if (is_stop(msg.reason, reason, force)) {
+      // From the parent: hand the snapshot up instead of committing it.
+      if (st.parent && msg.source == st.parent.address() && !st.halting)
+        st.from_above = true;
       begin_halt(self, execution_status::stopped, reason, reason, force);
     } else if (st.parent && msg.source == st.parent.address() && msg.reason) {
       // The parent died without stopping us: halt all the same.
@@ -643,24 +752,72 @@ caf::behavior execution(exec_actor* self, execution_init init,
     pump(self);
     flush(self);
   });
-  // Start: record `running` and start the ready steps.
-  st.rec.status = execution_status::running;
-  st.rec.reason.clear();
-  st.rec.error.clear();
-  st.rec.outputs = nullptr;
-  st.rec.ended_at = 0;
-  bool resumed = st.rec.started_at != 0;
-  if (!resumed)
-    st.rec.started_at = now_ms();
-  st.rec.owner_pid = st.svc->owner_pid;
-  st.rec.owner_start = st.svc->owner_start;
-  emit(self, resumed ? "execution.resumed" : "execution.started", {}, "running");
-  put_execution(self);
-  pump(self);
-  flush(self);
+  // Start on a message of its own: a stop that races with the creation of
+  // this execution is handled before any step starts.
+  self->send(self, start_atom::value);
   return {
-    [=](stop_atom, const std::string& reason, bool force) {
+    [=](start_atom) {
+      auto& st = self->state;
+      if (st.halting || st.finished || st.started)
+        return;
+      if (st.token->any())
+        return; // an ancestor is stopping: its exit signal is on the way
+      if (st.rec.depth > st.scope->max_depth()) {
+        // Recursion that validation could not see (plans, agents).
+        st.blocked = true;
+        stop_owner(self, st.rec.root_id, "max_depth");
+        return;
+      }
+      st.started = true;
+      st.rec.status = execution_status::running;
+      st.rec.reason.clear();
+      st.rec.error.clear();
+      st.rec.outputs = nullptr;
+      st.rec.ended_at = 0;
+      bool resumed = st.rec.started_at != 0;
+      if (!resumed)
+        st.rec.started_at = now_ms();
+      st.rec.owner_pid = st.svc->owner_pid;
+      st.rec.owner_start = st.svc->owner_start;
+      st.run_started = now_ms();
+      if (st.own_scope && st.g->limits.deadline) {
+        auto left = st.g->limits.deadline->count() - st.scope->run_ms();
+        self->delayed_send(self, millis{std::max<int64_t>(0, left)}, deadline_atom::value);
+      }
+      emit(self, resumed ? "execution.resumed" : "execution.started", {}, "running");
+      put_execution(self);
+      pump(self);
+      flush(self);
+    },
+    [=](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
+      auto& st = self->state;
+      if (st.finished) {
+        // Too late: the execution already ended. Answer the request anyway.
+        if (!stop_id.empty()) {
+          stop_record r;
+          if (auto stored = st.svc->db->stop(stop_id))
+            r = std::move(*stored);
+          r.id = stop_id;
+          r.target = st.rec.id;
+          r.handled = true;
+          r.result = "no_execution";
+          r.handled_at = now_ms();
+          st.batch.stops.push_back(std::move(r));
+          flush(self);
+        }
+        return;
+      }
+      if (!stop_id.empty()
+          && std::find(st.stop_ids.begin(), st.stop_ids.end(), stop_id) == st.stop_ids.end())
+        st.stop_ids.push_back(stop_id);
       begin_halt(self, execution_status::stopped, reason, reason, force);
+      flush(self);
+    },
+    [=](deadline_atom) {
+      auto& st = self->state;
+      if (st.halting || st.finished)
+        return;
+      begin_halt(self, execution_status::stopped, "deadline", "deadline", false);
       flush(self);
     },
     [=](done_atom, uint64_t idx, int attempt, step_outcome& out) {
@@ -755,8 +912,10 @@ caf::behavior execution(exec_actor* self, execution_init init,
       flush(self);
     },
     [=](child_atom, const std::string& step, const std::string& status, json& outputs,
-        const std::string& error) {
+        const std::string& error, write_batch& snapshot) {
       auto& st = self->state;
+      // A child stopped with us: its final records join our snapshot.
+      st.snapshot.append(std::move(snapshot));
       auto i = st.g->index.find(step);
       if (i == st.g->index.end())
         return;

@@ -15,7 +15,15 @@
 //     runner and child, wait for their downs, commit one snapshot (running and
 //     queued steps back to `pending`, the execution `stopped` with its reason),
 //     then quit.
-//   (stop_atom, std::string reason, bool force)  the same halt, for a root
+//   (stop_atom, reason, force, stop_id)  the same halt, for the target of a stop
+//       request (or a limit); the request is marked `handled` in the snapshot
+//   (deadline_atom)                      the graph's deadline passed
+//
+// Stop of a subtree: the execution a stop reaches writes `stopping`, sets its
+// halt token (no descendant starts a step from then on) and forwards the stop
+// as exit signals. Each descendant stopped from above hands its final batch to
+// its parent instead of committing it, so the whole subtree's snapshot, with
+// the stop request `handled`, is one transaction.
 // Every execution and runner quits normally; how it ended is in the store
 // and in the (child_atom ...) report, never in the exit reason.
 //   (done_atom, step, attempt, step_outcome)   a runner or fn attempt finished
@@ -42,6 +50,7 @@
 #include <caf/fwd.hpp>
 
 #include "actors/fn_registry.hpp"
+#include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
@@ -55,6 +64,7 @@ struct execution_services {
   caf::actor slots;    ///< the subprocess slot pool
   std::shared_ptr<fn_registry> fns;
   std::shared_ptr<fn_pool> pool;
+  std::shared_ptr<execution_directory> directory;
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
 };
@@ -66,6 +76,11 @@ struct execution_init {
   execution_record record;
   std::shared_ptr<const canopy::graph> graph;
   std::vector<step_record> steps;
+  /// The parent's halt token and limit scope (null for a root).
+  std::shared_ptr<const halt_token> parent_token;
+  std::shared_ptr<limit_scope> parent_scope;
+  /// A root resumed with `--budget`: the raised budget.
+  std::optional<double> budget;
 };
 
 /// Spawns a root execution actor. Threading: any thread.

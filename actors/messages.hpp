@@ -32,6 +32,8 @@ using retry_atom = caf::atom_constant<caf::atom("retry")>;       ///< start the 
 using flush_atom = caf::atom_constant<caf::atom("flush")>;       ///< writer: commit now
 using child_atom = caf::atom_constant<caf::atom("child")>;       ///< child execution finished
 using stop_atom = caf::atom_constant<caf::atom("stop")>;         ///< stop an execution
+using start_atom = caf::atom_constant<caf::atom("start")>;       ///< an execution begins
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>; ///< a deadline passed
 
 /// What a finished step attempt produced: a result object, and an error
 /// message when it failed (a failed `run` step keeps its result too).

@@ -343,6 +343,65 @@ std::string encode(const event_record& x) {
   return w.finish();
 }
 
+// -- stops and counters ---------------------------------------------------------
+
+std::string encode(const stop_record& x) {
+  object_writer w;
+  w.str("id", x.id);
+  w.str("target", x.target);
+  w.key("force");
+  w.out += x.force ? "true" : "false";
+  w.key("handled");
+  w.out += x.handled ? "true" : "false";
+  w.str_if("result", x.result);
+  w.num("requested", x.requested_at);
+  w.num_if("handled_at", x.handled_at);
+  w.str_if("who", x.who);
+  return w.finish();
+}
+
+caf::expected<stop_record> stop_from_json(const json& j) {
+  return decode("stop", [&]() -> caf::expected<stop_record> {
+    stop_record x;
+    x.id = j.at("id").get<std::string>();
+    x.target = j.at("target").get<std::string>();
+    get_to(j, "force", x.force);
+    get_to(j, "handled", x.handled);
+    get_to(j, "result", x.result);
+    get_to(j, "requested", x.requested_at);
+    get_to(j, "handled_at", x.handled_at);
+    get_to(j, "who", x.who);
+    return x;
+  });
+}
+
+json stop_document(const stop_record& x) {
+  return {{"id", x.id},
+          {"execution_id", x.target},
+          {"mode", x.force ? "force" : "graceful"},
+          {"status", x.handled ? "handled" : "requested"},
+          {"result", x.result.empty() ? json(nullptr) : json(x.result)},
+          {"requested_at", to_rfc3339(x.requested_at)},
+          {"handled_at", x.handled_at == 0 ? json(nullptr) : json(to_rfc3339(x.handled_at))},
+          {"who", x.who}};
+}
+
+std::string encode(const tree_counters& x) {
+  return dump_json(
+    json{{"steps", x.steps}, {"spent", x.spent}, {"run_ms", x.run_ms}, {"budget", x.budget}});
+}
+
+caf::expected<tree_counters> counters_from_json(const json& j) {
+  return decode("counters", [&]() -> caf::expected<tree_counters> {
+    tree_counters x;
+    get_to(j, "steps", x.steps);
+    get_to(j, "spent", x.spent);
+    get_to(j, "run_ms", x.run_ms);
+    get_to(j, "budget", x.budget);
+    return x;
+  });
+}
+
 // -- graph ----------------------------------------------------------------------
 
 json to_json(const stored_graph& x) {

@@ -86,6 +86,27 @@ struct event_record {
   json data;
 };
 
+/// A stop request in the stop registry (SPEC §4.1).
+struct stop_record {
+  std::string id;
+  std::string target;       ///< execution id
+  bool force = false;
+  bool handled = false;     ///< `requested` → `handled`
+  std::string result;       ///< once handled: "stopped" or "no_execution"
+  int64_t requested_at = 0;
+  int64_t handled_at = 0;
+  std::string who;          ///< requester, e.g. "cli:pid 4242" or "user:alice"
+};
+
+/// What a tree (or a subtree with limits of its own) has used, kept across
+/// resumes (SPEC §13 rule 8). Merged by maximum on commit: values only grow.
+struct tree_counters {
+  uint64_t steps = 0;  ///< attempts started
+  double spent = 0;    ///< cost charged
+  int64_t run_ms = 0;  ///< running time, for the deadline
+  double budget = 0;   ///< a budget raised by `resume --budget` (0: none)
+};
+
 /// The graph an execution runs, kept so resume never rereads files.
 struct stored_graph {
   json document;
@@ -107,6 +128,8 @@ std::string encode(const execution_record& x);
 std::string encode(const step_record& x);
 std::string encode(const event_record& x);
 std::string encode(const stored_graph& x);
+std::string encode(const stop_record& x);
+std::string encode(const tree_counters& x);
 
 /// Encodes a stored graph from its parts without copying them (the document
 /// of a large graph is megabytes).
@@ -121,6 +144,11 @@ caf::expected<execution_record> execution_from_json(const json& j);
 caf::expected<step_record> step_from_json(const json& j);
 caf::expected<event_record> event_from_json(const json& j);
 caf::expected<stored_graph> stored_graph_from_json(const json& j);
+caf::expected<stop_record> stop_from_json(const json& j);
+caf::expected<tree_counters> counters_from_json(const json& j);
+
+/// Renders a stop request as the SPEC describes it.
+json stop_document(const stop_record& x);
 
 /// Renders an event as SPEC §8 describes it (RFC 3339 time, null fields omitted).
 json event_document(const event_record& x);

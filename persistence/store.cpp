@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <algorithm>
 #include <random>
 
 #include "persistence/duration.hpp"
@@ -94,6 +95,8 @@ void write_batch::append(write_batch&& other) {
   move_all(encoded_graphs, other.encoded_graphs);
   move_all(events, other.events);
   move_all(deleted_executions, other.deleted_executions);
+  move_all(stops, other.stops);
+  move_all(counters, other.counters);
 }
 
 store::~store() {
@@ -133,7 +136,8 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
   } dbs[] = {{"meta", &s->meta_},         {"executions", &s->executions_},
              {"steps", &s->steps_},       {"children", &s->children_},
              {"graphs", &s->graphs_},     {"events", &s->events_},
-             {"live", &s->live_}};
+             {"live", &s->live_},         {"stops", &s->stops_},
+             {"pending", &s->pending_},   {"counters", &s->counters_}};
   for (auto& db : dbs) {
     MDB_dbi dbi;
     if ((rc = mdb_dbi_open(txn, db.name, MDB_CREATE, &dbi)) != 0) {
@@ -335,6 +339,79 @@ store::tree_events(const std::string& root_id, uint64_t after, size_t limit) con
   return out;
 }
 
+caf::expected<stop_record> store::stop(const std::string& id) const {
+  stop_record out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(id), v;
+    int rc = mdb_get(txn, stops_, &k, &v);
+    if (rc == MDB_NOTFOUND)
+      return make_error(persistence_errc::not_found, "no stop request '" + id + "'");
+    if (rc != 0)
+      return lmdb_error("mdb_get", rc);
+    auto rec = stop_from_json(json::parse(as_string(v), nullptr, false));
+    if (!rec)
+      return rec.error();
+    out = std::move(*rec);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<stop_record>> store::pending_stops() const {
+  std::vector<stop_record> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_cursor* cur;
+    mdb_cursor_open(txn, pending_, &cur);
+    MDB_val k, v;
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      auto key = as_string(k);
+      auto sep = key.find('\0');
+      if (sep == std::string::npos)
+        continue;
+      auto sid = key.substr(sep + 1);
+      MDB_val sk = as_val(sid), sv;
+      if (mdb_get(txn, stops_, &sk, &sv) != 0)
+        continue;
+      auto rec = stop_from_json(json::parse(as_string(sv), nullptr, false));
+      if (!rec) {
+        mdb_cursor_close(cur);
+        return rec.error();
+      }
+      out.push_back(std::move(*rec));
+    }
+    mdb_cursor_close(cur);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  std::sort(out.begin(), out.end(),
+            [](const stop_record& a, const stop_record& b) { return a.id < b.id; });
+  return out;
+}
+
+caf::expected<tree_counters> store::counters(const std::string& id) const {
+  tree_counters out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(id), v;
+    int rc = mdb_get(txn, counters_, &k, &v);
+    if (rc == MDB_NOTFOUND)
+      return caf::none;
+    if (rc != 0)
+      return lmdb_error("mdb_get", rc);
+    auto rec = counters_from_json(json::parse(as_string(v), nullptr, false));
+    if (!rec)
+      return rec.error();
+    out = *rec;
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 caf::expected<std::vector<execution_record>> store::live() const {
   std::vector<execution_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
@@ -475,6 +552,32 @@ caf::error store::commit(write_batch& batch) {
         put(graphs_, x.first, encode(x.second));
       for (auto& x : batch.encoded_graphs)
         put(graphs_, x.first, x.second);
+      for (auto& x : batch.stops) {
+        put(stops_, x.id, encode(x));
+        auto pk = pair_key(x.target, x.id);
+        if (!x.handled) {
+          put(pending_, pk, empty);
+        } else if (rc == 0) {
+          MDB_val k = as_val(pk);
+          int r = mdb_del(txn, pending_, &k, nullptr);
+          if (r != 0 && r != MDB_NOTFOUND)
+            rc = r;
+        }
+      }
+      for (auto& x : batch.counters) {
+        if (rc != 0)
+          break;
+        auto merged = x.second;
+        MDB_val k = as_val(x.first), v;
+        if (mdb_get(txn, counters_, &k, &v) == 0)
+          if (auto old = counters_from_json(json::parse(as_string(v), nullptr, false))) {
+            merged.steps = std::max(merged.steps, old->steps);
+            merged.spent = std::max(merged.spent, old->spent);
+            merged.run_ms = std::max(merged.run_ms, old->run_ms);
+            merged.budget = std::max(merged.budget, old->budget);
+          }
+        put(counters_, x.first, encode(merged));
+      }
       for (auto& x : batch.steps)
         put(steps_, pair_key(x.execution_id, x.step), encode(x));
       if (!batch.events.empty() && rc == 0) {

@@ -10,6 +10,9 @@
 //   graphs      execution id → stored graph
 //   events      root id \0 seq (8 bytes, big endian) → event record
 //   live        execution id → "" for every execution not yet terminal
+//   stops       stop id → stop request (the stop registry)
+//   pending     target execution id \0 stop id → "" while the request is not handled
+//   counters    scope execution id → tree counters (merged by maximum)
 //
 // Threading: one `store` per process and home, shared by all threads. Reads
 // open a short read transaction each and may run from any thread at once
@@ -42,11 +45,15 @@ struct write_batch {
   std::vector<event_record> events; ///< seq assigned at commit
   /// Executions (with their steps, graph and index entries) to delete.
   std::vector<std::string> deleted_executions;
+  /// Stop requests to write; unhandled ones are indexed as pending.
+  std::vector<stop_record> stops;
+  /// Scope execution id → counters, merged with the stored ones by maximum.
+  std::vector<std::pair<std::string, tree_counters>> counters;
 
   bool empty() const {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
-           && events.empty()
-           && deleted_executions.empty();
+           && events.empty() && deleted_executions.empty() && stops.empty()
+           && counters.empty();
   }
 
   /// Appends every mutation of `other`, keeping order.
@@ -108,6 +115,15 @@ public:
   ///          stopping), in id order.
   caf::expected<std::vector<execution_record>> live() const;
 
+  /// @returns the stop request `id`, or `not_found`.
+  caf::expected<stop_record> stop(const std::string& id) const;
+
+  /// @returns every stop request not yet handled, oldest first.
+  caf::expected<std::vector<stop_record>> pending_stops() const;
+
+  /// @returns the counters of scope `id` (zeros when none were stored).
+  caf::expected<tree_counters> counters(const std::string& id) const;
+
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;
 
@@ -132,7 +148,7 @@ private:
   std::string home_;
   MDB_env* env_ = nullptr;
   unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
-           live_ = 0;
+           live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0;
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
   /// allows mdb_env_set_mapsize only while this process has no transaction.
   mutable std::shared_mutex resize_mtx_;

@@ -114,9 +114,9 @@ public:
           return;
         if (n == 0) {
           std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
-          h.stop(false, "requested");
+          (void) h.stop(false);
         } else {
-          h.stop(true, "requested");
+          (void) h.stop(true);
         }
       }
     });
@@ -305,7 +305,8 @@ int cmd_run(const global_options& g, const run_options& o, const char* self_exe)
   return follow(**rt, *h, o.json);
 }
 
-int cmd_resume(const global_options& g, const std::string& id, bool as_json) {
+int cmd_resume(const global_options& g, const std::string& id, bool as_json,
+               std::optional<double> budget) {
   interrupt_guard guard;
   auto rt = open_runtime(g);
   if (!rt)
@@ -313,7 +314,7 @@ int cmd_resume(const global_options& g, const std::string& id, bool as_json) {
   auto before = (*rt)->db()->last_seq();
   if (!before)
     return fail(before.error());
-  auto h = (*rt)->resume(id);
+  auto h = (*rt)->resume(id, budget);
   if (!h)
     return fail(h.error());
   guard.watch(*h);
@@ -327,6 +328,51 @@ caf::expected<std::shared_ptr<store>> open_store(const global_options& g) {
   if (auto rec = recover_interrupted(**db); !rec)
     return rec.error();
   return db;
+}
+
+/// `canopy stop`: stores the request, then waits (polling the store: the
+/// execution lives in another process) until the execution is terminal.
+int cmd_stop(const global_options& g, const std::string& id, bool force, double wait_s) {
+  auto db = open_store(g);
+  if (!db)
+    return fail(db.error());
+  auto rec = (*db)->execution(id);
+  if (!rec)
+    return fail(rec.error());
+  if (rec->status != execution_status::queued && rec->status != execution_status::running
+      && rec->status != execution_status::stopping) {
+    std::cout << "no_execution\n";
+    return 0;
+  }
+  auto [req, batch] = make_stop_request(*rec, force, "cli:pid " + std::to_string(::getpid()));
+  if (auto err = (*db)->commit(batch))
+    return fail(err);
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+  for (;;) {
+    auto now = (*db)->execution(id);
+    if (!now)
+      return fail(now.error());
+    if (is_terminal(now->status)) {
+      write_batch settle;
+      if (settle_stops(**db, settle) == caf::none && !settle.empty())
+        (void) (*db)->commit(settle);
+      std::cout << to_string(now->status);
+      if (!now->reason.empty())
+        std::cout << " (" << now->reason << ")";
+      std::cout << "\n";
+      return 0;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::cout << to_string(now->status) << "\n";
+      std::cerr << "still " << to_string(now->status) << " after " << wait_s << " s\n";
+      return 1;
+    }
+    // The execution lives in another process: poll the shared store.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (auto r = recover_interrupted(**db); !r)
+      return fail(r.error());
+  }
 }
 
 int cmd_show(const global_options& g, const std::string& id, bool as_json) {
@@ -464,7 +510,17 @@ int cli_main(int argc, char** argv) {
   bool as_json = false;
   auto resume = app.add_subcommand("resume", "resume a stopped, failed or interrupted execution");
   resume->add_option("id", id, "execution id")->required();
+  std::optional<double> budget;
+  resume->add_option("--budget", budget, "raise the tree's budget")->check(CLI::NonNegativeNumber);
   resume->add_flag("--json", as_json, "print the execution document as JSON");
+
+  bool force = false;
+  double wait_s = 30;
+  auto stop = app.add_subcommand("stop", "stop an execution running in another process");
+  stop->add_option("id", id, "execution id")->required();
+  stop->add_flag("--force", force, "no grace periods: SIGKILL at once");
+  stop->add_option("--wait", wait_s, "seconds to wait for the snapshot (default 30)")
+    ->check(CLI::Range(0.0, 3600.0));
 
   auto show = app.add_subcommand("show", "an execution, its steps and descendants");
   show->add_option("id", id, "execution id")->required();
@@ -500,7 +556,9 @@ int cli_main(int argc, char** argv) {
   if (run->parsed())
     return cmd_run(g, ro, argv[0]);
   if (resume->parsed())
-    return cmd_resume(g, id, as_json);
+    return cmd_resume(g, id, as_json, budget);
+  if (stop->parsed())
+    return cmd_stop(g, id, force, wait_s);
   if (show->parsed())
     return cmd_show(g, id, as_json);
   if (ls->parsed())

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <caf/all.hpp>
@@ -106,11 +107,67 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
     recovered.push_back(rec.id);
     batch.executions.push_back(std::move(rec));
   }
+  if (!batch.empty())
+    if (auto err = db.commit(batch))
+      return err;
+  // Requests whose target ended (or was just recovered) are answered now.
+  batch = write_batch{};
+  if (auto err = settle_stops(db, batch))
+    return err;
   if (batch.empty())
     return recovered;
   if (auto err = db.commit(batch))
     return err;
   return recovered;
+}
+
+std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
+                                                      const std::string& who) {
+  stop_record r;
+  r.id = make_execution_id();
+  r.target = target.id;
+  r.force = force;
+  r.requested_at = now_ms();
+  r.who = who;
+  write_batch b;
+  b.stops.push_back(r);
+  event_record e;
+  e.time = r.requested_at;
+  e.type = "stop.requested";
+  e.execution_id = target.id;
+  e.root_id = target.root_id;
+  e.parent_id = target.parent_id;
+  e.data = {{"stop_id", r.id}, {"mode", force ? "force" : "graceful"}, {"who", who}};
+  b.events.push_back(std::move(e));
+  return {std::move(r), std::move(b)};
+}
+
+caf::error settle_stops(const store& db, write_batch& batch) {
+  auto pending = db.pending_stops();
+  if (!pending)
+    return pending.error();
+  for (auto& r : *pending) {
+    auto rec = db.execution(r.target);
+    if (rec && !is_terminal(rec->status))
+      continue;
+    r.handled = true;
+    r.handled_at = now_ms();
+    r.result = rec && rec->status == execution_status::stopped ? "stopped" : "no_execution";
+    if (rec) {
+      event_record e;
+      e.time = r.handled_at;
+      e.type = "stop.handled";
+      e.execution_id = rec->id;
+      e.root_id = rec->root_id;
+      e.parent_id = rec->parent_id;
+      e.status = to_string(rec->status);
+      e.reason = rec->reason;
+      e.data = {{"stop_id", r.id}};
+      batch.events.push_back(std::move(e));
+    }
+    batch.stops.push_back(std::move(r));
+  }
+  return caf::none;
 }
 
 caf::error check_inputs(const graph& g, const json& inputs) {
@@ -250,10 +307,59 @@ subscription execution_handle::subscribe(std::function<void(const event_record&)
   return make_subscription(rt_->system(), rt_->writer_, rt_->db_, std::move(f), root_id_);
 }
 
-void execution_handle::stop(bool force, const std::string& reason) const {
-  if (actor_)
-    caf::anon_send(actor_, stop_atom::value, reason, force);
+caf::expected<stop_record> execution_handle::stop(bool force) const {
+  return rt_->stop(id_, force, "library");
 }
+
+// -- stop watcher ------------------------------------------------------------------------
+
+namespace {
+
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+/// How often the stop watcher reads the stop registry; bounds how long a stop
+/// requested by another process takes to arrive (SPEC: within 250 ms).
+constexpr auto stop_poll_interval = std::chrono::milliseconds{50};
+
+struct watcher_state {
+  std::set<std::string> delivered;
+  static const char* name;
+};
+
+const char* watcher_state::name = "stop_watcher";
+
+/// Delivers stop requests stored by other processes to the executions that
+/// live here, and answers requests whose target is gone.
+caf::behavior stop_watcher(caf::stateful_actor<watcher_state>* self,
+                           std::shared_ptr<const execution_services> svc) {
+  self->send(self, tick_atom::value);
+  return {
+    [=](tick_atom) {
+      self->delayed_send(self, stop_poll_interval, tick_atom::value);
+      if (svc->directory->size() == 0)
+        return;
+      auto pending = svc->db->pending_stops();
+      if (!pending)
+        return;
+      std::set<std::string> still;
+      write_batch answered;
+      for (auto& r : *pending) {
+        still.insert(r.id);
+        if (self->state.delivered.count(r.id))
+          continue;
+        if (auto a = svc->directory->find(r.target)) {
+          self->send(a, stop_atom::value, std::string{"requested"}, r.force, r.id);
+          self->state.delivered.insert(r.id);
+        }
+      }
+      // Forget requests that were handled meanwhile.
+      for (auto i = self->state.delivered.begin(); i != self->state.delivered.end();)
+        i = still.count(*i) ? std::next(i) : self->state.delivered.erase(i);
+    },
+  };
+}
+
+} // namespace
 
 // -- runtime ---------------------------------------------------------------------------
 
@@ -288,9 +394,11 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->slots = rt->slots_;
   svc->fns = rt->fns_;
   svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
+  svc->directory = std::make_shared<execution_directory>();
   svc->owner_pid = ::getpid();
   svc->owner_start = process_start_time(::getpid());
   rt->svc_ = std::move(svc);
+  rt->watcher_ = rt->sys_->spawn(stop_watcher, rt->svc_);
   return rt;
 }
 
@@ -308,13 +416,15 @@ runtime::~runtime() {
     }
     for (auto& r : roots) {
       self->monitor(r);
-      self->send(r, stop_atom::value, std::string{"shutdown"}, false);
+      self->send(r, stop_atom::value, std::string{"shutdown"}, false, std::string{});
     }
     for (size_t i = 0; i < roots.size(); ++i)
       self->receive([](caf::down_msg&) {});
+    self->send_exit(watcher_, caf::exit_reason::user_shutdown);
     self->send_exit(slots_, caf::exit_reason::user_shutdown);
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
   }
+  watcher_ = nullptr;
   writer_ = nullptr;
   slots_ = nullptr;
   svc_.reset();
@@ -382,7 +492,8 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   return h;
 }
 
-caf::expected<execution_handle> runtime::resume(const std::string& id) {
+caf::expected<execution_handle> runtime::resume(const std::string& id,
+                                                std::optional<double> budget) {
   auto rec = db_->execution(id);
   if (!rec)
     return rec.error();
@@ -421,9 +532,39 @@ caf::expected<execution_handle> runtime::resume(const std::string& id) {
   init.record = std::move(*rec);
   init.graph = parsed.value;
   init.steps = std::move(*steps);
+  init.budget = budget;
   h.actor_ = spawn_execution(*sys_, std::move(init), svc_);
   track(h.actor_);
+  track(h.actor_);
   return h;
+}
+
+caf::expected<stop_record> runtime::stop(const std::string& id, bool force,
+                                         const std::string& who) {
+  auto rec = db_->execution(id);
+  if (!rec)
+    return rec.error();
+  if (rec->status != execution_status::queued && rec->status != execution_status::running
+      && rec->status != execution_status::stopping) {
+    stop_record r;
+    r.target = id;
+    r.handled = true;
+    r.result = "no_execution";
+    return r;
+  }
+  auto [req, batch] = make_stop_request(*rec, force, who);
+  caf::error err;
+  {
+    caf::scoped_actor self{*sys_};
+    self->request(writer_, caf::infinite, write_atom::value, std::move(batch))
+      .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
+  }
+  if (err)
+    return err;
+  // Stored first; now deliver it if the execution lives here.
+  if (auto a = svc_->directory->find(id))
+    caf::anon_send(a, stop_atom::value, std::string{"requested"}, force, req.id);
+  return req;
 }
 
 subscription runtime::subscribe(std::function<void(const event_record&)> f) {

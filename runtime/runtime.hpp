@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 #include <string>
 
@@ -103,9 +104,10 @@ public:
   /// execution's tree, in seq order.
   subscription subscribe(std::function<void(const event_record&)> f) const;
 
-  /// Asks the execution to stop (`force`: no grace periods). The stop is
-  /// asynchronous; `wait` for it.
-  void stop(bool force = false, const std::string& reason = "requested") const;
+  /// Requests a stop (`force`: no grace periods): stored in the stop registry
+  /// first, then delivered. Asynchronous; `wait` for it.
+  /// @returns the stop request (`result` "no_execution" when nothing runs).
+  caf::expected<stop_record> stop(bool force = false) const;
 
 private:
   friend class runtime;
@@ -143,7 +145,17 @@ public:
 
   /// Resumes a stopped, failed or interrupted execution from its snapshot.
   /// @returns the handle; `not_found`; `wrong_state` for a running execution.
-  caf::expected<execution_handle> resume(const std::string& id);
+  caf::expected<execution_handle> resume(const std::string& id,
+                                         std::optional<double> budget = std::nullopt);
+
+  /// Requests a stop of execution `id` (SPEC §4): the request is committed to
+  /// the stop registry, then delivered to the live execution (in this process
+  /// at once; another process's stop watcher finds it within 50 ms).
+  /// @returns the request; `result` is "no_execution" (and nothing is stored)
+  ///          when the execution is not queued, running or stopping;
+  ///          `not_found`; a store error.
+  caf::expected<stop_record> stop(const std::string& id, bool force,
+                                  const std::string& who = "library");
 
   /// Calls `f` with every committed event of this process.
   subscription subscribe(std::function<void(const event_record&)> f);
@@ -168,6 +180,7 @@ private:
   std::shared_ptr<const execution_services> svc_;
   caf::actor writer_;
   caf::actor slots_;
+  caf::actor watcher_;
   std::mutex roots_mtx_;
   std::vector<caf::actor> roots_;
 };
@@ -183,6 +196,15 @@ caf::error check_inputs(const graph& g, const json& inputs);
 /// call only where no store writer of this process runs.
 /// @returns the ids recovered, or a store error.
 caf::expected<std::vector<std::string>> recover_interrupted(store& db);
+
+/// Builds the batch that stores a new stop request for `target` (with its
+/// `stop.requested` event). @returns the request and the batch.
+std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
+                                                      const std::string& who);
+
+/// Marks pending stop requests whose target is no longer live as handled
+/// (result "stopped" or "no_execution"), into `batch`.
+caf::error settle_stops(const store& db, write_batch& batch);
 
 /// @returns the start time of process `pid` (clock ticks since boot, from
 /// /proc), or 0 when it does not exist.
