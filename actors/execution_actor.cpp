@@ -26,6 +26,7 @@ struct step_rt {
   std::string node = "local";
   std::string child_id;
   int64_t pid = 0;
+  uint64_t pid_start = 0;
   int64_t started_at = 0;
   int64_t ended_at = 0;
   size_t remaining = 0;   ///< `needs` not yet durably completed
@@ -33,6 +34,7 @@ struct step_rt {
   uint64_t ticket = 0;    ///< slot ticket while queued or running a subprocess
   bool has_slot = false;
   bool in_fn = false;     ///< a pooled fn attempt is running
+  bool planning = false;  ///< a `plan` step's planner runs (its runner is `worker`)
   std::shared_ptr<std::atomic<bool>> stop_flag;
 };
 
@@ -66,6 +68,7 @@ struct execution_state {
   bool scope_dirty = false;    ///< counters changed since the last flush
   bool blocked = false;        ///< a limit refused a step: wait for the stop
   bool started = false;        ///< the start message was handled
+  bool admitted = false;       ///< a root holds an admission slot (or needs none)
   int64_t run_started = 0;     ///< when running time last started counting
   bool from_above = false;     ///< stopped by its parent: report, don't commit
   std::vector<std::string> stop_ids; ///< stop requests this halt answers
@@ -114,6 +117,7 @@ void put_step(exec_actor* self, size_t idx) {
   r.node = s.node;
   r.child_id = s.child_id;
   r.pid = s.pid;
+  r.pid_start = s.pid_start;
   r.started_at = s.started_at;
   r.ended_at = s.ended_at;
   st.batch.steps.push_back(std::move(r));
@@ -265,7 +269,8 @@ void start_runner(exec_actor* self, size_t idx) {
 }
 
 /// Starts a child execution for a `graph` step.
-void start_child(exec_actor* self, size_t idx);
+void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph);
+void start_plan(exec_actor* self, size_t idx);
 
 /// Runs one in-process function attempt.
 void start_fn(exec_actor* self, size_t idx) {
@@ -376,7 +381,10 @@ bool start_step(exec_actor* self, size_t idx) {
       self->send(st.svc->slots, acquire_atom::value, s.ticket);
       break;
     case step_kind::graph:
-      start_child(self, idx);
+      start_child(self, idx, def.child);
+      break;
+    case step_kind::plan:
+      start_plan(self, idx);
       break;
     default:
       fail_attempt(self, idx,
@@ -591,25 +599,25 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
 caf::behavior execution(exec_actor* self, execution_init init,
                         std::shared_ptr<const execution_services> svc, caf::actor parent);
 
-void start_child(exec_actor* self, size_t idx) {
+void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph) {
   auto& st = self->state;
   auto& def = st.g->steps[idx];
   auto& s = st.steps[idx];
-  if (!def.child)
+  if (!child_graph)
     return fail_attempt(self, idx, "graph '" + def.target + "' is not registered on this node");
   reference_scope scope{&st.rec.inputs, &st.results, nullptr};
   auto with = resolve(def.with, scope);
   if (!with)
     return fail_attempt(self, idx, message_of(with.error()));
-  for (auto& name : def.child->inputs)
+  for (auto& name : child_graph->inputs)
     if (!with->contains(name))
       return fail_attempt(self, idx, "child graph input '" + name + "' is missing");
   for (auto& kv : with->items())
-    if (std::find(def.child->inputs.begin(), def.child->inputs.end(), kv.key())
-        == def.child->inputs.end())
+    if (std::find(child_graph->inputs.begin(), child_graph->inputs.end(), kv.key())
+        == child_graph->inputs.end())
       return fail_attempt(self, idx, "child graph does not declare input '" + kv.key() + "'");
   execution_init child;
-  child.graph = def.child;
+  child.graph = child_graph;
   // Resume an existing child under its id; create a new one otherwise.
   auto existing = s.child_id.empty() ? caf::expected<execution_record>{make_error(
                                           persistence_errc::not_found, "new child")}
@@ -621,7 +629,7 @@ void start_child(exec_actor* self, size_t idx) {
   } else {
     auto& r = child.record;
     r.id = make_execution_id();
-    r.graph = def.child->name;
+    r.graph = child_graph->name;
     r.parent_id = st.rec.id;
     r.root_id = st.rec.root_id;
     r.depth = st.rec.depth + 1;
@@ -630,7 +638,7 @@ void start_child(exec_actor* self, size_t idx) {
     r.created_at = now_ms();
     r.owner_pid = st.svc->owner_pid;
     r.owner_start = st.svc->owner_start;
-    st.batch.append(make_queued_batch(r, *def.child));
+    st.batch.append(make_queued_batch(r, *child_graph));
     s.child_id = r.id;
   }
   child.parent_token = st.token;
@@ -638,6 +646,61 @@ void start_child(exec_actor* self, size_t idx) {
   mark_running(self, idx);
   s.worker = self->spawn<caf::linked + caf::monitored>(execution, std::move(child), st.svc,
                                                          caf::actor_cast<caf::actor>(self));
+}
+
+/// Parse options for a graph created at run time below this execution.
+parse_options child_parse_options(const execution_state& st) {
+  parse_options opts;
+  if (st.svc->fns)
+    opts.fns = st.svc->fns->names();
+  opts.depth = st.rec.depth + 1;
+  opts.max_depth = st.scope->max_depth();
+  return opts;
+}
+
+/// A `plan` step: run the planner (a subprocess, like `run`), or resume the
+/// child execution it already created.
+void start_plan(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  if (!s.child_id.empty()) {
+    auto stored = st.svc->db->graph(s.child_id);
+    if (stored) {
+      auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files,
+                                       child_parse_options(st));
+      if (parsed)
+        return start_child(self, idx, parsed.value);
+    }
+    s.child_id.clear(); // the planned graph is gone: plan again
+  }
+  s.planning = true;
+  s.status = step_status::queued;
+  s.reason.clear();
+  s.ticket = st.next_ticket++;
+  emit(self, "step.queued", st.g->steps[idx].id, "queued");
+  put_step(self, idx);
+  self->send(st.svc->slots, acquire_atom::value, s.ticket);
+}
+
+/// The planner printed a graph: validate it, then run it as a child.
+void planned(exec_actor* self, size_t idx, step_outcome& out) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  s.planning = false;
+  if (!out.error.empty())
+    return fail_attempt(self, idx, "planner: " + out.error, std::move(out.result));
+  auto doc = parse_json_text(out.result.value("stdout", std::string{}));
+  if (!doc)
+    return fail_attempt(self, idx, "planner output is not a graph: " + message_of(doc.error()),
+                        std::move(out.result));
+  auto parsed = parse_graph(*doc, st.g->base_dir, child_parse_options(st));
+  if (!parsed) {
+    std::string msg = "planner output is not a valid graph:";
+    for (auto& e : parsed.errors)
+      msg += " " + to_string(e) + ";";
+    return fail_attempt(self, idx, msg, std::move(out.result));
+  }
+  start_child(self, idx, parsed.value);
 }
 
 // -- behavior --------------------------------------------------------------------------
@@ -760,6 +823,12 @@ caf::behavior execution(exec_actor* self, execution_init init,
       auto& st = self->state;
       if (st.halting || st.finished || st.started)
         return;
+      if (!st.admitted && !st.parent && st.svc->admission) {
+        // A root waits `queued` for an admission slot; a stop meanwhile
+        // stops it before it runs. The pool frees the slot when we quit.
+        self->send(st.svc->admission, acquire_atom::value, uint64_t{0});
+        return;
+      }
       if (st.token->any())
         return; // an ancestor is stopping: its exit signal is on the way
       if (st.rec.depth > st.scope->max_depth()) {
@@ -834,6 +903,9 @@ caf::behavior execution(exec_actor* self, execution_init init,
       }
       if (st.halting) {
         try_complete_halt(self);
+      } else if (s.status == step_status::running && s.planning) {
+        planned(self, idx, out);
+        pump(self);
       } else if (s.status == step_status::running) {
         if (out.error.empty())
           complete_step(self, idx, std::move(out.result));
@@ -843,11 +915,12 @@ caf::behavior execution(exec_actor* self, execution_init init,
       }
       flush(self);
     },
-    [=](started_atom, uint64_t idx, int attempt, int64_t pid) {
+    [=](started_atom, uint64_t idx, int attempt, int64_t pid, uint64_t pid_start) {
       auto& st = self->state;
       if (!current(st, idx, attempt))
         return;
       st.steps[idx].pid = pid;
+      st.steps[idx].pid_start = pid_start;
       put_step(self, idx);
       flush(self);
     },
@@ -861,6 +934,13 @@ caf::behavior execution(exec_actor* self, execution_init init,
     },
     [=](grant_atom, uint64_t ticket) {
       auto& st = self->state;
+      if (ticket == 0) { // admission
+        st.admitted = true;
+        if (st.halting || st.finished)
+          return;
+        self->send(self, start_atom::value);
+        return;
+      }
       for (size_t i = 0; i < st.steps.size(); ++i) {
         auto& s = st.steps[i];
         if (s.ticket == ticket && s.status == step_status::queued) {
@@ -914,13 +994,24 @@ caf::behavior execution(exec_actor* self, execution_init init,
     [=](child_atom, const std::string& step, const std::string& status, json& outputs,
         const std::string& error, write_batch& snapshot) {
       auto& st = self->state;
-      // A child stopped with us: its final records join our snapshot.
-      st.snapshot.append(std::move(snapshot));
       auto i = st.g->index.find(step);
       if (i == st.g->index.end())
         return;
       auto idx = i->second;
       auto& s = st.steps[idx];
+      // A planned graph stopped before it ran its first step was still being
+      // created: delete it, nothing of it remains; the step plans again.
+      auto& def = st.g->steps[idx];
+      bool never_started = std::any_of(
+        snapshot.executions.begin(), snapshot.executions.end(),
+        [&](const execution_record& r) { return r.id == s.child_id && r.started_at == 0; });
+      if (st.halting && def.kind == step_kind::plan && never_started) {
+        st.snapshot.deleted_executions.push_back(s.child_id);
+        s.child_id.clear();
+      } else {
+        // A child stopped with us: its final records join our snapshot.
+        st.snapshot.append(std::move(snapshot));
+      }
       if (!s.worker || s.status != step_status::running)
         return;
       s.worker = nullptr;

@@ -62,6 +62,7 @@ struct execution_services {
   std::shared_ptr<store> db;
   caf::actor writer;   ///< the store writer
   caf::actor slots;    ///< the subprocess slot pool
+  caf::actor admission; ///< slots for running roots (null: unlimited); roots wait `queued`
   std::shared_ptr<fn_registry> fns;
   std::shared_ptr<fn_pool> pool;
   std::shared_ptr<execution_directory> directory;

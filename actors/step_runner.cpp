@@ -136,7 +136,7 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
   }
   st.proc = std::move(*proc);
   self->send(st.parent, started_atom::value, st.spec.step, st.spec.attempt,
-             static_cast<int64_t>(st.proc.pid()));
+             static_cast<int64_t>(st.proc.pid()), process_start_time(st.proc.pid()));
   if (st.spec.timeout)
     self->delayed_send(self, *st.spec.timeout, timeout_atom::value);
   self->send(self, poll_atom::value);

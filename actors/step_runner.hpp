@@ -5,7 +5,8 @@
 // waitpid), so CAF's scheduler threads never block.
 //
 // Sends to its parent (the execution actor):
-//   (started_atom, uint64_t step, int attempt, int64_t pid)   once the process runs
+//   (started_atom, uint64_t step, int attempt, int64_t pid, uint64_t pid_start)
+//                                                             once the process runs
 //   (output_atom, uint64_t step, int attempt, json lines)      batched output lines
 //   (done_atom, uint64_t step, int attempt, step_outcome)      result, then quits normally
 // Handles:

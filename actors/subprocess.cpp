@@ -1,5 +1,8 @@
 #include "actors/subprocess.hpp"
 
+#include <fstream>
+#include <sstream>
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -599,6 +602,26 @@ int subprocess::term_signal() const {
   if (reaped_ && WIFSIGNALED(status_))
     return WTERMSIG(status_);
   return 0;
+}
+
+uint64_t process_start_time(int64_t pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string text;
+  if (!in || !std::getline(in, text))
+    return 0;
+  // The command name may hold spaces and parentheses: skip past the last ')'.
+  auto pos = text.rfind(')');
+  if (pos == std::string::npos || pos + 2 >= text.size())
+    return 0;
+  std::istringstream fields{text.substr(pos + 2)};
+  std::string field;
+  // Field 3 (state) is the first after ')'; starttime is field 22.
+  for (int i = 3; i < 22; ++i)
+    if (!(fields >> field))
+      return 0;
+  uint64_t start = 0;
+  fields >> start;
+  return start;
 }
 
 } // namespace canopy

@@ -20,6 +20,11 @@ namespace canopy {
 /// Largest stdout or stderr kept per process; beyond it only the tail is kept.
 constexpr size_t max_captured_output = 1024u * 1024u;
 
+/// @returns the start time of process `pid` (clock ticks since boot, from
+/// /proc/PID/stat), or 0 when it does not exist. With the pid it identifies a
+/// process even after the pid is reused. Thread-safe.
+uint64_t process_start_time(int64_t pid);
+
 /// What to start.
 struct subprocess_options {
   std::vector<std::string> argv;              ///< argv[0] is looked up in PATH

@@ -1128,4 +1128,18 @@ caf::expected<json> parse_json_text(const std::string& text) {
   }
 }
 
+parse_result parse_graph_bundle(const json& document, const std::string& base_dir,
+                                const json& files, parse_options opts) {
+  opts.load_file = [files](const std::string& path) -> caf::expected<json> {
+    if (files.is_object()) {
+      auto i = files.find(path);
+      if (i != files.end())
+        return *i;
+    }
+    return make_error(persistence_errc::not_found,
+                      "graph file '" + path + "' is not part of the stored graph");
+  };
+  return parse_graph(document, base_dir, opts);
+}
+
 } // namespace canopy

@@ -162,6 +162,11 @@ parse_result parse_graph(const json& doc, const std::string& base_dir,
 /// A missing file, an oversized file or malformed JSON is one error with path `""`.
 parse_result parse_graph_file(const std::string& path, const parse_options& opts = {});
 
+/// Parses a stored graph: its document, folder and the files it included
+/// (absolute path → document), reading no file from disk. Used on resume.
+parse_result parse_graph_bundle(const json& document, const std::string& base_dir,
+                                const json& files, parse_options opts = {});
+
 /// Parses `text` as JSON with the nesting limit; throws nothing.
 /// @returns the document or an error message with the byte offset.
 caf::expected<json> parse_json_text(const std::string& text);

@@ -152,6 +152,7 @@ caf::expected<step_record> step_from_json(const json& j) {
     get_to(j, "node", x.node);
     get_to(j, "child", x.child_id);
     get_to(j, "pid", x.pid);
+    get_to(j, "pstart", x.pid_start);
     get_to(j, "started", x.started_at);
     get_to(j, "ended", x.ended_at);
     return x;
@@ -322,6 +323,7 @@ std::string encode(const step_record& x) {
     w.str("node", x.node);
   w.str_if("child", x.child_id);
   w.num_if("pid", x.pid);
+  w.num_if("pstart", static_cast<int64_t>(x.pid_start));
   w.num_if("started", x.started_at);
   w.num_if("ended", x.ended_at);
   return w.finish();

@@ -68,6 +68,7 @@ struct step_record {
   std::string node = "local";
   std::string child_id;     ///< the child execution of a `graph` step
   int64_t pid = 0;          ///< process group of the running attempt (`run` steps)
+  uint64_t pid_start = 0;   ///< its leader's start time (/proc), to spot pid reuse
   int64_t started_at = 0;
   int64_t ended_at = 0;
 };

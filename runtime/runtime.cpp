@@ -30,26 +30,6 @@ std::string default_home() {
   return "./.canopy";
 }
 
-uint64_t process_start_time(int64_t pid) {
-  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
-  std::string text;
-  if (!in || !std::getline(in, text))
-    return 0;
-  // The command name may hold spaces and parentheses: skip past the last ')'.
-  auto pos = text.rfind(')');
-  if (pos == std::string::npos)
-    return 0;
-  std::istringstream fields{text.substr(pos + 2)};
-  std::string field;
-  // Field 3 (state) is the first after ')'; starttime is field 22.
-  for (int i = 3; i < 22; ++i)
-    if (!(fields >> field))
-      return 0;
-  uint64_t start = 0;
-  fields >> start;
-  return start;
-}
-
 namespace {
 
 bool owner_alive(const execution_record& rec) {
@@ -77,6 +57,15 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
     for (auto& s : *steps) {
       if (s.status != step_status::running && s.status != step_status::queued)
         continue;
+      // The dead owner's subprocess group may live on: kill it, unless the
+      // pid now belongs to another process (its start time differs).
+      if (s.pid > 0) {
+        auto start = process_start_time(s.pid);
+        bool leader_is_ours = start != 0 && start == s.pid_start;
+        bool leader_gone = start == 0;
+        if (leader_is_ours || leader_gone)
+          ::kill(static_cast<pid_t>(-s.pid), SIGKILL);
+      }
       s.status = step_status::pending;
       s.reason = "interrupted";
       s.ended_at = now;
@@ -392,6 +381,10 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->db = rt->db_;
   svc->writer = rt->writer_;
   svc->slots = rt->slots_;
+  if (opts.max_running > 0) {
+    rt->admission_ = spawn_slot_pool(*rt->sys_, opts.max_running);
+    svc->admission = rt->admission_;
+  }
   svc->fns = rt->fns_;
   svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
   svc->directory = std::make_shared<execution_directory>();
@@ -421,6 +414,8 @@ runtime::~runtime() {
     for (size_t i = 0; i < roots.size(); ++i)
       self->receive([](caf::down_msg&) {});
     self->send_exit(watcher_, caf::exit_reason::user_shutdown);
+    if (admission_)
+      self->send_exit(admission_, caf::exit_reason::user_shutdown);
     self->send_exit(slots_, caf::exit_reason::user_shutdown);
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
   }
@@ -510,15 +505,8 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   if (!stored)
     return stored.error();
   auto opts = graph_options();
-  auto files = stored->files;
-  opts.load_file = [files](const std::string& path) -> caf::expected<json> {
-    auto i = files.find(path);
-    if (i == files.end())
-      return make_error(persistence_errc::not_found, "graph file '" + path + "' was not stored");
-    return *i;
-  };
   opts.depth = rec->depth;
-  auto parsed = parse_graph(stored->document, stored->base_dir, opts);
+  auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files, opts);
   if (!parsed) {
     std::string msg = "stored graph no longer validates:";
     for (auto& e : parsed.errors)

@@ -21,6 +21,7 @@
 #include <caf/expected.hpp>
 
 #include "actors/fn_registry.hpp"
+#include "actors/subprocess.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
@@ -39,6 +40,9 @@ struct runtime_options {
   std::string home;
   /// Subprocesses running at once in this process (SPEC: default 4).
   size_t max_parallel = 4;
+  /// Root executions running at once (0: unlimited); the others wait `queued`
+  /// in start order.
+  size_t max_running = 0;
   /// Threads for registered `fn` functions.
   size_t fn_threads = 4;
   /// CAF scheduler threads (0: CAF's default).
@@ -181,6 +185,7 @@ private:
   caf::actor writer_;
   caf::actor slots_;
   caf::actor watcher_;
+  caf::actor admission_;
   std::mutex roots_mtx_;
   std::vector<caf::actor> roots_;
 };
@@ -192,7 +197,8 @@ caf::error check_inputs(const graph& g, const json& inputs);
 
 /// Turns every execution of `db` left `queued`, `running` or `stopping` by a
 /// process that no longer exists into `stopped`/`interrupted` (its running
-/// and queued steps back to `pending`, reason `interrupted`). Writes directly:
+/// and queued steps back to `pending`, reason `interrupted`), and kills the
+/// process groups those steps left behind (no orphans). Writes directly:
 /// call only where no store writer of this process runs.
 /// @returns the ids recovered, or a store error.
 caf::expected<std::vector<std::string>> recover_interrupted(store& db);
@@ -206,8 +212,5 @@ std::pair<stop_record, write_batch> make_stop_request(const execution_record& ta
 /// (result "stopped" or "no_execution"), into `batch`.
 caf::error settle_stops(const store& db, write_batch& batch);
 
-/// @returns the start time of process `pid` (clock ticks since boot, from
-/// /proc), or 0 when it does not exist.
-uint64_t process_start_time(int64_t pid);
 
 } // namespace canopy

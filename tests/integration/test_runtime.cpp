@@ -55,13 +55,14 @@ struct fixture {
   std::string home = dir.path + "/home";
   std::unique_ptr<runtime> rt;
 
-  fixture() {
-    open();
+  fixture(size_t max_running = 0) {
+    open(max_running);
   }
 
-  void open() {
+  void open(size_t max_running = 0) {
     runtime_options opts;
     opts.home = home;
+    opts.max_running = max_running;
     rt = get(runtime::open(opts));
   }
 
@@ -1017,4 +1018,30 @@ TEST_CASE("destroying the runtime stops live executions with reason shutdown", "
   auto stopped = select(get(db->tree_events(id)), "execution.stopped");
   REQUIRE(stopped.size() == 1);
   CHECK(stopped[0].reason == "shutdown");
+}
+
+TEST_CASE("a queued execution is stopped before it runs", "[runtime][stop]") {
+  // One root runs at a time: the second waits `queued` until it is stopped.
+  fixture f{1};
+  json busy = {{"steps", {{"nap", {{"fn", "sleep"}, {"with", {{"ms", 600000}}}}}}}};
+  auto first = f.start(busy);
+  auto second = f.start(busy);
+  CHECK(get(second.status()).status == execution_status::queued);
+  auto req = get(second.stop());
+  CHECK(req.result.empty());
+  auto rec = f.finish(second);
+  CHECK(rec.status == execution_status::stopped);
+  CHECK(rec.reason == "requested");
+  CHECK(rec.started_at == 0);
+  for (auto& e : f.events(second.id()))
+    CHECK(e.type.rfind("step.", 0) != 0);
+  auto stop = get(f.rt->db()->stop(req.id));
+  CHECK(stop.handled);
+  CHECK(stop.result == "stopped");
+  // Stopping it again changes nothing.
+  auto again = get(second.stop());
+  CHECK(again.result == "no_execution");
+  // The first still runs and stops normally.
+  CHECK(get(first.stop()).result.empty());
+  CHECK(f.finish(first).status == execution_status::stopped);
 }

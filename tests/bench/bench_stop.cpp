@@ -1,0 +1,858 @@
+// bench_stop: stopping a live tree of executions (issue 3, section 8).
+//
+// (a) Trees of 1,111 / 11,111 / 111,111 executions (10-ary, leaves at depth
+//     3/4/5). Every inner execution has 10 `graph` steps naming the next
+//     level's file; every leaf runs one cooperative `fn: sleep` of one hour.
+//     Once every leaf's sleep has started (counted from `step.started`
+//     events), the root is stopped with `handle.stop()`; measured: stop
+//     request to the committed snapshot (the root's actor is down, which it
+//     is only after the snapshot's commit was acknowledged), and to the
+//     `stop.handled` event. The snapshot is then checked in the store: the
+//     root `stopped`/`requested`, the stop request handled, every execution
+//     of the tree `stopped`, every step `pending`, nothing left live.
+// (b) Beside each, a tree of bare CAF actors of the same shape in the same
+//     process (the runtime's actor system), stopped with trap-and-forward:
+//     each actor traps the exit, forwards it to its children and quits after
+//     their down messages. Timed from anon_send_exit(root) to the last actor
+//     done (a counter, not await_all_actors_done).
+// (c) RSS (VmRSS) per live execution: (RSS once every leaf runs - RSS before
+//     start) / executions; again 1 s later (the store writer has settled;
+//     the stop is timed after this second), after malloc_trim, and the
+//     malloc bytes in use (mallinfo2). Also the bare CAF tree per actor (its
+//     VmRSS delta reuses heap freed by the canopy tree: use the malloc one).
+// (d) Resume: a 100,000-step execution (50,000 noops complete, then a one
+//     hour sleep that the other 49,999 noops need) is stopped once the first
+//     half completed; timed from `resume()` to the `step.started` event of
+//     its first pending step.
+//
+//   usage: bench_stop [SIZE...] [--rounds=N] [--bare-rounds=N] [--no-resume]
+//                     [--resume-steps=N] [--timeout=SECONDS] [--keep] [--perf=PREFIX]
+//   SIZE: 1111, 11111, 111111 (or the leaf depth 3, 4, 5); default all three.
+//   `--no-trees` runs only (d). Every wait has a timeout (default 600 s);
+//   a hang prints what is known and exits 2. `--perf=PREFIX` attaches
+//   `perf record -g` to this process around each stop and the resume only
+//   (PREFIX.stopN.data, PREFIX.resume.data); the timings then include perf's
+//   overhead. `--exit-when-running` exits (without cleanup) as soon as the
+//   first tree runs, so that a heap profiler's "leaks" are the live tree.
+
+#include <malloc.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "runtime/runtime.hpp"
+
+using namespace canopy;
+using clock_type = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+// -- helpers ---------------------------------------------------------------------
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+/// A field of /proc/self/status in KiB (VmRSS, RssAnon, RssFile, VmHWM).
+long status_kib(const char* field) {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  auto len = std::strlen(field);
+  while (std::getline(in, line))
+    if (line.compare(0, len, field) == 0 && line.size() > len && line[len] == ':')
+      return std::atol(line.c_str() + len + 1);
+  return -1;
+}
+
+struct rss_sample {
+  long rss = 0, anon = 0, file = 0;
+  double heap = 0; ///< bytes allocated with malloc and in use (mallinfo2, all arenas)
+};
+
+double heap_in_use() {
+  auto mi = mallinfo2();
+  return static_cast<double>(mi.uordblks + mi.hblkhd);
+}
+
+rss_sample sample_rss(bool trim = false) {
+  if (trim)
+    malloc_trim(0); // return freed heap, so a delta starts from a clean baseline
+  return {status_kib("VmRSS"), status_kib("RssAnon"), status_kib("RssFile"), heap_in_use()};
+}
+
+std::string cpu_model() {
+  std::ifstream in{"/proc/cpuinfo"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      return pos == std::string::npos ? line : line.substr(pos + 2);
+    }
+  return "unknown";
+}
+
+std::string load_average() {
+  std::ifstream in{"/proc/loadavg"};
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+std::string today() {
+  auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", std::localtime(&t));
+  return buf;
+}
+
+std::string group(double v) {
+  auto s = std::to_string(static_cast<long long>(v + 0.5));
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3)
+    s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+std::string tmp_root;
+bool keep_tmp = false;
+bool exit_when_running = false;
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "bench_stop: FAILED: %s\n", msg.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (!keep_tmp && !tmp_root.empty()) {
+    std::error_code ec;
+    fs::remove_all(tmp_root, ec);
+  }
+  // Live actors would block the runtime's destructor: leave at once.
+  std::_Exit(2);
+}
+
+/// Polls `pred` every millisecond until it holds or `timeout` passes.
+bool wait_until(const std::function<bool()>& pred, std::chrono::seconds timeout) {
+  auto deadline = clock_type::now() + timeout;
+  while (!pred()) {
+    if (clock_type::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  return true;
+}
+
+/// `--perf=PREFIX`: `perf record -g` attached to this process around one
+/// phase, written to PREFIX.NAME.data.
+std::string perf_prefix;
+std::string perf_callgraph = "fp"; ///< `--perf-callgraph=dwarf` for libraries without frame pointers
+std::string perf_freq = "4000";
+
+struct perf_session {
+  pid_t pid = -1;
+  explicit perf_session(const std::string& name) {
+    if (perf_prefix.empty())
+      return;
+    auto out = perf_prefix + "." + name + ".data";
+    auto me = std::to_string(::getpid());
+    std::vector<std::string> args{"perf", "record", "--call-graph", perf_callgraph, "-F", perf_freq, "-o", out, "-p", me};
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawnp(&pid, "perf", nullptr, nullptr, argv.data(), environ) != 0) {
+      pid = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{700}); // let it attach
+  }
+  ~perf_session() {
+    if (pid <= 0)
+      return;
+    ::kill(pid, SIGINT);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+  }
+};
+
+void write_file(const fs::path& p, const json& doc) {
+  std::ofstream out{p};
+  out << doc.dump();
+  if (!out)
+    die("cannot write " + p.string());
+}
+
+// -- (a) the canopy tree ------------------------------------------------------------
+
+/// Writes level_0.json .. level_D.json into `dir`: levels 0..D-1 have 10
+/// `graph` steps naming the next level, level D one hour-long sleep.
+fs::path write_tree_files(const fs::path& dir, int depth) {
+  fs::create_directories(dir);
+  for (int k = 0; k <= depth; ++k) {
+    json doc = {{"name", "level_" + std::to_string(k)}, {"steps", json::object()}};
+    if (k == 0)
+      doc["limits"] = {{"max_steps", 100000000}};
+    if (k < depth) {
+      for (int i = 0; i < 10; ++i)
+        doc["steps"]["c" + std::to_string(i)] = {
+          {"graph", "level_" + std::to_string(k + 1) + ".json"}};
+    } else {
+      doc["steps"]["sleep"] = {{"fn", "sleep"}, {"with", {{"ms", 3600000}}}};
+    }
+    write_file(dir / ("level_" + std::to_string(k) + ".json"), doc);
+  }
+  return dir / "level_0.json";
+}
+
+struct tree_events {
+  std::atomic<bool> stop_requested{false};
+  std::atomic<size_t> started_after_stop{0}; ///< step.started delivered after stop.requested
+  std::atomic<size_t> stopped_events{0};     ///< execution.stopped
+  std::atomic<size_t> pending_events{0};     ///< step.pending
+  std::atomic<size_t> leaves_started{0};
+  std::atomic<size_t> executions_started{0};
+  std::atomic<bool> handled{false};
+  std::atomic<int64_t> handled_ns{0}; ///< steady clock, at delivery
+  std::atomic<int64_t> root_stopped_event_ms{0}; ///< the event's own time (wall ms)
+};
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           clock_type::now().time_since_epoch())
+    .count();
+}
+
+clock_type::time_point from_ns(int64_t ns) {
+  return clock_type::time_point{std::chrono::nanoseconds{ns}};
+}
+
+struct tree_result {
+  size_t executions = 0;
+  double parse_ms = 0;
+  double start_to_leaves_ms = 0;
+  double stop_request_ms = 0;  ///< handle.stop() returned (request durable + delivered)
+  double cascade_ms = 0;       ///< root wrote its snapshot batch (event time, ms resolution)
+  double committed_ms = 0;     ///< root actor down: snapshot committed and acknowledged
+  double handled_event_ms = 0; ///< `stop.handled` delivered to the subscriber
+  double verify_ms = 0;
+  rss_sample before_parse, before, running, settled, settled_trimmed, after;
+  std::string verdict;
+};
+
+/// Checks the stored snapshot of the stopped tree. @returns "" or a problem.
+std::string verify_tree(const store& db, const std::string& root_id, const std::string& stop_id,
+                        int depth, size_t expected) {
+  std::ostringstream problems;
+  int shown = 0;
+  auto problem = [&](const std::string& s) {
+    if (shown++ < 5)
+      problems << s << "; ";
+  };
+  auto root = db.execution(root_id);
+  if (!root)
+    return "root not found";
+  if (root->status != execution_status::stopped || root->reason != "requested")
+    problem(std::string{"root is "} + to_string(root->status) + "/" + root->reason);
+  auto req = db.stop(stop_id);
+  if (!req)
+    problem("stop request not found");
+  else if (!req->handled || req->result != "stopped")
+    problem("stop request handled=" + std::to_string(req->handled) + " result=" + req->result);
+  size_t seen = 0, stopped = 0, pending_steps = 0, steps_total = 0;
+  std::vector<std::pair<std::string, int>> todo{{root_id, 0}};
+  while (!todo.empty()) {
+    auto [id, level] = todo.back();
+    todo.pop_back();
+    ++seen;
+    auto rec = db.execution(id);
+    if (!rec) {
+      problem("execution " + id + " missing");
+      continue;
+    }
+    if (rec->status == execution_status::stopped)
+      ++stopped;
+    else
+      problem("execution " + id + " (level " + std::to_string(level) + ") is "
+              + to_string(rec->status));
+    if (level > 0 && rec->reason != "parent_stopped")
+      problem("execution " + id + " reason '" + rec->reason + "'");
+    auto steps = db.steps(id);
+    if (!steps) {
+      problem("steps of " + id + " unreadable");
+      continue;
+    }
+    size_t want_steps = level < depth ? 10 : 1;
+    if (steps->size() != want_steps)
+      problem("execution " + id + " has " + std::to_string(steps->size()) + " steps");
+    for (auto& s : *steps) {
+      ++steps_total;
+      if (s.status == step_status::pending)
+        ++pending_steps;
+      else
+        problem("step " + id + "/" + s.step + " is " + to_string(s.status));
+    }
+    auto kids = db.children(id);
+    if (!kids) {
+      problem("children of " + id + " unreadable");
+      continue;
+    }
+    if (kids->size() != (level < depth ? 10u : 0u))
+      problem("execution " + id + " has " + std::to_string(kids->size()) + " children");
+    for (auto& k : *kids)
+      todo.emplace_back(k, level + 1);
+  }
+  if (seen != expected)
+    problem("found " + std::to_string(seen) + " executions, expected " + std::to_string(expected));
+  if (auto live = db.live(); live && !live->empty())
+    problem(std::to_string(live->size()) + " executions still live");
+  auto s = problems.str();
+  if (!s.empty())
+    return s;
+  std::ostringstream ok;
+  ok << "ok: " << stopped << " executions stopped, " << pending_steps << "/" << steps_total
+     << " steps pending, request handled";
+  return ok.str();
+}
+
+tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::seconds timeout) {
+  tree_result out;
+  size_t leaves = 1;
+  out.executions = 1;
+  for (int k = 0; k < depth; ++k) {
+    leaves *= 10;
+    out.executions += leaves;
+  }
+  auto file = write_tree_files(dir, depth);
+  out.before_parse = sample_rss(true);
+  auto t0 = clock_type::now();
+  auto parsed = rt.parse_file(file.string());
+  if (!parsed)
+    die("tree graph invalid: " + to_string(parsed.errors.front()));
+  out.parse_ms = ms_between(t0, clock_type::now());
+
+  auto ev = std::make_shared<tree_events>();
+  out.before = sample_rss(true);
+  auto sub = rt.subscribe([ev](const event_record& e) {
+    // Events arrive in seq order: nothing may start once the request is stored.
+    if (e.type == "step.started" && ev->stop_requested.load())
+      ev->started_after_stop.fetch_add(1);
+    if (e.type == "stop.requested")
+      ev->stop_requested.store(true);
+    else if (e.type == "execution.stopped")
+      ev->stopped_events.fetch_add(1);
+    else if (e.type == "step.pending")
+      ev->pending_events.fetch_add(1);
+    if (e.type == "step.started" && e.step == "sleep")
+      ev->leaves_started.fetch_add(1, std::memory_order_relaxed);
+    else if (e.type == "execution.started")
+      ev->executions_started.fetch_add(1, std::memory_order_relaxed);
+    else if (e.type == "stop.handled" && e.parent_id.empty()) { // the only root
+      ev->handled_ns.store(steady_ns());
+      ev->handled.store(true);
+    } else if (e.type == "execution.stopped" && e.parent_id.empty())
+      ev->root_stopped_event_ms.store(e.time);
+  });
+  t0 = clock_type::now();
+  auto h = rt.start(parsed.value, json::object());
+  if (!h)
+    die("start failed: " + caf::to_string(h.error()));
+  parsed = parse_result{}; // the runtime holds the graph now
+  if (!wait_until([&] { return ev->leaves_started.load() >= leaves; }, timeout))
+    die("only " + std::to_string(ev->leaves_started.load()) + " of " + std::to_string(leaves)
+        + " leaves started (" + std::to_string(ev->executions_started.load())
+        + " executions started) within the timeout");
+  out.start_to_leaves_ms = ms_between(t0, clock_type::now());
+  out.running = sample_rss(false);
+  // The store writer may still hold the last start batches and their event
+  // copies: let it settle, then sample again (and once more after giving
+  // freed heap back to the kernel).
+  std::this_thread::sleep_for(std::chrono::seconds{1});
+  out.settled = sample_rss(false);
+  out.settled_trimmed = sample_rss(true);
+  if (exit_when_running) {
+    // For heap profilers: what is still allocated at exit is the live tree.
+    std::printf("exit with %zu executions live: VmRSS %ld KiB, malloc in use %.0f KiB\n",
+                out.executions, out.settled.rss, out.settled.heap / 1024);
+    std::fflush(stdout);
+    std::error_code ec;
+    fs::remove_all(tmp_root, ec);
+    std::exit(0);
+  }
+
+  // -- the stop ---------------------------------------------------------------
+  std::optional<perf_session> perf;
+  perf.emplace("stop" + std::to_string(out.executions));
+  auto wall0 = wall_ms();
+  auto ts = clock_type::now();
+  auto req = h->stop(false);
+  auto t_req = clock_type::now();
+  if (!req)
+    die("stop failed: " + caf::to_string(req.error()));
+  if (req->result == "no_execution")
+    die("stop answered no_execution");
+  if (!h->wait_for(std::chrono::duration_cast<millis>(timeout))) {
+    auto rec = h->status();
+    die("stop did not finish within the timeout (root is "
+        + (rec ? std::string{to_string(rec->status)} : std::string{"unreadable"}) + ")");
+  }
+  auto t_down = clock_type::now();
+  if (!wait_until([&] { return ev->handled.load(); }, timeout))
+    die("no stop.handled event for the root within the timeout");
+  perf.reset();
+  out.stop_request_ms = ms_between(ts, t_req);
+  out.committed_ms = ms_between(ts, t_down);
+  out.handled_event_ms = ms_between(ts, from_ns(ev->handled_ns.load()));
+  out.cascade_ms = static_cast<double>(ev->root_stopped_event_ms.load() - wall0);
+  sub.cancel();
+
+  // -- the snapshot -------------------------------------------------------------
+  t0 = clock_type::now();
+  out.verdict = verify_tree(*rt.db(), h->id(), req->id, depth, out.executions);
+  out.verify_ms = ms_between(t0, clock_type::now());
+  size_t steps_total = (out.executions - 1) + leaves; // graph steps + sleeps
+  std::ostringstream evs;
+  evs << "; events: " << ev->stopped_events.load() << " execution.stopped, "
+      << ev->pending_events.load() << " step.pending, " << ev->started_after_stop.load()
+      << " step.started after stop.requested";
+  if (ev->stopped_events.load() != out.executions || ev->pending_events.load() != steps_total
+      || ev->started_after_stop.load() != 0)
+    evs << " (**UNEXPECTED**: want " << out.executions << ", " << steps_total << ", 0)";
+  out.verdict += evs.str();
+  out.after = sample_rss(true);
+  return out;
+}
+
+// -- (b) the bare CAF tree -----------------------------------------------------------
+
+struct bare_ctx {
+  int max_depth = 0;
+  size_t total = 0;
+  std::atomic<size_t> started{0};
+  std::atomic<size_t> persisted{0};
+  std::atomic<size_t> done{0};
+  std::mutex mtx;
+  std::condition_variable cv;
+};
+
+struct bare_state {
+  std::vector<caf::actor> kids;
+  size_t pending = 0;
+  caf::error reason;
+  bool stopping = false;
+  std::shared_ptr<bare_ctx> ctx;
+  ~bare_state() {
+    if (ctx && ctx->done.fetch_add(1) + 1 == ctx->total) {
+      std::lock_guard<std::mutex> guard{ctx->mtx};
+      ctx->cv.notify_all();
+    }
+  }
+};
+
+caf::behavior bare_node(caf::stateful_actor<bare_state>* self, int depth, caf::actor_addr parent,
+                        std::shared_ptr<bare_ctx> ctx) {
+  auto& st = self->state;
+  st.ctx = ctx;
+  if (depth < ctx->max_depth)
+    for (int i = 0; i < 10; ++i) {
+      auto k = self->spawn<caf::linked>(bare_node, depth + 1, self->address(), ctx);
+      self->monitor(k);
+      st.kids.push_back(k);
+    }
+  self->set_exit_handler([=](caf::exit_msg& m) {
+    auto& st = self->state;
+    // anon_send_exit() sets source = receiver; children's exit_msgs are ignored.
+    bool from_above = m.source == parent || m.source == self->address();
+    if (!from_above || st.stopping)
+      return;
+    st.stopping = true;
+    st.reason = m.reason;
+    st.ctx->persisted.fetch_add(1, std::memory_order_relaxed); // "persist"
+    if (st.kids.empty()) {
+      self->quit(m.reason);
+      return;
+    }
+    st.pending = st.kids.size();
+    for (auto& k : st.kids)
+      self->send_exit(k, m.reason);
+  });
+  self->set_down_handler([=](caf::down_msg&) {
+    auto& st = self->state;
+    if (st.stopping && --st.pending == 0) {
+      st.kids.clear();
+      self->quit(st.reason);
+    }
+  });
+  ctx->started.fetch_add(1, std::memory_order_relaxed);
+  return {[](int) {}};
+}
+
+struct bare_result {
+  std::vector<double> stop_ms;
+  double spawn_ms = 0;
+  double rss_per_actor_b = 0;
+  double heap_per_actor_b = 0;
+};
+
+bare_result run_bare(caf::actor_system& sys, int depth, size_t total, int rounds,
+                     std::chrono::seconds timeout) {
+  bare_result out;
+  for (int r = 0; r < rounds; ++r) {
+    auto ctx = std::make_shared<bare_ctx>();
+    ctx->max_depth = depth;
+    ctx->total = total;
+    auto before = sample_rss(true);
+    auto t0 = clock_type::now();
+    auto root = sys.spawn(bare_node, 0, caf::actor_addr{}, ctx);
+    if (!wait_until([&] { return ctx->started.load() >= total; }, timeout))
+      die("bare CAF tree did not start");
+    auto t1 = clock_type::now();
+    auto running = sample_rss(false);
+    if (r == 0) {
+      out.spawn_ms = ms_between(t0, t1);
+      out.rss_per_actor_b = 1024.0 * static_cast<double>(running.rss - before.rss)
+                            / static_cast<double>(total);
+      out.heap_per_actor_b = (running.heap - before.heap) / static_cast<double>(total);
+    }
+    auto ts = clock_type::now();
+    caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+    {
+      std::unique_lock<std::mutex> guard{ctx->mtx};
+      if (!ctx->cv.wait_for(guard, timeout, [&] { return ctx->done.load() >= total; }))
+        die("bare CAF tree did not stop: " + std::to_string(ctx->done.load()) + " of "
+            + std::to_string(total) + " done");
+    }
+    auto te = clock_type::now();
+    if (ctx->persisted.load() != total)
+      die("bare CAF tree: persisted " + std::to_string(ctx->persisted.load()));
+    out.stop_ms.push_back(ms_between(ts, te));
+    root = nullptr;
+  }
+  return out;
+}
+
+// -- (d) resume ------------------------------------------------------------------------
+
+struct resume_result {
+  size_t steps = 0;
+  double parse_ms = 0;
+  double run_half_ms = 0;
+  double stop_ms = 0;
+  double resume_call_ms = 0;   ///< resume() returned
+  double first_started_ms = 0; ///< first pending step's step.started delivered
+  std::string verdict;
+};
+
+resume_result run_resume(runtime& rt, size_t steps, std::chrono::seconds timeout) {
+  resume_result out;
+  out.steps = steps;
+  size_t half = steps / 2;
+  auto t0 = clock_type::now();
+  json doc = {{"name", "resume_bench"},
+              {"limits", {{"max_steps", 100000000}}},
+              {"steps", json::object()}};
+  auto& js = doc["steps"];
+  for (size_t i = 0; i < half; ++i)
+    js["n" + std::to_string(i)] = {{"fn", "noop"}};
+  js["wait"] = {{"fn", "sleep"}, {"with", {{"ms", 3600000}}}};
+  for (size_t i = half + 1; i < steps; ++i)
+    js["m" + std::to_string(i)] = {{"fn", "noop"}, {"needs", {"wait"}}};
+  auto parsed = parse_graph(doc, tmp_root, rt.graph_options());
+  if (!parsed)
+    die("resume graph invalid: " + to_string(parsed.errors.front()));
+  doc = json{};
+  out.parse_ms = ms_between(t0, clock_type::now());
+
+  std::atomic<size_t> completed{0};
+  std::atomic<bool> waiting{false};
+  std::string id;
+  {
+    auto sub = rt.subscribe([&](const event_record& e) {
+      if (e.type == "step.completed")
+        completed.fetch_add(1, std::memory_order_relaxed);
+      else if (e.type == "step.started" && e.step == "wait")
+        waiting.store(true);
+    });
+    t0 = clock_type::now();
+    auto h = rt.start(parsed.value, json::object());
+    if (!h)
+      die("start failed: " + caf::to_string(h.error()));
+    parsed = parse_result{};
+    id = h->id();
+    if (!wait_until([&] { return completed.load() >= half && waiting.load(); }, timeout))
+      die("resume bench: only " + std::to_string(completed.load()) + " steps completed");
+    out.run_half_ms = ms_between(t0, clock_type::now());
+    t0 = clock_type::now();
+    auto req = h->stop(false);
+    if (!req)
+      die("stop failed: " + caf::to_string(req.error()));
+    if (!h->wait_for(std::chrono::duration_cast<millis>(timeout)))
+      die("resume bench: stop did not finish");
+    out.stop_ms = ms_between(t0, clock_type::now());
+    sub.cancel();
+  }
+  auto rec = rt.db()->execution(id);
+  if (!rec || rec->status != execution_status::stopped)
+    die("resume bench: execution not stopped before resume");
+  size_t done_before = 0;
+  if (auto before = rt.db()->steps(id))
+    for (auto& s : *before)
+      done_before += s.status == step_status::completed;
+
+  // -- the resume ---------------------------------------------------------------
+  std::atomic<int64_t> first_ns{0};
+  auto sub = rt.subscribe([&](const event_record& e) {
+    if (e.type == "step.started" && e.execution_id == id && first_ns.load() == 0)
+      first_ns.store(steady_ns());
+  });
+  std::optional<perf_session> perf;
+  perf.emplace("resume");
+  t0 = clock_type::now();
+  auto h = rt.resume(id);
+  auto t1 = clock_type::now();
+  if (!h)
+    die("resume failed: " + caf::to_string(h.error()));
+  if (!wait_until([&] { return first_ns.load() != 0; }, timeout))
+    die("resume bench: no step started after resume");
+  perf.reset();
+  out.resume_call_ms = ms_between(t0, t1);
+  out.first_started_ms = ms_between(t0, from_ns(first_ns.load()));
+  sub.cancel();
+  // Clean up: stop it again.
+  if (auto req = h->stop(false); !req)
+    die("second stop failed");
+  if (!h->wait_for(std::chrono::duration_cast<millis>(timeout)))
+    die("resume bench: second stop did not finish");
+  auto after = rt.db()->steps(id);
+  size_t done_after = 0;
+  if (after)
+    for (auto& s : *after)
+      done_after += s.status == step_status::completed;
+  std::ostringstream v;
+  v << done_before << " completed before resume, " << done_after << " after the second stop";
+  if (done_before != half)
+    v << " (EXPECTED " << half << ")";
+  out.verdict = v.str();
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> depths;
+  int rounds = 1, bare_rounds = 5;
+  bool do_resume = true, do_trees = true;
+  size_t resume_steps = 100000;
+  long timeout_s = 600;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&](const char* key) -> const char* {
+      auto n = std::strlen(key);
+      return a.compare(0, n, key) == 0 ? a.c_str() + n : nullptr;
+    };
+    if (auto v = val("--rounds="))
+      rounds = std::max(1, std::atoi(v));
+    else if (auto v = val("--bare-rounds="))
+      bare_rounds = std::max(1, std::atoi(v));
+    else if (auto v = val("--resume-steps="))
+      resume_steps = std::stoul(v);
+    else if (auto v = val("--timeout="))
+      timeout_s = std::atol(v);
+    else if (a == "--no-resume")
+      do_resume = false;
+    else if (a == "--no-trees")
+      do_trees = false;
+    else if (auto v = val("--perf="))
+      perf_prefix = v;
+    else if (auto v = val("--perf-callgraph="))
+      perf_callgraph = v;
+    else if (auto v = val("--perf-freq="))
+      perf_freq = v;
+    else if (a == "--exit-when-running")
+      exit_when_running = true;
+    else if (a == "--keep")
+      keep_tmp = true;
+    else if (a == "1111" || a == "3")
+      depths.push_back(3);
+    else if (a == "11111" || a == "4")
+      depths.push_back(4);
+    else if (a == "111111" || a == "5")
+      depths.push_back(5);
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_stop [1111|11111|111111|3|4|5 ...] [--rounds=N] "
+                   "[--bare-rounds=N] [--no-resume] [--no-trees] [--resume-steps=N] "
+                   "[--timeout=S] [--keep] [--perf=PREFIX]\n");
+      return 1;
+    }
+  }
+  if (depths.empty())
+    depths = {3, 4, 5};
+  if (!do_trees)
+    depths.clear();
+  std::chrono::seconds timeout{timeout_s};
+
+  char tmpl[] = "/tmp/canopy-bench-stop-XXXXXX";
+  if (!mkdtemp(tmpl))
+    die("mkdtemp failed");
+  tmp_root = tmpl;
+
+  std::printf("## bench_stop\n\n%s, %u CPUs (`nproc`), %s, load average %s, pid %d\n\n",
+              today().c_str(), std::thread::hardware_concurrency(), cpu_model().c_str(),
+              load_average().c_str(), static_cast<int>(::getpid()));
+  std::fflush(stdout);
+
+  auto rss_start = sample_rss(false);
+  auto opened = runtime::open({tmp_root + "/home"});
+  if (!opened)
+    die("cannot open runtime: " + caf::to_string(opened.error()));
+  auto& rt = **opened;
+  std::fprintf(stderr, "runtime open: RSS %ld KiB (process start %ld KiB), %zu CAF workers\n",
+               sample_rss(false).rss, rss_start.rss, rt.system().scheduler().num_workers());
+
+  struct row {
+    int depth;
+    std::vector<tree_result> canopy;
+    bare_result bare;
+  };
+  std::vector<row> rows;
+  for (auto d : depths) {
+    row r;
+    r.depth = d;
+    for (int i = 0; i < rounds; ++i) {
+      std::fprintf(stderr, "tree depth %d, round %d ...\n", d, i + 1);
+      auto dir = fs::path(tmp_root) / ("tree" + std::to_string(d) + "_" + std::to_string(i));
+      r.canopy.push_back(run_tree(rt, dir, d, timeout));
+      auto& c = r.canopy.back();
+      std::fprintf(stderr,
+                   "  %zu executions: parse %.0f ms, start->leaves %.0f ms, stop: request %.1f "
+                   "ms, cascade %.0f ms, committed %.1f ms, handled event %.1f ms; %s\n",
+                   c.executions, c.parse_ms, c.start_to_leaves_ms, c.stop_request_ms,
+                   c.cascade_ms, c.committed_ms, c.handled_event_ms, c.verdict.c_str());
+    }
+    std::fprintf(stderr, "bare CAF depth %d ...\n", d);
+    r.bare = run_bare(rt.system(), d, r.canopy.front().executions, bare_rounds, timeout);
+    rows.push_back(std::move(r));
+  }
+
+  resume_result res;
+  if (do_resume) {
+    std::fprintf(stderr, "resume, %zu steps ...\n", resume_steps);
+    res = run_resume(rt, resume_steps, timeout);
+  }
+
+  // -- report -------------------------------------------------------------------------
+  if (!rows.empty()) {
+    std::printf("### Stop: request to committed snapshot\n\n");
+    std::printf("| executions | canopy: stop → committed snapshot | of which: cascade to root "
+                "snapshot (ms res.) | stop → `stop.handled` event | bare CAF trap-and-forward "
+                "(median of %d, min–max) | ratio | targets |\n|---|---|---|---|---|---|---|\n",
+                bare_rounds);
+    for (auto& r : rows) {
+      std::vector<double> committed, cascade, handled;
+      for (auto& c : r.canopy) {
+        committed.push_back(c.committed_ms);
+        cascade.push_back(c.cascade_ms);
+        handled.push_back(c.handled_event_ms);
+      }
+      auto bare = median(r.bare.stop_ms);
+      auto ratio = median(committed) / bare;
+      auto n = r.canopy.front().executions;
+      std::string target = ratio <= 2.0 ? "≤ 2×: met" : "≤ 2×: **missed**";
+      if (n == 11111)
+        target += median(committed) < 100 ? "; < 100 ms: met" : "; < 100 ms: **missed**";
+      std::printf("| %s | %.1f ms | %.0f ms | %.1f ms | %.1f ms (%.1f–%.1f) | %.1f× | %s |\n",
+                  group(static_cast<double>(n)).c_str(), median(committed), median(cascade),
+                  median(handled), bare,
+                  *std::min_element(r.bare.stop_ms.begin(), r.bare.stop_ms.end()),
+                  *std::max_element(r.bare.stop_ms.begin(), r.bare.stop_ms.end()), ratio,
+                  target.c_str());
+    }
+    if (rounds > 1)
+      std::printf("\n(canopy columns: median of %d rounds)\n", rounds);
+
+    std::printf("\n### Memory: RSS per live execution (delta from before start / executions)\n\n");
+    std::printf("| executions | VmRSS before start | VmRSS, all leaves running | **per execution: "
+                "VmRSS at once** (anon / file) | VmRSS 1 s later | same, after malloc_trim | "
+                "malloc in use 1 s later | parsed graph (malloc, before start) | bare CAF per "
+                "actor: VmRSS / malloc | target < 8 KiB |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
+    for (auto& r : rows) {
+      auto& c = r.canopy.front();
+      auto n = static_cast<double>(c.executions);
+      auto kib = [&](long a, long b) { return static_cast<double>(a - b) / n; };
+      auto per = kib(c.running.rss, c.before.rss);
+      auto heap_per = (c.settled.heap - c.before.heap) / n / 1024;
+      auto graph_per = (c.before.heap - c.before_parse.heap) / n / 1024;
+      std::printf("| %s | %.1f MiB | %.1f MiB | **%.2f KiB** (%.2f / %.2f) | %.2f KiB | %.2f KiB "
+                  "| %.2f KiB | %.2f KiB | %.2f / %.2f KiB | %s |\n",
+                  group(n).c_str(), c.before.rss / 1024.0, c.running.rss / 1024.0, per,
+                  kib(c.running.anon, c.before.anon), kib(c.running.file, c.before.file),
+                  kib(c.settled.rss, c.before.rss),
+                  kib(c.settled_trimmed.rss, c.before.rss), heap_per, graph_per,
+                  r.bare.rss_per_actor_b / 1024, r.bare.heap_per_actor_b / 1024,
+                  per < 8 ? "met" : "**missed**");
+    }
+
+    std::printf("\n### Details\n\n| executions | graph parse | start → all leaves running | "
+                "handle.stop() returned | snapshot check |\n|---|---|---|---|---|\n");
+    for (auto& r : rows)
+      for (auto& c : r.canopy)
+        std::printf("| %s | %.0f ms | %.0f ms | %.1f ms | %s (%.0f ms) |\n",
+                    group(static_cast<double>(c.executions)).c_str(), c.parse_ms,
+                    c.start_to_leaves_ms, c.stop_request_ms, c.verdict.c_str(), c.verify_ms);
+  }
+  if (do_resume) {
+    std::printf("\n### Resume of a stopped %s-step execution (half completed)\n\n",
+                group(static_cast<double>(res.steps)).c_str());
+    std::printf("| metric | value |\n|---|---|\n");
+    std::printf("| graph build + parse | %.0f ms |\n", res.parse_ms);
+    std::printf("| start → half completed and the sleep running | %.0f ms |\n", res.run_half_ms);
+    std::printf("| stop → stopped | %.0f ms |\n", res.stop_ms);
+    std::printf("| resume() call returned | %.0f ms |\n", res.resume_call_ms);
+    std::printf("| **resume() → first pending step started** | **%.0f ms** (target < 1 s: %s) |\n",
+                res.first_started_ms, res.first_started_ms < 1000 ? "met" : "**missed**");
+    std::printf("| steps | %s |\n", res.verdict.c_str());
+  }
+  std::printf("\nPeak RSS of the process (VmHWM): %.0f MiB\n", status_kib("VmHWM") / 1024.0);
+  std::fflush(stdout);
+
+  opened->reset();
+  if (!keep_tmp) {
+    std::error_code ec;
+    fs::remove_all(tmp_root, ec);
+  }
+  return 0;
+}
