@@ -584,11 +584,17 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
     emit(self, "execution.stopping", {}, "stopping", st.final_reason);
     put_execution(self);
   }
-  for (auto& s : st.steps) {
+  for (size_t i = 0; i < st.steps.size(); ++i) {
+    auto& s = st.steps[i];
     if (s.worker)
       self->send_exit(s.worker, make_stop(child_reason(st), force));
-    if (s.in_fn && s.stop_flag)
+    if (s.in_fn && s.stop_flag) {
       s.stop_flag->store(true, std::memory_order_release);
+      // A function that ignores its stop token cannot hold the stop forever.
+      auto& grace = st.g->steps[i].grace;
+      auto wait = force ? millis{0} : grace.interrupt + grace.terminate;
+      self->delayed_send(self, wait, abandon_atom::value, static_cast<uint64_t>(i), s.attempt);
+    }
   }
   try_complete_halt(self);
   flush(self);
@@ -880,6 +886,15 @@ caf::behavior execution(exec_actor* self, execution_init init,
           && std::find(st.stop_ids.begin(), st.stop_ids.end(), stop_id) == st.stop_ids.end())
         st.stop_ids.push_back(stop_id);
       begin_halt(self, execution_status::stopped, reason, reason, force);
+      flush(self);
+    },
+    [=](abandon_atom, uint64_t idx, int attempt) {
+      auto& st = self->state;
+      if (!current(st, idx, attempt) || !st.steps[idx].in_fn)
+        return;
+      // Its thread runs on; its late result is ignored.
+      st.steps[idx].in_fn = false;
+      try_complete_halt(self);
       flush(self);
     },
     [=](deadline_atom) {

@@ -18,6 +18,8 @@
 //   (stop_atom, reason, force, stop_id)  the same halt, for the target of a stop
 //       request (or a limit); the request is marked `handled` in the snapshot
 //   (deadline_atom)                      the graph's deadline passed
+//   (abandon_atom, step, attempt)        a stopped function ignored its stop
+//       token for the step's grace periods: the halt goes on without it
 //
 // Stop of a subtree: the execution a stop reaches writes `stopping`, sets its
 // halt token (no descendant starts a step from then on) and forwards the stop

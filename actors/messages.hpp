@@ -34,6 +34,7 @@ using child_atom = caf::atom_constant<caf::atom("child")>;       ///< child exec
 using stop_atom = caf::atom_constant<caf::atom("stop")>;         ///< stop an execution
 using start_atom = caf::atom_constant<caf::atom("start")>;       ///< an execution begins
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>; ///< a deadline passed
+using abandon_atom = caf::atom_constant<caf::atom("abandon")>;   ///< give up on a stopped fn
 
 /// What a finished step attempt produced: a result object, and an error
 /// message when it failed (a failed `run` step keeps its result too).

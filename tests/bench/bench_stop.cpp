@@ -776,7 +776,7 @@ int main(int argc, char** argv) {
   // -- report -------------------------------------------------------------------------
   if (!rows.empty()) {
     std::printf("### Stop: request to committed snapshot\n\n");
-    std::printf("| executions | canopy: stop → committed snapshot | of which: cascade to root "
+    std::printf("| executions | canopy: stop → committed snapshot | of which: cascade until the root builds its "
                 "snapshot (ms res.) | stop → `stop.handled` event | bare CAF trap-and-forward "
                 "(median of %d, min–max) | ratio | targets |\n|---|---|---|---|---|---|---|\n",
                 bare_rounds);

@@ -1045,3 +1045,35 @@ TEST_CASE("a queued execution is stopped before it runs", "[runtime][stop]") {
   CHECK(get(first.stop()).result.empty());
   CHECK(f.finish(first).status == execution_status::stopped);
 }
+
+TEST_CASE("a function that ignores its stop token cannot hold a stop forever",
+          "[runtime][stop]") {
+  fixture f;
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool entered = false, release = false;
+  f.rt->register_fn("stubborn", [&](fn_context&) -> caf::expected<json> {
+    std::unique_lock<std::mutex> guard{mtx};
+    entered = true;
+    cv.notify_all();
+    cv.wait(guard, [&] { return release; }); // never looks at its stop token
+    return json::object();
+  });
+  auto h = f.start({{"steps",
+                     {{"s",
+                       {{"fn", "stubborn"},
+                        {"grace", {{"interrupt", "50ms"}, {"terminate", "50ms"}}}}}}}});
+  {
+    std::unique_lock<std::mutex> guard{mtx};
+    REQUIRE(cv.wait_for(guard, generous, [&] { return entered; }));
+  }
+  get(h.stop());
+  auto rec = f.finish(h); // bounded by the grace periods, not by the function
+  CHECK(rec.status == execution_status::stopped);
+  CHECK(f.steps(h.id())["s"].status == step_status::pending);
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    release = true;
+  }
+  cv.notify_all();
+}
