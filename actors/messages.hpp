@@ -36,6 +36,9 @@ using start_atom = caf::atom_constant<caf::atom("start")>;       ///< an executi
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>; ///< a deadline passed
 using abandon_atom = caf::atom_constant<caf::atom("abandon")>;   ///< give up on a stopped fn
 
+/// Committed events, shared by every subscriber that receives them.
+using event_list = std::shared_ptr<const std::vector<event_record>>;
+
 /// What a finished step attempt produced: a result object, and an error
 /// message when it failed (a failed `run` step keeps its result too).
 struct step_outcome {
@@ -51,3 +54,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::write_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::step_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<canopy::event_record>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<canopy::event_record>>)

@@ -37,10 +37,14 @@ void flush(caf::stateful_actor<store_writer_state>* self) {
     else
       rp.deliver(true);
   }
-  if (!err && !batch.events.empty() && !st.subscribers.empty()) {
-    auto events = std::make_shared<std::vector<event_record>>(std::move(batch.events));
-    for (auto& s : st.subscribers)
-      self->send(s, events_atom::value, *events);
+  if (!err && !st.subscribers.empty()) {
+    auto events = std::make_shared<std::vector<event_record>>();
+    batch.take_events(*events);
+    if (!events->empty()) {
+      event_list shared = std::move(events);
+      for (auto& s : st.subscribers)
+        self->send(s, events_atom::value, shared);
+    }
   }
 }
 

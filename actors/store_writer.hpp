@@ -8,7 +8,7 @@
 //                                               after the answered seq
 //   (unsubscribe_atom, actor) -> bool           stop sending; answered after every
 //                                               event committed so far was sent
-// Subscribers receive (events_atom, std::vector<event_record>) after each commit,
+// Subscribers receive (events_atom, event_list) after each commit,
 // with seqs assigned, in seq order.
 //
 // Group commit: writes that arrive while a commit is in progress (or queued in

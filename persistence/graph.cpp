@@ -807,6 +807,7 @@ private:
     parse_result result;
     if (v.is_object()) {
       graph_parser child{child_opts, chain_};
+      child.cache_ = cache_;
       result = child.run(v, g_->base_dir, w.id);
     } else {
       auto target = v.get<std::string>();
@@ -822,16 +823,26 @@ private:
                      + "' includes itself (" + join(cycle, " -> ") + ")");
         return;
       }
-      auto doc = loader_(abs);
-      if (!doc) {
-        fail(path, message_of(doc.error()));
-        return;
+      // A file used by many steps (a fan-out of identical sub-graphs) is
+      // read and parsed once per depth; the steps share the parsed graph.
+      auto key = abs + '\0' + std::to_string(child_opts.depth) + '\0'
+                 + std::to_string(child_opts.max_depth);
+      auto cached = cache_->find(key);
+      if (cached == cache_->end()) {
+        auto doc = loader_(abs);
+        if (!doc) {
+          fail(path, message_of(doc.error()));
+          return;
+        }
+        auto chain = chain_;
+        chain.push_back(abs);
+        graph_parser child{child_opts, std::move(chain)};
+        child.cache_ = cache_;
+        auto parsed = child.run(*doc, parent_of(abs), fs::path(abs).stem().string());
+        cached = cache_->emplace(key, cached_file{std::move(parsed), std::move(*doc)}).first;
       }
-      auto chain = chain_;
-      chain.push_back(abs);
-      graph_parser child{child_opts, std::move(chain)};
-      result = child.run(*doc, parent_of(abs), fs::path(abs).stem().string());
-      files_[abs] = std::move(*doc);
+      result = cached->second.result;
+      files_.emplace(abs, cached->second.doc);
     }
     for (auto& e : result.errors)
       fail(path + e.path, std::move(e.message));
@@ -1016,6 +1027,14 @@ private:
 
   const parse_options& opts_;
   std::vector<std::string> chain_; ///< absolute paths of the files being parsed
+  /// A parsed file and its document.
+  struct cached_file {
+    parse_result result;
+    json doc;
+  };
+  /// Files parsed so far in this parse (shared with child parsers).
+  std::shared_ptr<std::map<std::string, cached_file>> cache_
+    = std::make_shared<std::map<std::string, cached_file>>();
   loader_fn loader_;
   int max_depth_;
   std::string base_abs_;

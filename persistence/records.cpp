@@ -283,7 +283,26 @@ struct object_writer {
 } // namespace
 
 std::string encode(const execution_record& x) {
-  return dump_json(to_json(x));
+  // The same fields as to_json(execution_record), written directly.
+  object_writer w;
+  w.str("id", x.id);
+  w.str("graph", x.graph);
+  w.str("status", to_string(x.status));
+  w.str("root", x.root_id);
+  w.num("depth", x.depth);
+  w.key("inputs");
+  w.out += x.inputs.is_object() && x.inputs.empty() ? std::string{"{}"} : dump_json(x.inputs);
+  w.num("created", x.created_at);
+  w.str_if("reason", x.reason);
+  w.str_if("error", x.error);
+  w.str_if("parent", x.parent_id);
+  w.str_if("pstep", x.parent_step);
+  w.value_if("outputs", x.outputs);
+  w.num_if("started", x.started_at);
+  w.num_if("ended", x.ended_at);
+  w.num_if("pid", x.owner_pid);
+  w.num_if("pstart", static_cast<int64_t>(x.owner_start));
+  return w.finish();
 }
 
 std::string encode(const stored_graph& x) {

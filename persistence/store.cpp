@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <algorithm>
+#include <functional>
 #include <random>
 
 #include "persistence/duration.hpp"
@@ -82,21 +83,24 @@ int mkdirs(const std::string& path) {
 } // namespace
 
 void write_batch::append(write_batch&& other) {
-  auto move_all = [](auto& dst, auto& src) {
-    if (dst.empty())
-      dst = std::move(src);
-    else
-      for (auto& x : src)
-        dst.push_back(std::move(x));
-  };
-  move_all(executions, other.executions);
-  move_all(steps, other.steps);
-  move_all(graphs, other.graphs);
-  move_all(encoded_graphs, other.encoded_graphs);
-  move_all(events, other.events);
-  move_all(deleted_executions, other.deleted_executions);
-  move_all(stops, other.stops);
-  move_all(counters, other.counters);
+  if (other.empty())
+    return;
+  if (empty()) {
+    *this = std::move(other);
+    return;
+  }
+  nested.push_back(std::move(other));
+}
+
+void write_batch::take_events(std::vector<event_record>& out) {
+  if (out.empty())
+    out = std::move(events);
+  else
+    for (auto& e : events)
+      out.push_back(std::move(e));
+  events.clear();
+  for (auto& n : nested)
+    n.take_events(out);
 }
 
 store::~store() {
@@ -514,82 +518,89 @@ caf::error store::commit(write_batch& batch) {
         mdb_cursor_close(cur);
       };
       static const std::string empty;
-      for (auto& id : batch.deleted_executions) {
-        MDB_val k = as_val(id);
-        execution_record rec;
-        MDB_val v;
-        if (mdb_get(txn, executions_, &k, &v) == 0) {
-          if (auto r = execution_from_json(json::parse(as_string(v), nullptr, false)))
-            rec = std::move(*r);
-          mdb_del(txn, executions_, &k, nullptr);
-          if (!rec.parent_id.empty()) {
-            auto ck = pair_key(rec.parent_id, id);
-            MDB_val ckv = as_val(ck);
-            mdb_del(txn, children_, &ckv, nullptr);
+      // One counter per store, in the same transaction: seqs are strictly
+      // increasing across every process that writes this home.
+      uint64_t seq = read_seq(txn, meta_);
+      uint64_t first_seq = seq;
+      std::function<void(write_batch&)> apply = [&](write_batch& b) {
+        for (auto& id : b.deleted_executions) {
+          MDB_val k = as_val(id);
+          execution_record rec;
+          MDB_val v;
+          if (mdb_get(txn, executions_, &k, &v) == 0) {
+            if (auto r = execution_from_json(json::parse(as_string(v), nullptr, false)))
+              rec = std::move(*r);
+            mdb_del(txn, executions_, &k, nullptr);
+            if (!rec.parent_id.empty()) {
+              auto ck = pair_key(rec.parent_id, id);
+              MDB_val ckv = as_val(ck);
+              mdb_del(txn, children_, &ckv, nullptr);
+            }
           }
+          mdb_del(txn, graphs_, &k, nullptr);
+          mdb_del(txn, live_, &k, nullptr);
+          del_prefix(steps_, id + '\0');
+          del_prefix(events_, id + '\0');
         }
-        mdb_del(txn, graphs_, &k, nullptr);
-        mdb_del(txn, live_, &k, nullptr);
-        del_prefix(steps_, id + '\0');
-        del_prefix(events_, id + '\0');
-      }
-      for (auto& x : batch.executions) {
-        put(executions_, x.id, encode(x));
-        if (rc == 0) {
-          MDB_val lk = as_val(x.id), lv = as_val(empty);
-          if (is_terminal(x.status)) {
-            int r = mdb_del(txn, live_, &lk, nullptr);
+        for (auto& x : b.executions) {
+          put(executions_, x.id, encode(x));
+          if (rc == 0) {
+            MDB_val lk = as_val(x.id), lv = as_val(empty);
+            if (is_terminal(x.status)) {
+              int r = mdb_del(txn, live_, &lk, nullptr);
+              if (r != 0 && r != MDB_NOTFOUND)
+                rc = r;
+            } else {
+              rc = mdb_put(txn, live_, &lk, &lv, 0);
+            }
+          }
+          // The child index is written while the child lives, not again in
+          // the final records (a stop snapshot of a large tree).
+          if (!x.parent_id.empty() && !is_terminal(x.status))
+            put(children_, pair_key(x.parent_id, x.id), empty);
+        }
+        for (auto& x : b.graphs)
+          put(graphs_, x.first, encode(x.second));
+        for (auto& x : b.encoded_graphs)
+          put(graphs_, x.first, x.second);
+        for (auto& x : b.stops) {
+          put(stops_, x.id, encode(x));
+          auto pk = pair_key(x.target, x.id);
+          if (!x.handled) {
+            put(pending_, pk, empty);
+          } else if (rc == 0) {
+            MDB_val k = as_val(pk);
+            int r = mdb_del(txn, pending_, &k, nullptr);
             if (r != 0 && r != MDB_NOTFOUND)
               rc = r;
-          } else {
-            rc = mdb_put(txn, live_, &lk, &lv, 0);
           }
         }
-        if (!x.parent_id.empty())
-          put(children_, pair_key(x.parent_id, x.id), empty);
-      }
-      for (auto& x : batch.graphs)
-        put(graphs_, x.first, encode(x.second));
-      for (auto& x : batch.encoded_graphs)
-        put(graphs_, x.first, x.second);
-      for (auto& x : batch.stops) {
-        put(stops_, x.id, encode(x));
-        auto pk = pair_key(x.target, x.id);
-        if (!x.handled) {
-          put(pending_, pk, empty);
-        } else if (rc == 0) {
-          MDB_val k = as_val(pk);
-          int r = mdb_del(txn, pending_, &k, nullptr);
-          if (r != 0 && r != MDB_NOTFOUND)
-            rc = r;
+        for (auto& x : b.counters) {
+          if (rc != 0)
+            break;
+          auto merged = x.second;
+          MDB_val k = as_val(x.first), v;
+          if (mdb_get(txn, counters_, &k, &v) == 0)
+            if (auto old = counters_from_json(json::parse(as_string(v), nullptr, false))) {
+              merged.steps = std::max(merged.steps, old->steps);
+              merged.spent = std::max(merged.spent, old->spent);
+              merged.run_ms = std::max(merged.run_ms, old->run_ms);
+              merged.budget = std::max(merged.budget, old->budget);
+            }
+          put(counters_, x.first, encode(merged));
         }
-      }
-      for (auto& x : batch.counters) {
-        if (rc != 0)
-          break;
-        auto merged = x.second;
-        MDB_val k = as_val(x.first), v;
-        if (mdb_get(txn, counters_, &k, &v) == 0)
-          if (auto old = counters_from_json(json::parse(as_string(v), nullptr, false))) {
-            merged.steps = std::max(merged.steps, old->steps);
-            merged.spent = std::max(merged.spent, old->spent);
-            merged.run_ms = std::max(merged.run_ms, old->run_ms);
-            merged.budget = std::max(merged.budget, old->budget);
-          }
-        put(counters_, x.first, encode(merged));
-      }
-      for (auto& x : batch.steps)
-        put(steps_, pair_key(x.execution_id, x.step), encode(x));
-      if (!batch.events.empty() && rc == 0) {
-        // One counter per store, in the same transaction: seqs are strictly
-        // increasing across every process that writes this home.
-        uint64_t seq = read_seq(txn, meta_);
-        for (auto& e : batch.events) {
+        for (auto& x : b.steps)
+          put(steps_, pair_key(x.execution_id, x.step), encode(x));
+        for (auto& e : b.events) {
           e.seq = ++seq;
           put(events_, pair_key(e.root_id, seq_key(e.seq)), encode(e));
         }
+        for (auto& n : b.nested)
+          apply(n);
+      };
+      apply(batch);
+      if (seq != first_seq)
         put(meta_, seq_meta_key, seq_key(seq));
-      }
       if (rc == 0)
         rc = mdb_txn_commit(txn);
       else

@@ -49,15 +49,23 @@ struct write_batch {
   std::vector<stop_record> stops;
   /// Scope execution id → counters, merged with the stored ones by maximum.
   std::vector<std::pair<std::string, tree_counters>> counters;
+  /// Batches appended to this one, committed after it in order. Appending
+  /// nests instead of copying records, so gathering a large subtree's
+  /// snapshot level by level costs O(1) per level.
+  std::vector<write_batch> nested;
 
   bool empty() const {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
            && events.empty() && deleted_executions.empty() && stops.empty()
-           && counters.empty();
+           && counters.empty() && nested.empty();
   }
 
-  /// Appends every mutation of `other`, keeping order.
+  /// Appends every mutation of `other`, keeping order. O(1).
   void append(write_batch&& other);
+
+  /// Moves every event of this batch and the nested ones, in commit order,
+  /// to the end of `out`.
+  void take_events(std::vector<event_record>& out);
 };
 
 /// Filter of `list_executions`.

@@ -213,9 +213,9 @@ caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::a
       st.early.clear();
     });
   return {
-    [=](events_atom, const std::vector<event_record>& events) {
+    [=](events_atom, const event_list& events) {
       auto& st = self->state;
-      for (auto& e : events) {
+      for (auto& e : *events) {
         if (!st.ready)
           st.early.push_back(e);
         else

@@ -1039,12 +1039,108 @@ TEST_CASE("recursion past max_depth through nested graph files is rejected at va
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("includes itself"));
   CHECK(run_canopy(home.path, {"ls", "--json"}).out_json() == json::array());
-  // TODO(issue 3, plan steps): runtime recursion past max_depth is only
-  // reachable through `plan` (or `agent`) steps, which the runtime does not run
-  // yet ("step kind 'plan' is not available on this node"). Once it does, add:
-  // a plan step whose planner prints a graph with the same plan step, expecting
-  // the root stopped/max_depth; and a plan stopped while its graph is being
-  // created leaving no trace of that graph and the step pending (SPEC §4.9).
+}
+
+TEST_CASE("recursion through plan steps stops the tree with max_depth", "[integration][stop]") {
+  temp_dir home, g;
+  // The planner prints a graph holding the same plan step: unbounded
+  // recursion that validation cannot see.
+  json rec = {{"steps", {{"p", {{"plan", {"sh", "-c", "cat rec.json"}}}}}}};
+  g.write("rec.json", rec.dump());
+  json root = rec;
+  root["name"] = "recroot";
+  root["limits"] = {{"max_depth", 3}};
+  auto file = g.write("recroot.json", root.dump());
+  REQUIRE(run_canopy(home.path, {"validate", file}).exit_code == 0);
+
+  auto r = run_canopy(home.path, {"run", file, "--json"}, 60s);
+  CHECK(r.exit_code == 3);
+  auto doc = r.out_json();
+  REQUIRE(doc.is_object());
+  auto id = doc["id"].get<std::string>();
+  CHECK(doc["status"] == "stopped");
+  CHECK(doc["reason"] == "max_depth");
+  CHECK(doc["steps"]["p"]["status"] == "pending");
+  CHECK(doc["steps"]["p"]["reason"] == "max_depth");
+  // Children down to max_depth 3 were planned and run; nothing deeper remains
+  // and nothing is left live.
+  int deepest = 0;
+  for_each_execution(show(home.path, id), [&](const json& e) {
+    INFO("execution " << e["id"] << " depth " << e["depth"]);
+    deepest = std::max(deepest, e["depth"].get<int>());
+    CHECK(e["status"] == "stopped");
+    if (e["depth"] != 0)
+      CHECK(e["reason"] == "parent_stopped");
+  });
+  CHECK(deepest == 3);
+  auto all = run_canopy(home.path, {"ls", "--json", "--all"}).out_json();
+  CHECK(all.size() == 4);
+  for (auto& e : all) {
+    CHECK(e["depth"].get<int>() <= 3);
+    CHECK(e["status"] == "stopped");
+  }
+}
+
+TEST_CASE("a plan step stopped while its graph is being created leaves no trace of that graph "
+          "and returns to pending",
+          "[integration][stop]") {
+  temp_dir home, g;
+  auto go = g.path + "/go";
+  json planned = {{"name", "planned"},
+                  {"steps", {{"x", {{"run", {"sh", "-c", "echo planned-ran"}}}}}},
+                  {"outputs", {{"text", "${steps.x.stdout}"}}}};
+  auto text = planned.dump();
+  auto half = text.substr(0, text.size() / 2);
+  g.write("planned.json", text);
+  // The planner prints half of the graph, then pauses (until `go` exists),
+  // then the rest: a stop in the pause catches the graph half created.
+  // `$${` is a literal `${` in the parent graph: the references belong to the
+  // planned graph.
+  auto escape = [](std::string t) {
+    for (size_t pos = 0; (pos = t.find("${", pos)) != std::string::npos; pos += 3)
+      t.insert(pos, "$");
+    return t;
+  };
+  auto planner = "printf '%s' '" + escape(half) + "'; echo 'planner: half way' >&2; i=0; until [ -e '" + go
+                 + "' ]; do i=$((i+1)); [ $i -gt 6000 ] && exit 9; sleep 0.01; done; printf '%s' '"
+                 + escape(text.substr(half.size())) + "'";
+  json doc = {{"name", "planning"},
+              {"steps", {{"p", {{"plan", {"sh", "-c", planner}}}}}},
+              {"outputs", {{"text", "${steps.p.text}"}}}};
+  auto file = g.write("planning.json", doc.dump());
+
+  auto run = start_canopy(home.path, {"run", file});
+  REQUIRE(wait_for_count(run, "planner: half way"));
+  auto id = only_root(home.path);
+  auto pid = show(home.path, id)["steps"]["p"]["pid"].get<long>();
+  auto stop = run_canopy(home.path, {"stop", id});
+  CHECK(stop.exit_code == 0);
+  CHECK(stop.out == "stopped (requested)\n");
+  REQUIRE(wait_exit(run));
+  CHECK(run.exit_code() == 3);
+  CHECK(wait_group_gone(pid));
+
+  auto tree = show(home.path, id);
+  CHECK(tree["status"] == "stopped");
+  CHECK(tree["reason"] == "requested");
+  CHECK(tree["steps"]["p"]["status"] == "pending");
+  CHECK(tree["steps"]["p"]["reason"] == "requested");
+  CHECK(!tree["steps"]["p"].contains("child_id"));
+  CHECK(tree["children"] == json::array());
+  CHECK(run_canopy(home.path, {"ls", "--json", "--all"}).out_json().size() == 1);
+  auto evs = events(home.path, id);
+  CHECK(count_events(evs, "execution.queued") == 1);
+
+  // Resume plans again and runs the planned graph once.
+  g.write("go", "");
+  auto resumed = run_canopy(home.path, {"resume", id, "--json"});
+  INFO("resume stderr: " << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  auto done = resumed.out_json();
+  CHECK(done["status"] == "completed");
+  CHECK(done["outputs"]["text"] == "planned-ran\n");
+  CHECK(done["children"].size() == 1);
+  CHECK(run_canopy(home.path, {"ls", "--json", "--all"}).out_json().size() == 2);
 }
 
 // -- 10. Ctrl-C --------------------------------------------------------------------------
