@@ -424,11 +424,15 @@ public:
       fail("/steps", "expected an object of at least one step, "
                        + (it->is_object() ? std::string{"got an empty object"} : got(*it)));
     } else {
+      // Large graphs (100,000 steps) must not pay for regrowth.
+      work_.reserve(it->size());
       for (auto& [id, val] : it->items())
         parse_step(id, val);
       check_needs();
       auto order = sort_steps();
       check_references();
+      if (errors_.empty())
+        g_->steps.reserve(order.size());
       if (errors_.empty())
         for (auto i : order) {
           g_->index.emplace(work_[i].id, g_->steps.size());

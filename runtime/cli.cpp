@@ -112,12 +112,13 @@ public:
         int sig = 0;
         if (sigwait(&set_, &sig) != 0 || done_)
           return;
-        if (n == 0) {
+        if (n == 0)
           std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
-          (void) h.stop(false);
-        } else {
-          (void) h.stop(true);
-        }
+        // The request uses a scoped_actor; one created on this long-lived
+        // thread kept ~actor_system waiting forever (CAF 0.17), so the
+        // request runs on a thread that ends with it.
+        bool force = n > 0;
+        std::thread([h, force] { (void) h.stop(force); }).join();
       }
     });
   }

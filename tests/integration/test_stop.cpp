@@ -664,82 +664,114 @@ TEST_CASE("a second stop while the execution is stopping is answered with the sa
 
 TEST_CASE("a queued execution stopped through the library ends stopped before any step starts",
           "[integration][stop]") {
-  // One scheduler thread, held by a subscription callback: an execution
-  // started meanwhile is durable as `queued` but its actor cannot run yet, so
-  // the stop certainly reaches a queued execution.
   temp_dir dir;
   canopy::runtime_options opts;
   opts.home = dir.path + "/home";
-  opts.scheduler_threads = 1;
-  auto rt = canopy::runtime::open(opts);
-  REQUIRE(rt);
-  auto parse = [&](const json& doc) {
-    auto r = canopy::parse_graph(doc, dir.path, (*rt)->graph_options());
+  auto parse = [&](canopy::runtime& rt, const json& doc) {
+    auto r = canopy::parse_graph(doc, dir.path, rt.graph_options());
     REQUIRE(r);
     return r.value;
   };
-
-  std::mutex mtx;
-  std::condition_variable cv;
-  bool held = false, release = false;
-  auto sub = (*rt)->subscribe([&](const canopy::event_record&) {
-    std::unique_lock<std::mutex> guard{mtx};
-    if (release)
-      return;
-    held = true;
-    cv.notify_all();
-    cv.wait(guard, [&] { return release; });
-  });
-  auto unblock = [&] {
-    std::lock_guard<std::mutex> guard{mtx};
-    release = true;
-    cv.notify_all();
+  const json work = {{"steps",
+                      {{"a", {{"fn", "noop"}}},
+                       {"b", {{"run", {"sh", "-c", "echo hi"}}}},
+                       {"c", {{"fn", "sleep"}, {"with", {{"ms", 60000}}}}}}}};
+  // The stopped execution: stopped/requested, one execution.stopped, and
+  // not one step ever started.
+  auto check_never_ran = [](canopy::runtime& rt, const canopy::execution_handle& h) {
+    REQUIRE(h.wait_for(canopy::millis{30'000}));
+    auto rec = h.status();
+    REQUIRE(rec);
+    CHECK(rec->status == canopy::execution_status::stopped);
+    CHECK(rec->reason == "requested");
+    auto evs = rt.db()->tree_events(h.id(), 0);
+    REQUIRE(evs);
+    std::vector<std::string> types;
+    for (auto& e : *evs)
+      types.push_back(e.type);
+    INFO("events: " << json(types).dump());
+    CHECK(std::count(types.begin(), types.end(), "step.started") == 0);
+    CHECK(std::count(types.begin(), types.end(), "execution.started") == 0);
+    CHECK(std::count(types.begin(), types.end(), "execution.stopped") == 1);
+    auto steps = rt.db()->steps(h.id());
+    REQUIRE(steps);
+    for (auto& s : *steps) {
+      INFO("step " << s.step);
+      CHECK(s.status == canopy::step_status::pending);
+      CHECK(s.attempt == 0);
+    }
   };
-  // Any event blocks the scheduler thread.
-  auto trigger = (*rt)->start(parse(json{{"steps", {{"a", {{"fn", "noop"}}}}}}), json::object());
-  REQUIRE(trigger);
-  {
-    std::unique_lock<std::mutex> guard{mtx};
-    REQUIRE(cv.wait_for(guard, 30s, [&] { return held; }));
+
+  SECTION("waiting for admission (max_running 1)") {
+    opts.max_running = 1;
+    auto rt = canopy::runtime::open(opts);
+    REQUIRE(rt);
+    auto first = (*rt)->start(parse(**rt, work), json::object());
+    REQUIRE(first);
+    // The first execution holds the only admission slot once it runs.
+    auto deadline = clock_type::now() + 30s;
+    while (first->status()->status != canopy::execution_status::running
+           && clock_type::now() < deadline)
+      std::this_thread::sleep_for(2ms);
+    REQUIRE(first->status()->status == canopy::execution_status::running);
+    auto h = (*rt)->start(parse(**rt, work), json::object());
+    REQUIRE(h);
+    CHECK(h->status()->status == canopy::execution_status::queued);
+    auto req = h->stop(false);
+    REQUIRE(req);
+    CHECK(req->result != "no_execution");
+    check_never_ran(**rt, *h);
+    REQUIRE(first->stop(false));
+    REQUIRE(first->wait_for(canopy::millis{30'000}));
+    CHECK(first->status()->status == canopy::execution_status::stopped);
   }
 
-  auto h = (*rt)->start(parse(json{{"steps",
-                                    {{"a", {{"fn", "noop"}}},
-                                     {"b", {{"run", {"sh", "-c", "echo hi"}}}},
-                                     {"c", {{"fn", "sleep"}, {"with", {{"ms", 60000}}}}}}}}),
-                        json::object());
-  if (!h)
+  SECTION("not yet scheduled (the only scheduler thread is busy)") {
+    // One scheduler thread, held by a subscription callback: an execution
+    // started meanwhile is durable as `queued` but its actor cannot run yet,
+    // so the stop is committed while it is certainly queued.
+    opts.scheduler_threads = 1;
+    auto rt = canopy::runtime::open(opts);
+    REQUIRE(rt);
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool held = false, release = false;
+    auto sub = (*rt)->subscribe([&](const canopy::event_record&) {
+      std::unique_lock<std::mutex> guard{mtx};
+      if (release)
+        return;
+      held = true;
+      cv.notify_all();
+      cv.wait(guard, [&] { return release; });
+    });
+    auto unblock = [&] {
+      std::lock_guard<std::mutex> guard{mtx};
+      release = true;
+      cv.notify_all();
+    };
+    // Any event blocks the scheduler thread.
+    auto trigger = (*rt)->start(parse(**rt, json{{"steps", {{"a", {{"fn", "noop"}}}}}}),
+                                json::object());
+    REQUIRE(trigger);
+    {
+      std::unique_lock<std::mutex> guard{mtx};
+      REQUIRE(cv.wait_for(guard, 30s, [&] { return held; }));
+    }
+    auto h = (*rt)->start(parse(**rt, work), json::object());
+    if (!h)
+      unblock();
+    REQUIRE(h);
+    auto before = h->status();
+    auto req = h->stop(false);
     unblock();
-  REQUIRE(h);
-  auto before = h->status();
-  auto req = h->stop(false);
-  unblock();
-  REQUIRE(before);
-  CHECK(before->status == canopy::execution_status::queued);
-  REQUIRE(req);
-  CHECK(req->result != "no_execution");
-
-  REQUIRE(h->wait_for(canopy::millis{30'000}));
-  auto rec = h->status();
-  REQUIRE(rec);
-  CHECK(rec->status == canopy::execution_status::stopped);
-  CHECK(rec->reason == "requested");
-  auto evs = (*rt)->db()->tree_events(h->id(), 0);
-  REQUIRE(evs);
-  std::vector<std::string> types;
-  for (auto& e : *evs)
-    types.push_back(e.type);
-  INFO("events: " << json(types).dump());
-  CHECK(std::count(types.begin(), types.end(), "step.started") == 0);
-  CHECK(std::count(types.begin(), types.end(), "execution.stopped") == 1);
-  auto steps = (*rt)->db()->steps(h->id());
-  REQUIRE(steps);
-  for (auto& s : *steps) {
-    CHECK(s.status == canopy::step_status::pending);
-    CHECK(s.attempt == 0);
+    REQUIRE(before);
+    CHECK(before->status == canopy::execution_status::queued);
+    REQUIRE(req);
+    CHECK(req->result != "no_execution");
+    check_never_ran(**rt, *h);
+    REQUIRE(trigger->wait_for(canopy::millis{30'000}));
+    sub.cancel();
   }
-  REQUIRE(trigger->wait_for(canopy::millis{30'000}));
-  sub.cancel();
 }
 
 // -- 7. a lone child stop ---------------------------------------------------------------------
