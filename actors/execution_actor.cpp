@@ -647,11 +647,14 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
     st.batch.append(make_queued_batch(r, *child_graph));
     s.child_id = r.id;
   }
-  child.parent_token = st.token;
+  child.token = std::make_shared<halt_token>(st.token);
   child.parent_scope = st.scope;
+  auto id = child.record.id;
+  auto token = child.token;
   mark_running(self, idx);
   s.worker = self->spawn<caf::linked + caf::monitored>(execution, std::move(child), st.svc,
                                                          caf::actor_cast<caf::actor>(self));
+  st.svc->directory->add(id, s.worker, std::move(token));
 }
 
 /// Parse options for a graph created at run time below this execution.
@@ -768,7 +771,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
   st.g = std::move(init.graph);
   st.svc = std::move(svc);
   st.parent = std::move(parent);
-  st.token = std::make_shared<halt_token>(init.parent_token);
+  st.token = init.token ? init.token : std::make_shared<halt_token>();
   auto& lim = st.g->limits;
   if (!init.parent_scope || lim.max_steps || lim.budget || lim.max_depth || lim.deadline) {
     // A root, or a graph that tightens its subtree's limits: a scope of its own.
@@ -788,7 +791,6 @@ caf::behavior execution(exec_actor* self, execution_init init,
   } else {
     st.scope = init.parent_scope;
   }
-  st.svc->directory->add(st.rec.id, caf::actor_cast<caf::actor>(self));
   self->attach_functor([dir = st.svc->directory, id = st.rec.id] { dir->remove(id); });
   init_steps(self, init.steps);
   self->set_exit_handler([=](caf::exit_msg& msg) {
@@ -887,6 +889,27 @@ caf::behavior execution(exec_actor* self, execution_init init,
         st.stop_ids.push_back(stop_id);
       begin_halt(self, execution_status::stopped, reason, reason, force);
       flush(self);
+    },
+    [=](request_atom, const stop_record& req, write_batch& batch) -> caf::result<bool> {
+      auto& st = self->state;
+      // Our earlier batches reach the writer first: the log shows every step
+      // started before the request, and none after it.
+      auto rp = self->make_response_promise();
+      st.batch.append(std::move(batch));
+      flush(self, [rp]() mutable { rp.deliver(true); });
+      if (st.finished) {
+        stop_record r = req;
+        r.handled = true;
+        r.result = "no_execution";
+        r.handled_at = now_ms();
+        st.batch.stops.push_back(std::move(r));
+        flush(self);
+        return caf::delegated<bool>{};
+      }
+      st.stop_ids.push_back(req.id);
+      begin_halt(self, execution_status::stopped, "requested", "requested", req.force);
+      flush(self);
+      return caf::delegated<bool>{};
     },
     [=](abandon_atom, uint64_t idx, int attempt) {
       auto& st = self->state;
@@ -1083,7 +1106,14 @@ write_batch make_queued_batch(const execution_record& rec, const graph& g) {
 
 caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
                            std::shared_ptr<const execution_services> services) {
-  return sys.spawn(execution, std::move(init), std::move(services), caf::actor{});
+  if (!init.token)
+    init.token = std::make_shared<halt_token>();
+  auto id = init.record.id;
+  auto token = init.token;
+  auto dir = services->directory;
+  auto a = sys.spawn(execution, std::move(init), std::move(services), caf::actor{});
+  dir->add(id, a, std::move(token));
+  return a;
 }
 
 } // namespace canopy

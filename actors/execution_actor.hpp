@@ -17,6 +17,9 @@
 //     then quit.
 //   (stop_atom, reason, force, stop_id)  the same halt, for the target of a stop
 //       request (or a limit); the request is marked `handled` in the snapshot
+//   (request_atom, stop_record, write_batch) -> bool   an in-process stop request:
+//       commits the request (after every record this execution wrote before),
+//       answers, then halts like (stop_atom ...)
 //   (deadline_atom)                      the graph's deadline passed
 //   (abandon_atom, step, attempt)        a stopped function ignored its stop
 //       token for the step's grace periods: the halt goes on without it
@@ -79,14 +82,17 @@ struct execution_init {
   execution_record record;
   std::shared_ptr<const canopy::graph> graph;
   std::vector<step_record> steps;
-  /// The parent's halt token and limit scope (null for a root).
-  std::shared_ptr<const halt_token> parent_token;
+  /// This execution's halt token (chained to its parent's), created and
+  /// registered in the directory by the spawner before the actor runs.
+  std::shared_ptr<halt_token> token;
+  /// The parent's limit scope (null for a root).
   std::shared_ptr<limit_scope> parent_scope;
   /// A root resumed with `--budget`: the raised budget.
   std::optional<double> budget;
 };
 
-/// Spawns a root execution actor. Threading: any thread.
+/// Spawns a root execution actor and registers it in the directory (with a
+/// new halt token when `init.token` is null). Threading: any thread.
 caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
                            std::shared_ptr<const execution_services> services);
 

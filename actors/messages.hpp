@@ -5,6 +5,7 @@
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
 #include <nlohmann/json.hpp>
 
 #include "persistence/records.hpp"
@@ -35,6 +36,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;         ///< stop an ex
 using start_atom = caf::atom_constant<caf::atom("start")>;       ///< an execution begins
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>; ///< a deadline passed
 using abandon_atom = caf::atom_constant<caf::atom("abandon")>;   ///< give up on a stopped fn
+using request_atom = caf::atom_constant<caf::atom("request")>;   ///< store and handle a stop request
 
 /// Committed events, shared by every subscriber that receives them.
 using event_list = std::shared_ptr<const std::vector<event_record>>;
@@ -45,6 +47,13 @@ struct step_outcome {
   nlohmann::json result;
   std::string error; ///< empty: success
 };
+
+/// Serialises a stop request (it may cross the middleman).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stop_record& x) {
+  return f(caf::meta::type_name("stop_record"), x.id, x.target, x.force, x.handled, x.result,
+           x.requested_at, x.handled_at, x.who);
+}
 
 } // namespace canopy
 

@@ -10,9 +10,16 @@ namespace canopy {
 
 // -- directory -------------------------------------------------------------------
 
-void execution_directory::add(const std::string& id, const caf::actor& a) {
+void execution_directory::add(const std::string& id, const caf::actor& a,
+                              std::shared_ptr<halt_token> token) {
   std::lock_guard<std::mutex> guard{mtx_};
-  actors_[id] = a.address();
+  actors_[id] = entry{a.address(), token};
+}
+
+std::shared_ptr<halt_token> execution_directory::token(const std::string& id) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = actors_.find(id);
+  return i == actors_.end() ? nullptr : i->second.token.lock();
 }
 
 void execution_directory::remove(const std::string& id) {
@@ -25,7 +32,7 @@ caf::actor execution_directory::find(const std::string& id) const {
   auto i = actors_.find(id);
   if (i == actors_.end())
     return caf::actor{};
-  return caf::actor_cast<caf::actor>(i->second);
+  return caf::actor_cast<caf::actor>(i->second.actor);
 }
 
 size_t execution_directory::size() const {

@@ -21,19 +21,29 @@ namespace canopy {
 
 // -- directory -------------------------------------------------------------------
 
-/// Live execution actors of this process by id. Holds weak references only.
+class halt_token;
+
+/// Live execution actors of this process by id, with their halt tokens.
+/// The spawner registers an execution before it runs, so a stop finds it at
+/// once. Holds weak references only.
 class execution_directory {
 public:
-  void add(const std::string& id, const caf::actor& a);
+  void add(const std::string& id, const caf::actor& a, std::shared_ptr<halt_token> token);
   void remove(const std::string& id);
   /// @returns the live actor, or an invalid handle.
   caf::actor find(const std::string& id) const;
+  /// @returns the execution's halt token, or null.
+  std::shared_ptr<halt_token> token(const std::string& id) const;
   /// @returns how many executions are registered.
   size_t size() const;
 
 private:
+  struct entry {
+    caf::actor_addr actor;
+    std::weak_ptr<halt_token> token;
+  };
   mutable std::mutex mtx_;
-  std::map<std::string, caf::actor_addr> actors_;
+  std::map<std::string, entry> actors_;
 };
 
 // -- halt tokens -----------------------------------------------------------------

@@ -114,10 +114,10 @@ public:
           return;
         if (n == 0)
           std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
-        // The request uses a scoped_actor; one created on this long-lived
-        // thread kept ~actor_system waiting forever (CAF 0.17), so the
-        // request runs on a thread that ends with it.
-        bool force = n > 0;
+        // The request runs on a thread that ends with it: a thread that called
+        // into CAF and is still alive (blocked in sigwait) when the runtime is
+        // destroyed kept ~actor_system waiting forever (seen with CAF 0.17).
+        bool force = n > 0; // the second Ctrl-C forces
         std::thread([h, force] { (void) h.stop(force); }).join();
       }
     });

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -174,6 +175,53 @@ caf::error check_inputs(const graph& g, const json& inputs) {
   return caf::none;
 }
 
+// -- blocking calls from any thread ---------------------------------------------
+
+namespace {
+
+// The library's blocking calls use a one-shot actor and a promise, not a
+// scoped_actor: a scoped_actor created on a thread that outlives it and is
+// still alive when the runtime shuts down kept ~actor_system waiting forever
+// (seen with CAF 0.17 on a sigwait thread). These work from any thread.
+
+/// Sends a request that answers `bool` and blocks until the answer.
+template <class... Ts>
+caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
+  auto done = std::make_shared<std::promise<caf::error>>();
+  auto answer = done->get_future();
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(dest, caf::infinite, xs...)
+      .then([=](bool) { done->set_value(caf::none); },
+            [=](caf::error& err) { done->set_value(std::move(err)); });
+  });
+  return answer.get();
+}
+
+/// Blocks until `who` is down or `timeout` passed; @returns true when down.
+bool await_down(caf::actor_system& sys, const caf::actor& who,
+                std::optional<millis> timeout = std::nullopt) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto down = done->get_future();
+  auto watcher = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->set_down_handler([=](caf::down_msg&) {
+      done->set_value();
+      self->quit();
+    });
+    self->monitor(who);
+    return {[](flush_atom) {}};
+  });
+  if (!timeout) {
+    down.wait();
+    return true;
+  }
+  if (down.wait_for(*timeout) == std::future_status::ready)
+    return true;
+  caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+  return false;
+}
+
+} // namespace
+
 // -- subscription -------------------------------------------------------------
 
 namespace {
@@ -246,18 +294,13 @@ subscription::~subscription() {
 void subscription::cancel() {
   if (!subscriber_)
     return;
-  {
-    // Drain: the writer answers after sending every committed event, the
-    // forwarder after delivering everything in its mailbox.
-    caf::scoped_actor self{subscriber_->home_system()};
-    self->request(writer_, caf::infinite, unsubscribe_atom::value, subscriber_)
-      .receive([](bool) {}, [](caf::error&) {});
-    self->request(subscriber_, caf::infinite, flush_atom::value)
-      .receive([](bool) {}, [](caf::error&) {});
-    self->monitor(subscriber_);
-    self->send_exit(subscriber_, caf::exit_reason::user_shutdown);
-    self->receive([](caf::down_msg&) {});
-  }
+  // Drain: the writer answers after sending every committed event, the
+  // forwarder after delivering everything in its mailbox.
+  auto& sys = subscriber_->home_system();
+  (void) blocking_request(sys, writer_, unsubscribe_atom::value, subscriber_);
+  (void) blocking_request(sys, subscriber_, flush_atom::value);
+  caf::anon_send_exit(subscriber_, caf::exit_reason::user_shutdown);
+  await_down(sys, subscriber_);
   subscriber_ = nullptr;
   writer_ = nullptr;
 }
@@ -265,23 +308,15 @@ void subscription::cancel() {
 // -- execution handle --------------------------------------------------------------
 
 caf::expected<execution_record> execution_handle::wait() const {
-  if (actor_) {
-    caf::scoped_actor self{rt_->system()};
-    self->monitor(actor_);
-    self->receive([](caf::down_msg&) {});
-  }
+  if (actor_)
+    await_down(rt_->system(), actor_);
   return status();
 }
 
 bool execution_handle::wait_for(millis timeout) const {
   if (!actor_)
     return true;
-  caf::scoped_actor self{rt_->system()};
-  self->monitor(actor_);
-  bool done = false;
-  self->receive([&](caf::down_msg&) { done = true; },
-                caf::after(timeout) >> [] {});
-  return done;
+  return await_down(rt_->system(), actor_, timeout);
 }
 
 caf::expected<execution_record> execution_handle::status() const {
@@ -289,7 +324,7 @@ caf::expected<execution_record> execution_handle::status() const {
 }
 
 bool execution_handle::running() const {
-  return !wait_for(millis{0});
+  return actor_ && !actor_->getf(caf::abstract_actor::is_terminated_flag);
 }
 
 subscription execution_handle::subscribe(std::function<void(const event_record&)> f) const {
@@ -337,6 +372,8 @@ caf::behavior stop_watcher(caf::stateful_actor<watcher_state>* self,
         if (self->state.delivered.count(r.id))
           continue;
         if (auto a = svc->directory->find(r.target)) {
+          if (auto token = svc->directory->token(r.target))
+            token->set();
           self->send(a, stop_atom::value, std::string{"requested"}, r.force, r.id);
           self->state.delivered.insert(r.id);
         }
@@ -470,13 +507,7 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   init.graph = std::move(g);
   // Durable before the id is handed out.
   auto batch = make_queued_batch(r, *init.graph);
-  caf::error err;
-  {
-    caf::scoped_actor self{*sys_};
-    self->request(writer_, caf::infinite, write_atom::value, std::move(batch))
-      .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
-  }
-  if (err)
+  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
     return err;
   execution_handle h;
   h.rt_ = this;
@@ -540,18 +571,19 @@ caf::expected<stop_record> runtime::stop(const std::string& id, bool force,
     r.result = "no_execution";
     return r;
   }
+  // From this moment nothing in the execution's subtree starts a step, even
+  // if its actor has not run yet; the request is stored before it is acted on
+  // further (a crash in between leaves the execution interrupted, resumable).
+  if (auto token = svc_->directory->token(id))
+    token->set();
   auto [req, batch] = make_stop_request(*rec, force, who);
-  caf::error err;
-  {
-    caf::scoped_actor self{*sys_};
-    self->request(writer_, caf::infinite, write_atom::value, std::move(batch))
-      .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
-  }
-  if (err)
-    return err;
-  // Stored first; now deliver it if the execution lives here.
+  // Live here: the execution stores the request itself, then halts.
   if (auto a = svc_->directory->find(id))
-    caf::anon_send(a, stop_atom::value, std::string{"requested"}, force, req.id);
+    if (!blocking_request(*sys_, a, request_atom::value, req, batch))
+      return req;
+  // Elsewhere (or it just ended): store it; its owner's watcher delivers it.
+  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
+    return err;
   return req;
 }
 

@@ -121,6 +121,10 @@ private:
   caf::actor actor_;
 };
 
+/// Threading: every member may be called from any thread. Observed with CAF
+/// 0.17: a thread that called into the runtime and is still alive, blocked
+/// (e.g. in sigwait), when the runtime is destroyed can keep the destructor
+/// waiting; make such calls from threads that end before (the CLI does).
 class runtime {
 public:
   ~runtime();
