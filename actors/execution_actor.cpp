@@ -489,6 +489,24 @@ bool halt_waiting(const execution_state& st) {
                      [](const step_rt& s) { return s.worker || s.in_fn; });
 }
 
+/// Marks stop request `r` handled, with `result`, in the next batch.
+void answer_stop(exec_actor* self, stop_record r, const char* result) {
+  r.target = self->state.rec.id;
+  r.handled = true;
+  r.result = result;
+  r.handled_at = now_ms();
+  self->state.batch.stops.push_back(std::move(r));
+}
+
+/// The stored stop request `id`, or a bare one when it is not stored.
+stop_record stored_stop(const execution_state& st, const std::string& id) {
+  if (auto r = st.svc->db->stop(id))
+    return std::move(*r);
+  stop_record r;
+  r.id = id;
+  return r;
+}
+
 /// Once no runner, child or function is left: one snapshot, then quit.
 void try_complete_halt(exec_actor* self) {
   auto& st = self->state;
@@ -521,15 +539,7 @@ void try_complete_halt(exec_actor* self) {
        st.error.empty() ? json(nullptr) : json{{"error", st.error}});
   put_execution(self);
   for (auto& id : st.stop_ids) {
-    stop_record r;
-    if (auto stored = st.svc->db->stop(id))
-      r = std::move(*stored);
-    r.id = id;
-    r.target = st.rec.id;
-    r.handled = true;
-    r.result = "stopped";
-    r.handled_at = now_ms();
-    st.batch.stops.push_back(std::move(r));
+    answer_stop(self, stored_stop(st, id), "stopped");
     emit(self, "stop.handled", {}, to_string(st.final_status), st.final_reason,
          {{"stop_id", id}});
   }
@@ -871,15 +881,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
       if (st.finished) {
         // Too late: the execution already ended. Answer the request anyway.
         if (!stop_id.empty()) {
-          stop_record r;
-          if (auto stored = st.svc->db->stop(stop_id))
-            r = std::move(*stored);
-          r.id = stop_id;
-          r.target = st.rec.id;
-          r.handled = true;
-          r.result = "no_execution";
-          r.handled_at = now_ms();
-          st.batch.stops.push_back(std::move(r));
+          answer_stop(self, stored_stop(st, stop_id), "no_execution");
           flush(self);
         }
         return;
@@ -898,11 +900,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
       st.batch.append(std::move(batch));
       flush(self, [rp]() mutable { rp.deliver(true); });
       if (st.finished) {
-        stop_record r = req;
-        r.handled = true;
-        r.result = "no_execution";
-        r.handled_at = now_ms();
-        st.batch.stops.push_back(std::move(r));
+        answer_stop(self, req, "no_execution");
         flush(self);
         return caf::delegated<bool>{};
       }

@@ -67,6 +67,26 @@ struct read_txn {
   }
 };
 
+/// Calls `f(key, value)` for each entry of `dbi` whose key starts with
+/// `prefix`, beginning at `start` (>= prefix), in key order, while `f`
+/// returns true.
+template <class F>
+void scan_prefix(MDB_txn* txn, unsigned dbi, const std::string& prefix, const std::string& start,
+                 F f) {
+  MDB_cursor* cur;
+  if (mdb_cursor_open(txn, dbi, &cur) != 0)
+    return;
+  MDB_val k = as_val(start), v;
+  for (int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
+      break;
+    if (!f(k, v))
+      break;
+  }
+  mdb_cursor_close(cur);
+}
+
 int mkdirs(const std::string& path) {
   std::string cur;
   for (size_t i = 0; i <= path.size(); ++i) {
@@ -215,23 +235,18 @@ caf::expected<execution_record> store::execution(const std::string& id) const {
 caf::expected<std::vector<step_record>> store::steps(const std::string& id) const {
   std::vector<step_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_cursor* cur;
-    mdb_cursor_open(txn, steps_, &cur);
-    std::string prefix = id + '\0';
-    MDB_val k = as_val(prefix), v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
-        break;
+    caf::error bad;
+    auto prefix = id + '\0';
+    scan_prefix(txn, steps_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
       auto rec = step_from_json(json::parse(as_string(v), nullptr, false));
       if (!rec) {
-        mdb_cursor_close(cur);
-        return rec.error();
+        bad = rec.error();
+        return false;
       }
       out.push_back(std::move(*rec));
-    }
-    mdb_cursor_close(cur);
-    return caf::none;
+      return true;
+    });
+    return bad;
   });
   if (err)
     return err;
@@ -241,18 +256,12 @@ caf::expected<std::vector<step_record>> store::steps(const std::string& id) cons
 caf::expected<std::vector<std::string>> store::children(const std::string& id) const {
   std::vector<std::string> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_cursor* cur;
-    mdb_cursor_open(txn, children_, &cur);
-    std::string prefix = id + '\0';
-    MDB_val k = as_val(prefix), v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
-        break;
+    auto prefix = id + '\0';
+    scan_prefix(txn, children_, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
       out.emplace_back(static_cast<const char*>(k.mv_data) + prefix.size(),
                        k.mv_size - prefix.size());
-    }
-    mdb_cursor_close(cur);
+      return true;
+    });
     return caf::none;
   });
   if (err)
@@ -316,27 +325,21 @@ caf::expected<std::vector<event_record>>
 store::tree_events(const std::string& root_id, uint64_t after, size_t limit) const {
   std::vector<event_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_cursor* cur;
-    mdb_cursor_open(txn, events_, &cur);
-    std::string prefix = root_id + '\0';
-    std::string start = prefix + seq_key(after + 1);
-    MDB_val k = as_val(start), v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      if (k.mv_size != prefix.size() + 8
-          || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
-        break;
-      auto rec = event_from_json(json::parse(as_string(v), nullptr, false));
-      if (!rec) {
-        mdb_cursor_close(cur);
-        return rec.error();
-      }
-      out.push_back(std::move(*rec));
-      if (limit != 0 && out.size() >= limit)
-        break;
-    }
-    mdb_cursor_close(cur);
-    return caf::none;
+    caf::error bad;
+    auto prefix = root_id + '\0';
+    scan_prefix(txn, events_, prefix, prefix + seq_key(after + 1),
+                [&](const MDB_val& k, const MDB_val& v) {
+                  if (k.mv_size != prefix.size() + 8)
+                    return true;
+                  auto rec = event_from_json(json::parse(as_string(v), nullptr, false));
+                  if (!rec) {
+                    bad = rec.error();
+                    return false;
+                  }
+                  out.push_back(std::move(*rec));
+                  return limit == 0 || out.size() < limit;
+                });
+    return bad;
   });
   if (err)
     return err;
