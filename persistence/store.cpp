@@ -596,7 +596,15 @@ caf::error store::commit(write_batch& batch) {
           put(steps_, pair_key(x.execution_id, x.step), encode(x));
         for (auto& e : b.events) {
           e.seq = ++seq;
-          put(events_, pair_key(e.root_id, seq_key(e.seq)), encode(e));
+          // The newest tree's events go at the very end of the database:
+          // appending skips the search; elsewhere it is a normal insert.
+          auto key = pair_key(e.root_id, seq_key(e.seq));
+          auto val = encode(e);
+          put(events_, key, val, MDB_APPEND);
+          if (rc == MDB_KEYEXIST) {
+            rc = 0;
+            put(events_, key, val);
+          }
         }
         for (auto& n : b.nested)
           apply(n);
