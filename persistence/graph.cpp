@@ -55,20 +55,6 @@ std::string join(const Container& xs, const std::string& sep = ", ") {
   return result;
 }
 
-/// Escapes one RFC 6901 reference token.
-std::string escape_pointer(const std::string& key) {
-  std::string result;
-  result.reserve(key.size());
-  for (auto c : key) {
-    if (c == '~')
-      result += "~0";
-    else if (c == '/')
-      result += "~1";
-    else
-      result += c;
-  }
-  return result;
-}
 
 /// Returns true for `[A-Za-z0-9_-]+`, the names references can spell.
 bool is_name(const std::string& s) {

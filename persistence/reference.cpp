@@ -215,19 +215,6 @@ caf::expected<json> resolve_string(const std::string& s, const reference_scope& 
   return json(std::move(result));
 }
 
-std::string escape_pointer(const std::string& key) {
-  std::string result;
-  result.reserve(key.size());
-  for (auto c : key) {
-    if (c == '~')
-      result += "~0";
-    else if (c == '/')
-      result += "~1";
-    else
-      result += c;
-  }
-  return result;
-}
 
 } // namespace
 
@@ -290,6 +277,20 @@ caf::expected<std::string> resolve_text(const std::string& s, const reference_sc
   if (r->is_string())
     return r->get<std::string>();
   return compact(*r);
+}
+
+std::string escape_pointer(const std::string& key) {
+  std::string result;
+  result.reserve(key.size());
+  for (auto c : key) {
+    if (c == '~')
+      result += "~0";
+    else if (c == '/')
+      result += "~1";
+    else
+      result += c;
+  }
+  return result;
 }
 
 } // namespace canopy

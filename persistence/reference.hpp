@@ -32,6 +32,9 @@ struct reference {
 ///          (an unterminated `${`, an unknown scope, an empty name).
 caf::expected<std::vector<reference>> find_references(const std::string& s);
 
+/// Escapes one RFC 6901 reference token (`~` → `~0`, `/` → `~1`).
+std::string escape_pointer(const std::string& key);
+
 /// Calls `f` for every string in `v` (recursively through arrays and objects),
 /// with the RFC 6901 path of the string relative to `v`.
 /// `f` receives `(path, string)`; `path` is `path` followed by the pointer

@@ -212,16 +212,18 @@ caf::error store::read(F&& f) const {
   return f(t.txn);
 }
 
-caf::expected<execution_record> store::execution(const std::string& id) const {
-  execution_record out;
+template <class T, class Decode>
+caf::expected<T> store::get_record(unsigned dbi, const std::string& key,
+                                   const std::string& missing, Decode decode) const {
+  T out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_val k = as_val(id), v;
-    int rc = mdb_get(txn, executions_, &k, &v);
+    MDB_val k = as_val(key), v;
+    int rc = mdb_get(txn, dbi, &k, &v);
     if (rc == MDB_NOTFOUND)
-      return make_error(persistence_errc::not_found, "no execution '" + id + "'");
+      return make_error(persistence_errc::not_found, missing);
     if (rc != 0)
       return lmdb_error("mdb_get", rc);
-    auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
+    auto rec = decode(json::parse(as_string(v), nullptr, false));
     if (!rec)
       return rec.error();
     out = std::move(*rec);
@@ -230,6 +232,11 @@ caf::expected<execution_record> store::execution(const std::string& id) const {
   if (err)
     return err;
   return out;
+}
+
+caf::expected<execution_record> store::execution(const std::string& id) const {
+  return get_record<execution_record>(executions_, id, "no execution '" + id + "'",
+                                      execution_from_json);
 }
 
 caf::expected<std::vector<step_record>> store::steps(const std::string& id) const {
@@ -270,23 +277,8 @@ caf::expected<std::vector<std::string>> store::children(const std::string& id) c
 }
 
 caf::expected<stored_graph> store::graph(const std::string& id) const {
-  stored_graph out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_val k = as_val(id), v;
-    int rc = mdb_get(txn, graphs_, &k, &v);
-    if (rc == MDB_NOTFOUND)
-      return make_error(persistence_errc::not_found, "no graph for execution '" + id + "'");
-    if (rc != 0)
-      return lmdb_error("mdb_get", rc);
-    auto rec = stored_graph_from_json(json::parse(as_string(v), nullptr, false));
-    if (!rec)
-      return rec.error();
-    out = std::move(*rec);
-    return caf::none;
-  });
-  if (err)
-    return err;
-  return out;
+  return get_record<stored_graph>(graphs_, id, "no graph for execution '" + id + "'",
+                                  stored_graph_from_json);
 }
 
 caf::expected<std::vector<execution_record>> store::list(const execution_filter& f) const {
@@ -347,23 +339,7 @@ store::tree_events(const std::string& root_id, uint64_t after, size_t limit) con
 }
 
 caf::expected<stop_record> store::stop(const std::string& id) const {
-  stop_record out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_val k = as_val(id), v;
-    int rc = mdb_get(txn, stops_, &k, &v);
-    if (rc == MDB_NOTFOUND)
-      return make_error(persistence_errc::not_found, "no stop request '" + id + "'");
-    if (rc != 0)
-      return lmdb_error("mdb_get", rc);
-    auto rec = stop_from_json(json::parse(as_string(v), nullptr, false));
-    if (!rec)
-      return rec.error();
-    out = std::move(*rec);
-    return caf::none;
-  });
-  if (err)
-    return err;
-  return out;
+  return get_record<stop_record>(stops_, id, "no stop request '" + id + "'", stop_from_json);
 }
 
 caf::expected<std::vector<stop_record>> store::pending_stops() const {
@@ -400,23 +376,11 @@ caf::expected<std::vector<stop_record>> store::pending_stops() const {
 }
 
 caf::expected<tree_counters> store::counters(const std::string& id) const {
-  tree_counters out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_val k = as_val(id), v;
-    int rc = mdb_get(txn, counters_, &k, &v);
-    if (rc == MDB_NOTFOUND)
-      return caf::none;
-    if (rc != 0)
-      return lmdb_error("mdb_get", rc);
-    auto rec = counters_from_json(json::parse(as_string(v), nullptr, false));
-    if (!rec)
-      return rec.error();
-    out = *rec;
-    return caf::none;
-  });
-  if (err)
-    return err;
-  return out;
+  auto x = get_record<tree_counters>(counters_, id, "", counters_from_json);
+  if (!x && x.error().category() == persistence_category
+      && x.error().code() == static_cast<uint8_t>(persistence_errc::not_found))
+    return tree_counters{};
+  return x;
 }
 
 caf::expected<std::vector<execution_record>> store::live() const {

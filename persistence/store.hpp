@@ -151,6 +151,10 @@ private:
   store() = default;
   template <class F>
   caf::error read(F&& f) const;
+  /// Reads and decodes one record; `not_found` with `missing` when absent.
+  template <class T, class Decode>
+  caf::expected<T> get_record(unsigned dbi, const std::string& key, const std::string& missing,
+                              Decode decode) const;
   caf::error grow();
 
   std::string home_;

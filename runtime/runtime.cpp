@@ -33,6 +33,22 @@ std::string default_home() {
 
 namespace {
 
+/// An event about execution `rec`.
+event_record make_event(const execution_record& rec, const char* type, int64_t time,
+                        const std::string& step = {}, const std::string& status = {},
+                        const std::string& reason = {}) {
+  event_record e;
+  e.time = time;
+  e.type = type;
+  e.execution_id = rec.id;
+  e.root_id = rec.root_id;
+  e.parent_id = rec.parent_id;
+  e.step = step;
+  e.status = status;
+  e.reason = reason;
+  return e;
+}
+
 bool owner_alive(const execution_record& rec) {
   if (rec.owner_pid <= 0)
     return false;
@@ -70,30 +86,15 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
       s.status = step_status::pending;
       s.reason = "interrupted";
       s.ended_at = now;
-      event_record e;
-      e.time = now;
-      e.type = "step.pending";
-      e.execution_id = rec.id;
-      e.root_id = rec.root_id;
-      e.parent_id = rec.parent_id;
-      e.step = s.step;
-      e.status = "pending";
-      e.reason = "interrupted";
-      batch.events.push_back(std::move(e));
+      batch.events.push_back(
+        make_event(rec, "step.pending", now, s.step, "pending", "interrupted"));
       batch.steps.push_back(std::move(s));
     }
     rec.status = execution_status::stopped;
     rec.reason = "interrupted";
     rec.ended_at = now;
-    event_record e;
-    e.time = now;
-    e.type = "execution.stopped";
-    e.execution_id = rec.id;
-    e.root_id = rec.root_id;
-    e.parent_id = rec.parent_id;
-    e.status = "stopped";
-    e.reason = "interrupted";
-    batch.events.push_back(std::move(e));
+    batch.events.push_back(
+      make_event(rec, "execution.stopped", now, {}, "stopped", "interrupted"));
     recovered.push_back(rec.id);
     batch.executions.push_back(std::move(rec));
   }
@@ -121,12 +122,7 @@ std::pair<stop_record, write_batch> make_stop_request(const execution_record& ta
   r.who = who;
   write_batch b;
   b.stops.push_back(r);
-  event_record e;
-  e.time = r.requested_at;
-  e.type = "stop.requested";
-  e.execution_id = target.id;
-  e.root_id = target.root_id;
-  e.parent_id = target.parent_id;
+  auto e = make_event(target, "stop.requested", r.requested_at);
   e.data = {{"stop_id", r.id}, {"mode", force ? "force" : "graceful"}, {"who", who}};
   b.events.push_back(std::move(e));
   return {std::move(r), std::move(b)};
@@ -144,14 +140,8 @@ caf::error settle_stops(const store& db, write_batch& batch) {
     r.handled_at = now_ms();
     r.result = rec && rec->status == execution_status::stopped ? "stopped" : "no_execution";
     if (rec) {
-      event_record e;
-      e.time = r.handled_at;
-      e.type = "stop.handled";
-      e.execution_id = rec->id;
-      e.root_id = rec->root_id;
-      e.parent_id = rec->parent_id;
-      e.status = to_string(rec->status);
-      e.reason = rec->reason;
+      auto e = make_event(*rec, "stop.handled", r.handled_at, {}, to_string(rec->status),
+                          rec->reason);
       e.data = {{"stop_id", r.id}};
       batch.events.push_back(std::move(e));
     }
