@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -107,6 +109,21 @@ bool process_gone(long pid) {
     return true;
   auto pos = text.rfind(')');
   return pos != std::string::npos && pos + 2 < text.size() && text[pos + 2] == 'Z';
+}
+
+int64_t ms_of(const json& t) {
+  if (!t.is_string())
+    throw std::runtime_error("not an RFC 3339 time: " + t.dump());
+  std::tm tm{};
+  int ms = 0;
+  auto s = t.get<std::string>();
+  if (std::sscanf(s.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms)
+      != 7)
+    throw std::runtime_error("not an RFC 3339 time: " + s);
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
 }
 
 std::string read_file(const std::string& path) {

@@ -64,6 +64,10 @@ bool wait_exit(subprocess& p, std::chrono::seconds timeout = std::chrono::second
 /// True when no process with `pid` exists any more (zombies count as gone).
 bool process_gone(long pid);
 
+/// Parses an RFC 3339 UTC time with milliseconds (as canopy writes them)
+/// into ms since the epoch; throws (failing the test) for anything else.
+int64_t ms_of(const json& t);
+
 /// Reads a whole file.
 std::string read_file(const std::string& path);
 

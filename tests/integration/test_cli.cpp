@@ -22,19 +22,6 @@ std::string fixture(const std::string& name) {
   return source_dir() + "/tests/fixtures/" + name;
 }
 
-/// Parses an RFC 3339 time with milliseconds into ms since the epoch.
-int64_t ms_of(const json& t) {
-  REQUIRE(t.is_string());
-  std::tm tm{};
-  int ms = 0;
-  auto s = t.get<std::string>();
-  REQUIRE(std::sscanf(s.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                      &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms)
-          == 7);
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
-}
 
 /// The largest number of intervals [start, end) that overlap at one moment.
 size_t max_overlap(std::vector<std::pair<int64_t, int64_t>> iv) {
