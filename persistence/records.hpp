@@ -32,6 +32,12 @@ bool from_string(const std::string& s, step_status& x);
 /// True for `completed`, `failed` and `stopped`: nothing of it runs.
 bool is_terminal(execution_status x);
 
+/// True for `queued`, `running` and `stopping`: a stop has something to do
+/// (SPEC §13 rule 10); any other status answers `no_execution`.
+inline bool is_stoppable(execution_status x) {
+  return !is_terminal(x);
+}
+
 // -- records -------------------------------------------------------------------
 
 /// One execution, without its steps. Times are ms since the epoch, 0 = unset.

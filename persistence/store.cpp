@@ -69,7 +69,7 @@ struct read_txn {
 
 /// Calls `f(key, value)` for each entry of `dbi` whose key starts with
 /// `prefix`, beginning at `start` (>= prefix), in key order, while `f`
-/// returns true.
+/// returns true. An empty `start` scans from the first entry.
 template <class F>
 void scan_prefix(MDB_txn* txn, unsigned dbi, const std::string& prefix, const std::string& start,
                  F f) {
@@ -77,8 +77,8 @@ void scan_prefix(MDB_txn* txn, unsigned dbi, const std::string& prefix, const st
   if (mdb_cursor_open(txn, dbi, &cur) != 0)
     return;
   MDB_val k = as_val(start), v;
-  for (int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
-       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+  for (int rc = mdb_cursor_get(cur, &k, &v, start.empty() ? MDB_FIRST : MDB_SET_RANGE);
+       rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
       break;
     if (!f(k, v))
@@ -345,28 +345,25 @@ caf::expected<stop_record> store::stop(const std::string& id) const {
 caf::expected<std::vector<stop_record>> store::pending_stops() const {
   std::vector<stop_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_cursor* cur;
-    mdb_cursor_open(txn, pending_, &cur);
-    MDB_val k, v;
-    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    caf::error bad;
+    scan_prefix(txn, pending_, {}, {}, [&](const MDB_val& k, const MDB_val&) {
       auto key = as_string(k);
       auto sep = key.find('\0');
       if (sep == std::string::npos)
-        continue;
+        return true;
       auto sid = key.substr(sep + 1);
       MDB_val sk = as_val(sid), sv;
       if (mdb_get(txn, stops_, &sk, &sv) != 0)
-        continue;
+        return true;
       auto rec = stop_from_json(json::parse(as_string(sv), nullptr, false));
       if (!rec) {
-        mdb_cursor_close(cur);
-        return rec.error();
+        bad = rec.error();
+        return false;
       }
       out.push_back(std::move(*rec));
-    }
-    mdb_cursor_close(cur);
-    return caf::none;
+      return true;
+    });
+    return bad;
   });
   if (err)
     return err;
@@ -386,23 +383,20 @@ caf::expected<tree_counters> store::counters(const std::string& id) const {
 caf::expected<std::vector<execution_record>> store::live() const {
   std::vector<execution_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_cursor* cur;
-    mdb_cursor_open(txn, live_, &cur);
-    MDB_val k, v;
-    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-      MDB_val ev;
-      if (mdb_get(txn, executions_, &k, &ev) != 0)
-        continue;
+    caf::error bad;
+    scan_prefix(txn, live_, {}, {}, [&](const MDB_val& k, const MDB_val&) {
+      MDB_val kk = k, ev;
+      if (mdb_get(txn, executions_, &kk, &ev) != 0)
+        return true;
       auto rec = execution_from_json(json::parse(as_string(ev), nullptr, false));
       if (!rec) {
-        mdb_cursor_close(cur);
-        return rec.error();
+        bad = rec.error();
+        return false;
       }
       out.push_back(std::move(*rec));
-    }
-    mdb_cursor_close(cur);
-    return caf::none;
+      return true;
+    });
+    return bad;
   });
   if (err)
     return err;

@@ -340,8 +340,7 @@ int cmd_stop(const global_options& g, const std::string& id, bool force, double 
   auto rec = (*db)->execution(id);
   if (!rec)
     return fail(rec.error());
-  if (rec->status != execution_status::queued && rec->status != execution_status::running
-      && rec->status != execution_status::stopping) {
+  if (!is_stoppable(rec->status)) {
     std::cout << "no_execution\n";
     return 0;
   }
@@ -512,7 +511,7 @@ int cli_main(int argc, char** argv) {
   auto resume = app.add_subcommand("resume", "resume a stopped, failed or interrupted execution");
   resume->add_option("id", id, "execution id")->required();
   std::optional<double> budget;
-  resume->add_option("--budget", budget, "raise the tree's budget")->check(CLI::NonNegativeNumber);
+  resume->add_option("--budget", budget, "raise the tree's budget")->check(CLI::Range(0.0, 1e12));
   resume->add_flag("--json", as_json, "print the execution document as JSON");
 
   bool force = false;

@@ -544,7 +544,6 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   init.budget = budget;
   h.actor_ = spawn_execution(*sys_, std::move(init), svc_);
   track(h.actor_);
-  track(h.actor_);
   return h;
 }
 
@@ -553,8 +552,7 @@ caf::expected<stop_record> runtime::stop(const std::string& id, bool force,
   auto rec = db_->execution(id);
   if (!rec)
     return rec.error();
-  if (rec->status != execution_status::queued && rec->status != execution_status::running
-      && rec->status != execution_status::stopping) {
+  if (!is_stoppable(rec->status)) {
     stop_record r;
     r.target = id;
     r.handled = true;
