@@ -654,6 +654,7 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
     r.created_at = now_ms();
     r.owner_pid = st.svc->owner_pid;
     r.owner_start = st.svc->owner_start;
+    r.owner = st.rec.owner;
     st.batch.append(make_queued_batch(r, *child_graph));
     s.child_id = r.id;
   }

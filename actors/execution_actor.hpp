@@ -47,6 +47,7 @@
 // back to `pending` with reason `sibling_failed` (their child executions stop
 // with that reason) and the execution ends `failed`/`step_failed`.
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -59,6 +60,7 @@
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
+#include "persistence/tools.hpp"
 
 namespace canopy {
 
@@ -71,6 +73,11 @@ struct execution_services {
   std::shared_ptr<fn_registry> fns;
   std::shared_ptr<fn_pool> pool;
   std::shared_ptr<execution_directory> directory;
+  /// Tools `tool` and `plan` steps may name (never null once the runtime runs).
+  std::shared_ptr<const tool_table> tools;
+  /// A slot pool per tool with its own `max_parallel`; a tool step takes a
+  /// slot here first, then one from `slots`.
+  std::map<std::string, caf::actor> tool_slots;
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
 };

@@ -32,4 +32,9 @@ std::string message_of(const caf::error& err) {
   return caf::to_string(err);
 }
 
+bool is(const caf::error& err, persistence_errc x) {
+  return err && err.category() == persistence_category
+         && err.code() == static_cast<uint8_t>(x);
+}
+
 } // namespace canopy

@@ -35,6 +35,9 @@ caf::error make_error(persistence_errc x, std::string message);
 /// Returns the name of `x`, e.g. `"invalid_graph"`.
 const char* to_string(persistence_errc x);
 
+/// True when `err` is `persistence_errc` `x` (whatever its message).
+bool is(const caf::error& err, persistence_errc x);
+
 /// Returns the human-readable message stored with `err`, or `to_string(err)`.
 std::string message_of(const caf::error& err);
 

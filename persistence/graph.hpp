@@ -117,6 +117,10 @@ struct graph {
 struct graph_error {
   std::string path;
   std::string message;
+  /// A machine-readable code for the HTTP API: empty means `invalid_graph`;
+  /// `inline_commands_disabled` for a `run` step (or argv `plan`) on a node
+  /// that does not allow inline commands.
+  std::string code;
 };
 
 /// Renders `e` as `"PATH: MESSAGE"` (or just the message when the path is empty).
@@ -129,6 +133,10 @@ struct parse_options {
   std::set<std::string> fns;
   /// Registered tool names; `tool`/`plan` steps naming another are an error.
   std::set<std::string> tools;
+  /// False on a server whose config does not allow inline commands: `run`
+  /// steps and `plan` steps with an argv are errors (code
+  /// `inline_commands_disabled`), in child graphs too.
+  bool allow_inline = true;
   /// Depth of the graph being parsed (root: 0); a `graph` step at depth
   /// `max_depth` is a `max_depth` error.
   int depth = 0;

@@ -89,6 +89,8 @@ json to_json(const execution_record& x) {
   put_int(j, "pid", x.owner_pid);
   if (x.owner_start != 0)
     j["pstart"] = x.owner_start;
+  put_str(j, "owner", x.owner);
+  put_int(j, "gver", x.graph_version);
   return j;
 }
 
@@ -113,6 +115,8 @@ caf::expected<execution_record> execution_from_json(const json& j) {
     get_to(j, "ended", x.ended_at);
     get_to(j, "pid", x.owner_pid);
     get_to(j, "pstart", x.owner_start);
+    get_to(j, "owner", x.owner);
+    get_to(j, "gver", x.graph_version);
     return x;
   });
 }
@@ -302,6 +306,8 @@ std::string encode(const execution_record& x) {
   w.num_if("ended", x.ended_at);
   w.num_if("pid", x.owner_pid);
   w.num_if("pstart", static_cast<int64_t>(x.owner_start));
+  w.str_if("owner", x.owner);
+  w.num_if("gver", x.graph_version);
   return w.finish();
 }
 
@@ -435,6 +441,29 @@ caf::expected<stored_graph> stored_graph_from_json(const json& j) {
     x.document = j.at("document");
     x.base_dir = j.at("base_dir").get<std::string>();
     get_to(j, "files", x.files);
+    return x;
+  });
+}
+
+// -- registered graph -------------------------------------------------------------
+
+json to_json(const registered_graph& x) {
+  return {{"owner", x.owner}, {"name", x.name}, {"version", x.version},
+          {"document", x.document}, {"created", x.created_at}};
+}
+
+std::string encode(const registered_graph& x) {
+  return dump_json(to_json(x));
+}
+
+caf::expected<registered_graph> registered_graph_from_json(const json& j) {
+  return decode("registered graph", [&]() -> caf::expected<registered_graph> {
+    registered_graph x;
+    x.owner = j.at("owner").get<std::string>();
+    x.name = j.at("name").get<std::string>();
+    x.version = j.at("version").get<int>();
+    x.document = j.at("document");
+    get_to(j, "created", x.created_at);
     return x;
   });
 }

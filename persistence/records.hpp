@@ -60,6 +60,11 @@ struct execution_record {
   /// /proc/PID/stat), so a dead owner is recognised even if the pid is reused.
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
+  /// The user that owns it (HTTP API); empty for executions started by the
+  /// CLI or the library. Children inherit their root's owner.
+  std::string owner;
+  /// The registered graph version it runs (0: a graph file or inline graph).
+  int graph_version = 0;
 };
 
 /// One step of one execution.
@@ -121,12 +126,22 @@ struct stored_graph {
   json files = json::object(); ///< absolute path → document
 };
 
+/// One version of a graph registered over the API (SPEC §13 rule 17).
+struct registered_graph {
+  std::string owner;
+  std::string name;     ///< the graph's id per owner
+  int version = 0;      ///< from 1; assigned at commit when 0
+  json document;
+  int64_t created_at = 0;
+};
+
 // -- codecs --------------------------------------------------------------------
 
 json to_json(const execution_record& x);
 json to_json(const step_record& x);
 json to_json(const event_record& x);
 json to_json(const stored_graph& x);
+json to_json(const registered_graph& x);
 
 /// Encoders to the stored text (compact JSON). Steps and events, the hot
 /// path, are written directly without building a `json` first. Invalid UTF-8
@@ -137,6 +152,7 @@ std::string encode(const event_record& x);
 std::string encode(const stored_graph& x);
 std::string encode(const stop_record& x);
 std::string encode(const tree_counters& x);
+std::string encode(const registered_graph& x);
 
 /// Encodes a stored graph from its parts without copying them (the document
 /// of a large graph is megabytes).
@@ -153,6 +169,7 @@ caf::expected<event_record> event_from_json(const json& j);
 caf::expected<stored_graph> stored_graph_from_json(const json& j);
 caf::expected<stop_record> stop_from_json(const json& j);
 caf::expected<tree_counters> counters_from_json(const json& j);
+caf::expected<registered_graph> registered_graph_from_json(const json& j);
 
 /// Renders a stop request as the SPEC describes it.
 json stop_document(const stop_record& x);

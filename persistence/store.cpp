@@ -161,7 +161,8 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
              {"steps", &s->steps_},       {"children", &s->children_},
              {"graphs", &s->graphs_},     {"events", &s->events_},
              {"live", &s->live_},         {"stops", &s->stops_},
-             {"pending", &s->pending_},   {"counters", &s->counters_}};
+             {"pending", &s->pending_},   {"counters", &s->counters_},
+             {"registry", &s->registry_}};
   for (auto& db : dbs) {
     MDB_dbi dbi;
     if ((rc = mdb_dbi_open(txn, db.name, MDB_CREATE, &dbi)) != 0) {
@@ -287,15 +288,23 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
     MDB_cursor* cur;
     mdb_cursor_open(txn, executions_, &cur);
     MDB_val k, v;
-    // Ids are time-ordered: walk backwards for newest first.
-    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_LAST); rc == 0;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+    // Ids are time-ordered: walk backwards for newest first, from the
+    // cursor when one is given.
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+    if (!f.before.empty()) {
+      k = as_val(f.before);
+      rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+      rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
+    }
+    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
       auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
       if (!rec) {
         mdb_cursor_close(cur);
         return rec.error();
       }
       if (f.roots_only && !rec->parent_id.empty())
+        continue;
+      if (f.owner && rec->owner != *f.owner)
         continue;
       if (f.status && rec->status != *f.status)
         continue;
@@ -417,6 +426,57 @@ uint64_t read_seq(MDB_txn* txn, unsigned meta) {
 
 } // namespace
 
+namespace {
+
+std::string version_key(int version) {
+  std::string out(4, '\0');
+  auto v = static_cast<uint32_t>(version);
+  for (int i = 3; i >= 0; --i, v >>= 8)
+    out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
+  return out;
+}
+
+std::string registry_prefix(const std::string& owner, const std::string& name) {
+  return owner + '\0' + name + '\0';
+}
+
+/// The newest version stored under `prefix` (0 when none).
+int newest_version(MDB_txn* txn, unsigned dbi, const std::string& prefix) {
+  int newest = 0;
+  scan_prefix(txn, dbi, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
+    if (k.mv_size == prefix.size() + 4) {
+      auto p = static_cast<const unsigned char*>(k.mv_data) + prefix.size();
+      newest = static_cast<int>((uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16)
+                                | (uint32_t{p[2]} << 8) | uint32_t{p[3]});
+    }
+    return true;
+  });
+  return newest;
+}
+
+} // namespace
+
+caf::expected<registered_graph> store::registered(const std::string& owner,
+                                                  const std::string& name, int version) const {
+  if (version <= 0) {
+    int newest = 0;
+    auto err = read([&](MDB_txn* txn) -> caf::error {
+      newest = newest_version(txn, registry_, registry_prefix(owner, name));
+      return caf::none;
+    });
+    if (err)
+      return err;
+    if (newest == 0)
+      return make_error(persistence_errc::not_found, "no graph '" + name + "'");
+    version = newest;
+  }
+  return get_record<registered_graph>(registry_,
+                                      registry_prefix(owner, name) + version_key(version),
+                                      "no graph '" + name + "' version "
+                                        + std::to_string(version),
+                                      registered_graph_from_json);
+}
+
 caf::expected<uint64_t> store::last_seq() const {
   uint64_t seq = 0;
   auto err = read([&](MDB_txn* txn) -> caf::error {
@@ -439,6 +499,7 @@ caf::error store::grow() {
 }
 
 caf::error store::commit(write_batch& batch) {
+  auto began = std::chrono::steady_clock::now();
   for (;;) {
     MDB_txn* txn = nullptr;
     int rc;
@@ -550,6 +611,14 @@ caf::error store::commit(write_batch& batch) {
             }
           put(counters_, x.first, encode(merged));
         }
+        for (auto& x : b.registered) {
+          if (rc != 0)
+            break;
+          auto prefix = registry_prefix(x.owner, x.name);
+          if (x.version <= 0)
+            x.version = newest_version(txn, registry_, prefix) + 1;
+          put(registry_, prefix + version_key(x.version), encode(x));
+        }
         for (auto& x : b.steps)
           put(steps_, pair_key(x.execution_id, x.step), encode(x));
         for (auto& e : b.events) {
@@ -582,6 +651,8 @@ caf::error store::commit(write_batch& batch) {
     }
     if (rc != 0)
       return lmdb_error("commit", rc);
+    if (on_commit_)
+      on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     return caf::none;
   }
 }

@@ -13,6 +13,7 @@
 //   stops       stop id → stop request (the stop registry)
 //   pending     target execution id \0 stop id → "" while the request is not handled
 //   counters    scope execution id → tree counters (merged by maximum)
+//   registry    owner \0 graph name \0 version (4 bytes, big endian) → registered graph
 //
 // Threading: one `store` per process and home, shared by all threads. Reads
 // open a short read transaction each and may run from any thread at once
@@ -21,6 +22,7 @@
 // Several processes may open the same home: LMDB serialises their writers.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -49,6 +51,9 @@ struct write_batch {
   std::vector<stop_record> stops;
   /// Scope execution id → counters, merged with the stored ones by maximum.
   std::vector<std::pair<std::string, tree_counters>> counters;
+  /// Graph versions to register; a version of 0 becomes the next version of
+  /// that owner's graph at commit (assigned into the batch).
+  std::vector<registered_graph> registered;
   /// Batches appended to this one, committed after it in order. Appending
   /// nests instead of copying records, so gathering a large subtree's
   /// snapshot level by level costs O(1) per level.
@@ -57,7 +62,7 @@ struct write_batch {
   bool empty() const {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
            && events.empty() && deleted_executions.empty() && stops.empty()
-           && counters.empty() && nested.empty();
+           && counters.empty() && registered.empty() && nested.empty();
   }
 
   /// Appends every mutation of `other`, keeping order. O(1).
@@ -72,8 +77,13 @@ struct write_batch {
 struct execution_filter {
   std::optional<execution_status> status;
   std::string graph;     ///< empty: any
+  /// Only this owner's executions (nullopt: any owner; "" matches executions
+  /// started outside the HTTP API).
+  std::optional<std::string> owner;
   bool roots_only = true;
   size_t limit = 0;      ///< 0: no limit
+  /// A cursor: only executions with an id lower (older) than this one.
+  std::string before;
 };
 
 /// Options of `store::open`.
@@ -132,6 +142,11 @@ public:
   /// @returns the counters of scope `id` (zeros when none were stored).
   caf::expected<tree_counters> counters(const std::string& id) const;
 
+  /// @returns version `version` (0: the newest) of graph `name` registered by
+  ///          `owner`, or `not_found`.
+  caf::expected<registered_graph> registered(const std::string& owner, const std::string& name,
+                                             int version = 0) const;
+
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;
 
@@ -147,6 +162,11 @@ public:
   /// Current map size in bytes.
   size_t map_size() const;
 
+  /// Calls `f` with the duration in seconds of every successful `commit`
+  /// (for metrics). Set it before the first commit; `f` runs on the
+  /// committing thread.
+  void on_commit(std::function<void(double seconds)> f) { on_commit_ = std::move(f); }
+
 private:
   store() = default;
   template <class F>
@@ -160,7 +180,8 @@ private:
   std::string home_;
   MDB_env* env_ = nullptr;
   unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
-           live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0;
+           live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0;
+  std::function<void(double)> on_commit_;
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
   /// allows mdb_env_set_mapsize only while this process has no transaction.
   mutable std::shared_mutex resize_mtx_;

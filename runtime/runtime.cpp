@@ -9,6 +9,7 @@
 #include <future>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -387,9 +388,11 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   auto db = store::open({opts.home});
   if (!db)
     return db.error();
-  if (auto rec = recover_interrupted(**db); !rec)
-    return rec.error();
+  auto recovered = recover_interrupted(**db);
+  if (!recovered)
+    return recovered.error();
   std::unique_ptr<runtime> rt{new runtime};
+  rt->recovered_ = std::move(*recovered);
   rt->opts_ = opts;
   rt->db_ = std::move(*db);
   rt->fns_ = std::make_shared<fn_registry>();
@@ -415,6 +418,10 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->fns = rt->fns_;
   svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
   svc->directory = std::make_shared<execution_directory>();
+  svc->tools = std::make_shared<const tool_table>(opts.tools);
+  for (auto& kv : opts.tools)
+    if (kv.second.max_parallel > 0)
+      svc->tool_slots[kv.first] = spawn_slot_pool(*rt->sys_, kv.second.max_parallel);
   svc->owner_pid = ::getpid();
   svc->owner_start = process_start_time(::getpid());
   rt->svc_ = std::move(svc);
@@ -444,6 +451,8 @@ runtime::~runtime() {
     if (admission_)
       self->send_exit(admission_, caf::exit_reason::user_shutdown);
     self->send_exit(slots_, caf::exit_reason::user_shutdown);
+    for (auto& kv : svc_->tool_slots)
+      self->send_exit(kv.second, caf::exit_reason::user_shutdown);
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
   }
   watcher_ = nullptr;
@@ -471,7 +480,63 @@ bool runtime::register_fn(const std::string& name, fn_function f) {
 parse_options runtime::graph_options() const {
   parse_options opts;
   opts.fns = fns_->names();
+  for (auto& kv : opts_.tools)
+    opts.tools.insert(kv.first);
+  opts.allow_inline = opts_.allow_inline_commands;
   return opts;
+}
+
+parse_result runtime::parse_document(const json& doc) const {
+  return parse_graph(doc, db_->home(), graph_options());
+}
+
+caf::expected<registered_graph> runtime::register_graph(const std::string& owner,
+                                                        const std::string& name, json doc) {
+  // Registrations of this process are serialised, so the version read here
+  // is the one committed (a server owns its home).
+  std::lock_guard<std::mutex> guard{register_mtx_};
+  registered_graph x;
+  x.owner = owner;
+  x.name = name;
+  x.document = std::move(doc);
+  x.created_at = now_ms();
+  auto newest = db_->registered(owner, name);
+  if (newest)
+    x.version = newest->version + 1;
+  else if (is(newest.error(), persistence_errc::not_found))
+    x.version = 1;
+  else
+    return newest.error();
+  write_batch batch;
+  batch.registered.push_back(x);
+  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
+    return err;
+  return x;
+}
+
+bool runtime::wait_settled(const std::string& id, millis timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto settled = [&] {
+    auto rec = db_->execution(id);
+    return !rec || !is_stoppable(rec->status);
+  };
+  if (auto a = svc_->directory->find(id)) {
+    // Live here: its final record is committed before its actor is down.
+    if (!await_down(*sys_, a, timeout))
+      return settled();
+  }
+  // Elsewhere: poll the store.
+  for (millis pause{2};; pause = std::min(pause * 2, millis{50})) {
+    if (settled())
+      return true;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+size_t runtime::live_executions() const {
+  return svc_->directory->size();
 }
 
 parse_result runtime::parse_file(const std::string& path) const {
@@ -482,7 +547,8 @@ caf::actor_system& runtime::system() {
   return *sys_;
 }
 
-caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, json inputs) {
+caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, json inputs,
+                                               const start_options& opts) {
   if (auto err = check_inputs(*g, inputs))
     return err;
   execution_init init;
@@ -494,6 +560,8 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   r.created_at = now_ms();
   r.owner_pid = svc_->owner_pid;
   r.owner_start = svc_->owner_start;
+  r.owner = opts.owner;
+  r.graph_version = opts.graph_version;
   init.graph = std::move(g);
   // Durable before the id is handed out.
   auto batch = make_queued_batch(r, *init.graph);

@@ -25,6 +25,7 @@
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
+#include "persistence/tools.hpp"
 
 namespace caf {
 class actor_system;
@@ -47,6 +48,18 @@ struct runtime_options {
   size_t fn_threads = 4;
   /// CAF scheduler threads (0: CAF's default).
   size_t scheduler_threads = 0;
+  /// Tools that `tool` and `plan` steps may name (SPEC §12).
+  tool_table tools;
+  /// False on a server that refuses `run` steps and argv `plan` steps.
+  bool allow_inline_commands = true;
+};
+
+/// Options of `runtime::start`.
+struct start_options {
+  /// The owning user (HTTP API); children inherit it.
+  std::string owner;
+  /// The registered graph version it runs (0: none).
+  int graph_version = 0;
 };
 
 /// `$CANOPY_HOME`, else `./.canopy`.
@@ -149,7 +162,29 @@ public:
   /// committed before this returns.
   /// @returns the handle, `runtime_errc::invalid_input` naming a missing or
   ///          undeclared input, or a store error.
-  caf::expected<execution_handle> start(std::shared_ptr<const graph> g, json inputs);
+  caf::expected<execution_handle> start(std::shared_ptr<const graph> g, json inputs,
+                                        const start_options& opts = {});
+
+  /// Parses and validates a graph document against this runtime (its
+  /// functions, tools and inline-command rule); relative paths are relative
+  /// to the home folder. Thread-safe.
+  parse_result parse_document(const json& doc) const;
+
+  /// Registers `doc` (already validated) as the next version of graph
+  /// `name` of `owner`; committed before this returns.
+  /// @returns the stored version, or a store error.
+  caf::expected<registered_graph> register_graph(const std::string& owner,
+                                                 const std::string& name, json doc);
+
+  /// Blocks until execution `id` is neither queued, running nor stopping, or
+  /// `timeout` passed. @returns true when it settled.
+  bool wait_settled(const std::string& id, millis timeout);
+
+  /// Number of execution actors alive in this process.
+  size_t live_executions() const;
+
+  /// Ids that `open` turned into `stopped`/`interrupted` (dead owners).
+  const std::vector<std::string>& recovered() const { return recovered_; }
 
   /// Resumes a stopped, failed or interrupted execution from its snapshot.
   /// @returns the handle; `not_found`; `wrong_state` for a running execution.
@@ -192,6 +227,8 @@ private:
   caf::actor admission_;
   std::mutex roots_mtx_;
   std::vector<caf::actor> roots_;
+  std::vector<std::string> recovered_;
+  std::mutex register_mtx_;
 };
 
 /// Checks `inputs` against the graph's declared inputs (SPEC §13 rule 1).

@@ -1,0 +1,63 @@
+#pragma once
+
+// The node configuration of `canopy serve --config FILE` and `canopy worker
+// --tools FILE` (SPEC §12): plain data, parsed and validated with JSON paths.
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "persistence/duration.hpp"
+#include "persistence/graph.hpp"
+#include "persistence/tools.hpp"
+
+namespace canopy {
+
+/// The `cluster` object.
+struct cluster_config {
+  std::string listen;          ///< HOST:PORT; empty: no cluster port
+  std::string secret;          ///< empty: `$CANOPY_CLUSTER_SECRET` applies
+  millis heartbeat{1000};
+  millis timeout{5000};
+};
+
+/// A node's configuration; defaults are SPEC §12's.
+struct node_config {
+  std::string home;                        ///< empty: `--home`/`$CANOPY_HOME`/./.canopy
+  std::string listen = "127.0.0.1:8080";   ///< HOST:PORT of the HTTP API
+  /// User name → bearer token.
+  std::map<std::string, std::string> users;
+  bool allow_inline_commands = false;
+  size_t max_parallel = 4;
+  size_t max_request_bytes = 8u * 1024u * 1024u;
+  tool_table tools;
+  std::optional<cluster_config> cluster;
+};
+
+/// The outcome of parsing a configuration: the config, or every error found,
+/// each with the JSON path of its key (e.g. `/tools/writer/timeout`).
+struct config_result {
+  std::optional<node_config> value;
+  std::vector<graph_error> errors;
+  explicit operator bool() const { return value.has_value(); }
+};
+
+/// Parses a node configuration document (unknown keys and bad values are
+/// errors). Thread-safe.
+config_result parse_node_config(const json& doc);
+
+/// Reads and parses the file `path`; a missing file or malformed JSON is one
+/// error with path `""`.
+config_result load_node_config(const std::string& path);
+
+/// Parses a worker's tools file: `{"tools": {...}, "cluster": {"secret": ...}}`
+/// (only those keys). @returns the config with `tools` (and `cluster.secret`)
+/// set, or the errors.
+config_result load_tools_file(const std::string& path);
+
+/// Splits `HOST:PORT`. @returns false when it is not of that form (port 0..65535).
+bool split_host_port(const std::string& text, std::string& host, int& port);
+
+} // namespace canopy
