@@ -46,7 +46,8 @@ json execution_summary(const execution_record& rec) {
           {"outputs", rec.status == execution_status::completed ? rec.outputs : json(nullptr)},
           {"created_at", time_or_null(rec.created_at)},
           {"started_at", time_or_null(rec.started_at)},
-          {"ended_at", time_or_null(rec.ended_at)}};
+          {"ended_at", time_or_null(rec.ended_at)},
+          {"graph_version", rec.graph_version > 0 ? json(rec.graph_version) : json(nullptr)}};
 }
 
 caf::expected<json> load_document(const store& db, const std::string& id,
@@ -86,6 +87,22 @@ caf::expected<json> load_document(const store& db, const std::string& id,
     doc["children"] = std::move(children);
   }
   return doc;
+}
+
+caf::expected<std::set<std::string>> subtree_ids(const store& db, const std::string& id) {
+  std::set<std::string> out{id};
+  std::vector<std::string> todo{id};
+  while (!todo.empty()) {
+    auto next = todo.back();
+    todo.pop_back();
+    auto kids = db.children(next);
+    if (!kids)
+      return kids.error();
+    for (auto& k : *kids)
+      if (out.insert(k).second)
+        todo.push_back(k);
+  }
+  return out;
 }
 
 } // namespace canopy

@@ -2,6 +2,7 @@
 
 // The execution document of SPEC §6, built from the store.
 
+#include <set>
 #include <string>
 
 #include <caf/expected.hpp>
@@ -26,5 +27,9 @@ nlohmann::json execution_summary(const execution_record& rec);
 /// @returns the document, `not_found`, or a store error. Thread-safe.
 caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
                                             document_options opts = {});
+
+/// @returns `id` and the ids of all its descendants, or a store error.
+/// Thread-safe.
+caf::expected<std::set<std::string>> subtree_ids(const store& db, const std::string& id);
 
 } // namespace canopy

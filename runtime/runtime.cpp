@@ -405,6 +405,8 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   // commit acknowledgement. 1 ms keeps step latency low at negligible CPU.
   rt->cfg_->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds{1}});
   rt->sys_ = std::make_unique<caf::actor_system>(*rt->cfg_);
+  if (opts.on_commit)
+    rt->db_->on_commit(opts.on_commit);
   rt->writer_ = spawn_store_writer(*rt->sys_, rt->db_);
   rt->slots_ = spawn_slot_pool(*rt->sys_, opts.max_parallel);
   auto svc = std::make_shared<execution_services>();

@@ -52,6 +52,8 @@ struct runtime_options {
   tool_table tools;
   /// False on a server that refuses `run` steps and argv `plan` steps.
   bool allow_inline_commands = true;
+  /// Called with the duration in seconds of every store commit (metrics).
+  std::function<void(double)> on_commit;
 };
 
 /// Options of `runtime::start`.

@@ -1,1 +1,973 @@
-// placeholder: being written this session
+#include "runtime/server.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include <httplib.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "persistence/error.hpp"
+#include "persistence/reference.hpp"
+#include "runtime/document.hpp"
+#include "runtime/error.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/runtime.hpp"
+
+namespace canopy {
+
+namespace {
+
+// -- constants ------------------------------------------------------------------
+
+/// Threads answering requests; each live SSE stream holds one.
+constexpr size_t http_threads = 128;
+
+/// Default and largest `wait` of a stop (SPEC §13 rule 19).
+constexpr double default_stop_wait = 15;
+constexpr double max_stop_wait = 3600;
+
+/// Listings: default and largest page.
+constexpr size_t default_page = 100;
+constexpr size_t max_page = 1000;
+
+/// A comment line on an idle SSE stream this often (SPEC §13 rule 20).
+constexpr auto sse_keepalive = std::chrono::seconds{15};
+
+// -- errors ---------------------------------------------------------------------
+
+/// An HTTP error answer: status, code, message, JSON path.
+struct http_error {
+  int status = 400;
+  std::string code;
+  std::string message;
+  std::string path;
+};
+
+http_error bad_request(std::string message, std::string path = "",
+                       std::string code = "bad_request") {
+  return {400, std::move(code), std::move(message), std::move(path)};
+}
+
+http_error not_found(std::string message) {
+  return {404, "not_found", std::move(message), ""};
+}
+
+/// Maps a library error to its HTTP answer.
+http_error from_error(const caf::error& err) {
+  auto msg = message_of(err);
+  if (err.category() == persistence_category) {
+    switch (static_cast<persistence_errc>(err.code())) {
+      case persistence_errc::not_found: return not_found(msg);
+      case persistence_errc::invalid_graph:
+      case persistence_errc::bad_reference: return bad_request(msg, "", "invalid_graph");
+      default: return {503, "store_unavailable", msg, ""};
+    }
+  }
+  if (err.category() == runtime_category) {
+    switch (static_cast<runtime_errc>(err.code())) {
+      case runtime_errc::invalid_input: return bad_request(msg, "/inputs", "invalid_input");
+      case runtime_errc::wrong_state: return {409, "wrong_state", msg, ""};
+      case runtime_errc::shutting_down: return {503, "shutting_down", msg, ""};
+    }
+  }
+  return {503, "unavailable", msg, ""};
+}
+
+json error_body(const http_error& e) {
+  return {{"error", {{"code", e.code}, {"message", e.message}, {"path", e.path}}}};
+}
+
+void reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body) + "\n", "application/json");
+}
+
+void reply(httplib::Response& res, const http_error& e) {
+  reply(res, e.status, error_body(e));
+}
+
+// -- request bodies ----------------------------------------------------------------
+
+/// Parses a request body that must be a JSON object with only `allowed`
+/// keys; an empty body is `{}`.
+caf::expected<json> body_object(const httplib::Request& req,
+                                std::initializer_list<const char*> allowed, http_error& err) {
+  if (req.body.empty())
+    return json::object();
+  auto doc = parse_json_text(req.body);
+  if (!doc) {
+    err = bad_request("malformed JSON: " + message_of(doc.error()), "", "invalid_json");
+    return doc.error();
+  }
+  if (!doc->is_object()) {
+    err = bad_request(std::string{"expected a JSON object, got "} + doc->type_name());
+    return make_error(runtime_errc::invalid_input, err.message);
+  }
+  for (auto& kv : doc->items()) {
+    bool known = false;
+    for (auto a : allowed)
+      known = known || kv.key() == a;
+    if (!known) {
+      err = bad_request("unknown key '" + kv.key() + "'", "/" + escape_pointer(kv.key()),
+                        "unknown_key");
+      return make_error(runtime_errc::invalid_input, err.message);
+    }
+  }
+  return doc;
+}
+
+/// Reads the stop options `{mode, wait}` of a body.
+bool stop_options(const json& body, bool& force, double& wait, http_error& err) {
+  force = false;
+  wait = default_stop_wait;
+  if (auto i = body.find("mode"); i != body.end()) {
+    if (!i->is_string() || (*i != "graceful" && *i != "force")) {
+      err = bad_request("mode must be \"graceful\" or \"force\"", "/mode");
+      return false;
+    }
+    force = *i == "force";
+  }
+  if (auto i = body.find("wait"); i != body.end()) {
+    if (!i->is_number() || i->get<double>() < 0 || i->get<double>() > max_stop_wait) {
+      err = bad_request("wait must be a number of seconds from 0 to 3600", "/wait");
+      return false;
+    }
+    wait = i->get<double>();
+  }
+  return true;
+}
+
+/// True for names usable as graph ids in a URL: 1-128 of [A-Za-z0-9._-].
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 128)
+    return false;
+  for (unsigned char c : s)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-')
+      return false;
+  return true;
+}
+
+/// True for strings that look like execution ids (lowercase base32).
+bool valid_id(const std::string& s) {
+  if (s.empty() || s.size() > 64)
+    return false;
+  for (unsigned char c : s)
+    if (!std::isdigit(c) && !std::islower(c))
+      return false;
+  return true;
+}
+
+bool parse_uint(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 19)
+    return false;
+  out = 0;
+  for (unsigned char c : s) {
+    if (!std::isdigit(c))
+      return false;
+    out = out * 10 + (c - '0');
+  }
+  return true;
+}
+
+// -- event notifier ---------------------------------------------------------------
+
+/// Wakes SSE streams when events are committed.
+class notifier {
+public:
+  uint64_t generation() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return gen_;
+  }
+  void bump() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      ++gen_;
+    }
+    cv_.notify_all();
+  }
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+  /// Waits until the generation differs from `seen`, the timeout passed, or
+  /// shutdown. @returns false on shutdown.
+  bool wait(uint64_t seen, std::chrono::steady_clock::duration timeout) {
+    std::unique_lock<std::mutex> lock{mtx_};
+    cv_.wait_for(lock, timeout, [&] { return closed_ || gen_ != seen; });
+    return !closed_;
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return closed_;
+  }
+
+private:
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  uint64_t gen_ = 0;
+  bool closed_ = false;
+};
+
+// -- the server ------------------------------------------------------------------------
+
+/// A matched request: the user and the route's captures.
+struct call {
+  const httplib::Request& req;
+  httplib::Response& res;
+  std::string user;
+  std::smatch match;
+};
+
+class api_server {
+public:
+  api_server(const node_config& cfg, runtime& rt, metrics& m, notifier& n)
+    : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n) {
+    for (auto& kv : cfg.users)
+      users_.emplace_back(kv.second, kv.first);
+    add("GET", "/healthz", "/healthz", false, &api_server::healthz);
+    add("GET", "/metrics", "/metrics", false, &api_server::get_metrics);
+    add("POST", "/v1/graphs", "/v1/graphs", true, &api_server::post_graph);
+    add("GET", "/v1/graphs/([^/]+)", "/v1/graphs/{id}", true, &api_server::get_graph);
+    add("POST", "/v1/graphs/([^/]+)/executions", "/v1/graphs/{id}/executions", true,
+        &api_server::start_execution);
+    add("POST", "/v1/graphs/([^/]+)/stop", "/v1/graphs/{id}/stop", true,
+        &api_server::stop_graph);
+    add("GET", "/v1/executions", "/v1/executions", true, &api_server::list_executions);
+    add("GET", "/v1/executions/([^/]+)", "/v1/executions/{id}", true,
+        &api_server::get_execution);
+    add("GET", "/v1/executions/([^/]+)/tree", "/v1/executions/{id}/tree", true,
+        &api_server::get_tree);
+    add("POST", "/v1/executions/([^/]+)/stop", "/v1/executions/{id}/stop", true,
+        &api_server::stop_execution);
+    add("POST", "/v1/executions/([^/]+)/resume", "/v1/executions/{id}/resume", true,
+        &api_server::resume_execution);
+    add("GET", "/v1/executions/([^/]+)/events", "/v1/executions/{id}/events", true,
+        &api_server::get_events);
+  }
+
+  /// Installs the routes and handlers on `svr`.
+  void install(httplib::Server& svr) {
+    auto dispatch = [this](const httplib::Request& req, httplib::Response& res) {
+      this->dispatch(req, res);
+    };
+    svr.Get(".*", dispatch);
+    svr.Post(".*", dispatch);
+    svr.Put(".*", dispatch);
+    svr.Delete(".*", dispatch);
+    svr.Patch(".*", dispatch);
+    svr.Options(".*", dispatch);
+    // Answers httplib gives itself (413, 400 for a bad request line, ...)
+    // get the error body too.
+    httplib::Server::HandlerWithResponse on_error = [](const httplib::Request&,
+                                                       httplib::Response& res) {
+      if (!res.body.empty())
+        return httplib::Server::HandlerResponse::Unhandled;
+      http_error e{res.status, "bad_request", "bad request (HTTP " + std::to_string(res.status) + ")", ""};
+      if (res.status == 413)
+        e = {413, "too_large", "request body is over max_request_bytes", ""};
+      else if (res.status == 404)
+        e = not_found("no such route");
+      reply(res, e.status, error_body(e));
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    svr.set_error_handler(on_error);
+    svr.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& ex) {
+          what = ex.what();
+        } catch (...) {
+        }
+        spdlog::error("event=http.exception error=\"{}\"", what);
+        reply(res, {500, "internal", what, ""});
+      });
+    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      auto route = route_name(req.method, req.path);
+      metrics_.count_request(req.method, route, res.status);
+      spdlog::info("event=http method={} route={} status={}", req.method, route, res.status);
+    });
+  }
+
+private:
+  using handler = void (api_server::*)(call&);
+
+  struct route {
+    std::string method;
+    std::regex pattern;
+    std::string name;
+    bool auth;
+    handler fn;
+  };
+
+  void add(const char* method, const char* pattern, const char* name, bool auth, handler fn) {
+    routes_.push_back({method, std::regex{pattern}, name, auth, fn});
+  }
+
+  std::string route_name(const std::string& method, const std::string& path) const {
+    std::smatch m;
+    for (auto& r : routes_)
+      if ((r.method == method || (method == "HEAD" && r.method == "GET"))
+          && std::regex_match(path, m, r.pattern))
+        return r.name;
+    return "unmatched";
+  }
+
+  void dispatch(const httplib::Request& req, httplib::Response& res) {
+    const route* found = nullptr;
+    bool path_known = false;
+    std::smatch m;
+    for (auto& r : routes_) {
+      if (!std::regex_match(req.path, m, r.pattern))
+        continue;
+      path_known = true;
+      if (r.method == req.method || (req.method == "HEAD" && r.method == "GET")) {
+        found = &r;
+        break;
+      }
+    }
+    if (!found) {
+      if (path_known)
+        return reply(res, {405, "method_not_allowed",
+                           "method " + req.method + " is not allowed on " + req.path, ""});
+      return reply(res, not_found("no route " + req.method + " " + req.path));
+    }
+    call c{req, res, {}, m};
+    if (found->auth) {
+      auto user = authenticate(req);
+      if (!user)
+        return reply(res, {401, "unauthorized",
+                           "missing or unknown bearer token (Authorization: Bearer TOKEN)", ""});
+      c.user = *user;
+    }
+    (this->*(found->fn))(c);
+  }
+
+  std::optional<std::string> authenticate(const httplib::Request& req) const {
+    auto h = req.get_header_value("Authorization");
+    const std::string scheme = "Bearer ";
+    if (h.size() <= scheme.size() || h.compare(0, scheme.size(), scheme) != 0)
+      return std::nullopt;
+    auto token = h.substr(scheme.size());
+    std::optional<std::string> user;
+    for (auto& u : users_) {
+      // Compare every byte of every token: no early exit to time.
+      unsigned diff = u.first.size() != token.size() ? 1u : 0u;
+      for (size_t i = 0; i < u.first.size(); ++i)
+        diff |= static_cast<unsigned>(u.first[i] ^ (i < token.size() ? token[i] : 0));
+      if (diff == 0)
+        user = u.second;
+    }
+    return user;
+  }
+
+  // -- helpers --------------------------------------------------------------------
+
+  /// The execution `id` if `user` owns it; else the 404 answer.
+  std::optional<execution_record> owned(call& c, const std::string& id) {
+    if (valid_id(id)) {
+      auto rec = db_.execution(id);
+      if (rec && rec->owner == c.user)
+        return std::move(*rec);
+      if (!rec && !is(rec.error(), persistence_errc::not_found)) {
+        reply(c.res, from_error(rec.error()));
+        return std::nullopt;
+      }
+    }
+    reply(c.res, not_found("no execution '" + id + "'"));
+    return std::nullopt;
+  }
+
+  /// The document of execution `id`; answers the error itself when it fails.
+  std::optional<json> document(call& c, const std::string& id, bool steps, bool children) {
+    document_options opts;
+    opts.steps = steps;
+    opts.children = children;
+    auto doc = load_document(db_, id, opts);
+    if (!doc) {
+      reply(c.res, from_error(doc.error()));
+      return std::nullopt;
+    }
+    return std::move(*doc);
+  }
+
+  /// Parses a registered graph version against this node (cached).
+  caf::expected<std::shared_ptr<const graph>> parsed(const registered_graph& rg,
+                                                      http_error& err) {
+    auto key = rg.owner + '\0' + rg.name + '\0' + std::to_string(rg.version);
+    {
+      std::lock_guard<std::mutex> guard{cache_mtx_};
+      if (auto i = cache_.find(key); i != cache_.end())
+        return i->second;
+    }
+    auto result = rt_.parse_document(rg.document);
+    if (!result) {
+      err = graph_errors(result.errors);
+      err.status = 409;
+      err.message = "graph '" + rg.name + "' version " + std::to_string(rg.version)
+                    + " no longer validates on this node: " + err.message;
+      return make_error(persistence_errc::invalid_graph, err.message);
+    }
+    std::lock_guard<std::mutex> guard{cache_mtx_};
+    if (cache_.size() >= 256)
+      cache_.clear();
+    cache_.emplace(key, result.value);
+    return result.value;
+  }
+
+  /// One answer for a list of validation errors: the first one's code and
+  /// path, every message.
+  static http_error graph_errors(const std::vector<graph_error>& errors) {
+    http_error e = bad_request("invalid graph", "", "invalid_graph");
+    if (errors.empty())
+      return e;
+    e.path = errors.front().path;
+    if (!errors.front().code.empty())
+      e.code = errors.front().code;
+    e.message.clear();
+    for (auto& x : errors)
+      e.message += (e.message.empty() ? "" : "; ") + to_string(x);
+    return e;
+  }
+
+  // -- routes ---------------------------------------------------------------------
+
+  void healthz(call& c) {
+    if (auto seq = db_.last_seq(); !seq)
+      return reply(c.res, from_error(seq.error()));
+    reply(c.res, 200, {{"status", "ok"}});
+  }
+
+  void get_metrics(call& c) {
+    c.res.status = 200;
+    c.res.set_content(metrics_.render(rt_.live_executions()), "text/plain; version=0.0.4");
+  }
+
+  void post_graph(call& c) {
+    if (c.req.body.size() > max_graph_bytes)
+      return reply(c.res, {413, "too_large",
+                           "a graph document is at most " + std::to_string(max_graph_bytes)
+                             + " bytes",
+                           ""});
+    auto doc = parse_json_text(c.req.body);
+    if (!doc)
+      return reply(c.res, bad_request("malformed JSON: " + message_of(doc.error()), "",
+                                      "invalid_json"));
+    if (!doc->is_object())
+      return reply(c.res,
+                   bad_request(std::string{"expected a graph object, got "} + doc->type_name()));
+    auto name = doc->find("name");
+    if (name == doc->end() || !name->is_string())
+      return reply(c.res, bad_request("a graph posted over HTTP needs a \"name\" (its id)",
+                                      "/name", "invalid_graph"));
+    if (!valid_name(name->get<std::string>()))
+      return reply(c.res, bad_request("name must be 1-128 characters of A-Z a-z 0-9 . _ -",
+                                      "/name", "invalid_graph"));
+    auto result = rt_.parse_document(*doc);
+    if (!result)
+      return reply(c.res, graph_errors(result.errors));
+    auto id = name->get<std::string>();
+    auto stored = rt_.register_graph(c.user, id, std::move(*doc));
+    if (!stored)
+      return reply(c.res, from_error(stored.error()));
+    spdlog::info("event=graph.registered user={} graph={} version={}", c.user, id,
+                 stored->version);
+    reply(c.res, 201, {{"id", id}, {"version", stored->version}});
+  }
+
+  /// The registered graph `id` of the caller (`?version=N` or the newest).
+  std::optional<registered_graph> owned_graph(call& c, const std::string& id, int version) {
+    if (!valid_name(id)) {
+      reply(c.res, not_found("no graph '" + id + "'"));
+      return std::nullopt;
+    }
+    auto rg = db_.registered(c.user, id, version);
+    if (!rg) {
+      reply(c.res, from_error(rg.error()));
+      return std::nullopt;
+    }
+    return std::move(*rg);
+  }
+
+  void get_graph(call& c) {
+    int version = 0;
+    if (c.req.has_param("version")) {
+      uint64_t v = 0;
+      if (!parse_uint(c.req.get_param_value("version"), v) || v == 0 || v > 1u << 30)
+        return reply(c.res, bad_request("version must be a positive integer"));
+      version = static_cast<int>(v);
+    }
+    auto rg = owned_graph(c, c.match[1], version);
+    if (!rg)
+      return;
+    reply(c.res, 200, {{"id", rg->name}, {"version", rg->version}, {"graph", rg->document}});
+  }
+
+  void start_execution(call& c) {
+    http_error err;
+    auto body = body_object(c.req, {"inputs", "version"}, err);
+    if (!body)
+      return reply(c.res, err);
+    int version = 0;
+    if (auto v = body->find("version"); v != body->end()) {
+      if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 1 << 30)
+        return reply(c.res, bad_request("version must be a positive integer", "/version"));
+      version = v->get<int>();
+    }
+    auto rg = owned_graph(c, c.match[1], version);
+    if (!rg)
+      return;
+    json inputs = json::object();
+    if (auto i = body->find("inputs"); i != body->end()) {
+      if (!i->is_object())
+        return reply(c.res, bad_request(std::string{"inputs must be an object, got "}
+                                          + i->type_name(),
+                                        "/inputs"));
+      inputs = *i;
+    }
+    auto g = parsed(*rg, err);
+    if (!g)
+      return reply(c.res, err);
+    if (auto e = check_inputs(**g, inputs)) {
+      // Name the input in the path: missing or undeclared.
+      auto msg = message_of(e);
+      std::string path = "/inputs";
+      for (auto& name : (*g)->inputs)
+        if (!inputs.contains(name)) {
+          path += "/" + escape_pointer(name);
+          break;
+        }
+      if (path == "/inputs")
+        for (auto& kv : inputs.items())
+          if (std::find((*g)->inputs.begin(), (*g)->inputs.end(), kv.key())
+              == (*g)->inputs.end()) {
+            path += "/" + escape_pointer(kv.key());
+            break;
+          }
+      return reply(c.res, bad_request(msg, path, "invalid_input"));
+    }
+    start_options opts;
+    opts.owner = c.user;
+    opts.graph_version = rg->version;
+    auto h = rt_.start(*g, std::move(inputs), opts);
+    if (!h)
+      return reply(c.res, from_error(h.error()));
+    spdlog::info("event=execution.start user={} execution={} graph={} version={}", c.user,
+                 h->id(), rg->name, rg->version);
+    if (auto doc = document(c, h->id(), true, false))
+      reply(c.res, 201, *doc);
+  }
+
+  /// Requests a stop of `rec` for the caller and waits up to `wait` seconds.
+  /// @returns the answer's status and body.
+  std::pair<int, json> stop_one(call& c, const execution_record& rec, bool force, double wait) {
+    auto req = rt_.stop(rec.id, force, "user:" + c.user);
+    if (!req) {
+      auto e = from_error(req.error());
+      return {e.status, error_body(e)};
+    }
+    spdlog::info("event=stop.request user={} execution={} mode={} result={}", c.user, rec.id,
+                 force ? "force" : "graceful", req->result.empty() ? "requested" : req->result);
+    std::string result = "stopping";
+    if (req->result == "no_execution") {
+      result = "no_execution";
+    } else if (wait > 0
+               && rt_.wait_settled(rec.id, millis{static_cast<int64_t>(wait * 1000)})) {
+      // The request's own answer once handled; the final status otherwise.
+      auto stored = db_.stop(req->id);
+      if (stored && stored->handled)
+        result = stored->result;
+      else if (auto now = db_.execution(rec.id); now && now->status == execution_status::stopped)
+        result = "stopped";
+      else
+        result = "no_execution";
+    }
+    auto doc = load_document(db_, rec.id, {true, false});
+    json body = {{"result", result}, {"execution", doc ? *doc : json(nullptr)}};
+    return {result == "stopping" ? 202 : 200, std::move(body)};
+  }
+
+  void stop_execution(call& c) {
+    auto rec = owned(c, c.match[1]);
+    if (!rec)
+      return;
+    http_error err;
+    auto body = body_object(c.req, {"mode", "wait"}, err);
+    if (!body)
+      return reply(c.res, err);
+    bool force;
+    double wait;
+    if (!stop_options(*body, force, wait, err))
+      return reply(c.res, err);
+    auto [status, answer] = stop_one(c, *rec, force, wait);
+    reply(c.res, status, answer);
+  }
+
+  void stop_graph(call& c) {
+    http_error err;
+    auto body = body_object(c.req, {"mode", "wait"}, err);
+    if (!body)
+      return reply(c.res, err);
+    bool force;
+    double wait;
+    if (!stop_options(*body, force, wait, err))
+      return reply(c.res, err);
+    auto rg = owned_graph(c, c.match[1], 0);
+    if (!rg)
+      return;
+    auto live = db_.live();
+    if (!live)
+      return reply(c.res, from_error(live.error()));
+    // Stop the topmost unfinished executions of the graph: a stop reaches
+    // their subtrees anyway.
+    std::vector<execution_record> targets;
+    for (auto& r : *live)
+      if (r.owner == c.user && r.graph == rg->name && is_stoppable(r.status))
+        targets.push_back(r);
+    json stopped = json::array();
+    for (auto& r : targets) {
+      auto req = rt_.stop(r.id, force, "user:" + c.user);
+      if (req && req->result != "no_execution")
+        stopped.push_back(r.id);
+    }
+    auto deadline = std::chrono::steady_clock::now()
+                    + millis{static_cast<int64_t>(wait * 1000)};
+    for (auto& id : stopped) {
+      auto left = std::chrono::duration_cast<millis>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !rt_.wait_settled(id, left))
+        break;
+    }
+    spdlog::info("event=graph.stop user={} graph={} stopped={}", c.user, rg->name,
+                 stopped.size());
+    reply(c.res, 200, {{"stopped", stopped}});
+  }
+
+  void list_executions(call& c) {
+    execution_filter f;
+    f.owner = c.user;
+    if (c.req.has_param("status") && !c.req.get_param_value("status").empty()) {
+      execution_status s;
+      auto text = c.req.get_param_value("status");
+      if (!from_string(text, s))
+        return reply(c.res, bad_request("unknown status '" + text + "' (queued, running, "
+                                        "stopping, stopped, completed, failed)"));
+      f.status = s;
+    }
+    if (c.req.has_param("graph"))
+      f.graph = c.req.get_param_value("graph");
+    if (c.req.has_param("cursor")) {
+      f.before = c.req.get_param_value("cursor");
+      if (!valid_id(f.before))
+        return reply(c.res, bad_request("bad cursor '" + f.before + "'"));
+    }
+    f.limit = default_page;
+    if (c.req.has_param("limit")) {
+      uint64_t n = 0;
+      if (!parse_uint(c.req.get_param_value("limit"), n) || n == 0 || n > max_page)
+        return reply(c.res, bad_request("limit must be an integer from 1 to 1000"));
+      f.limit = n;
+    }
+    auto recs = db_.list(f);
+    if (!recs)
+      return reply(c.res, from_error(recs.error()));
+    json items = json::array();
+    for (auto& r : *recs)
+      items.push_back(execution_summary(r));
+    json next = recs->size() == f.limit ? json(recs->back().id) : json(nullptr);
+    reply(c.res, 200, {{"items", std::move(items)}, {"next", next}});
+  }
+
+  void get_execution(call& c) {
+    if (auto rec = owned(c, c.match[1]))
+      if (auto doc = document(c, rec->id, true, false))
+        reply(c.res, 200, *doc);
+  }
+
+  void get_tree(call& c) {
+    if (auto rec = owned(c, c.match[1]))
+      if (auto doc = document(c, rec->id, true, true))
+        reply(c.res, 200, *doc);
+  }
+
+  void resume_execution(call& c) {
+    auto rec = owned(c, c.match[1]);
+    if (!rec)
+      return;
+    http_error err;
+    auto body = body_object(c.req, {"budget"}, err);
+    if (!body)
+      return reply(c.res, err);
+    std::optional<double> budget;
+    if (auto b = body->find("budget"); b != body->end()) {
+      if (!b->is_number() || b->get<double>() < 0 || b->get<double>() > 1e15)
+        return reply(c.res, bad_request("budget must be a number from 0 to 1e15", "/budget"));
+      budget = b->get<double>();
+    }
+    auto before = rec->status;
+    auto h = rt_.resume(rec->id, budget);
+    if (!h)
+      return reply(c.res, from_error(h.error()));
+    spdlog::info("event=execution.resume user={} execution={}", c.user, rec->id);
+    // Answer once the resumed run is visible (its `running` record is
+    // committed), or it already ended again.
+    if (before != execution_status::completed)
+      for (millis pause{1}; h->running(); pause = std::min(pause * 2, millis{20})) {
+        auto now = db_.execution(rec->id);
+        if (!now || now->status != before || now->ended_at != rec->ended_at)
+          break;
+        std::this_thread::sleep_for(pause);
+      }
+    if (auto doc = document(c, rec->id, true, false))
+      reply(c.res, 200, *doc);
+  }
+
+  void get_events(call& c) {
+    auto rec = owned(c, c.match[1]);
+    if (!rec)
+      return;
+    uint64_t after = 0;
+    if (c.req.has_param("after") && !parse_uint(c.req.get_param_value("after"), after))
+      return reply(c.res, bad_request("after must be a non-negative integer (an event seq)"));
+    if (c.req.has_header("Last-Event-ID")
+        && !parse_uint(c.req.get_header_value("Last-Event-ID"), after))
+      return reply(c.res, bad_request("Last-Event-ID must be an event seq"));
+    bool sse = c.req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
+    if (!sse) {
+      auto events = subtree_events(*rec, after);
+      if (!events)
+        return reply(c.res, from_error(events.error()));
+      json items = json::array();
+      for (auto& e : *events)
+        items.push_back(event_document(e));
+      return reply(c.res, 200, {{"items", std::move(items)}, {"next", nullptr}});
+    }
+    stream_events(c, *rec, after);
+  }
+
+  /// Events of `rec`'s subtree with seq > `after`, at most `limit`.
+  caf::expected<std::vector<event_record>> subtree_events(const execution_record& rec,
+                                                           uint64_t after, size_t limit = 0) {
+    auto events = db_.tree_events(rec.root_id, after, limit);
+    if (!events || rec.id == rec.root_id)
+      return events;
+    auto ids = subtree_ids(db_, rec.id);
+    if (!ids)
+      return ids.error();
+    std::vector<event_record> out;
+    for (auto& e : *events)
+      if (ids->count(e.execution_id) > 0)
+        out.push_back(std::move(e));
+    return out;
+  }
+
+  /// Streams the events of `rec`'s subtree as Server-Sent Events from seq
+  /// `after` until the subtree is no longer running.
+  void stream_events(call& c, const execution_record& rec, uint64_t after) {
+    struct stream_state {
+      uint64_t cursor;
+      bool ended = false;
+    };
+    auto st = std::make_shared<stream_state>(stream_state{after});
+    auto id = rec.id;
+    c.res.set_header("Cache-Control", "no-cache");
+    c.res.set_header("X-Accel-Buffering", "no");
+    c.res.set_chunked_content_provider(
+      "text/event-stream", [this, st, id, rec](size_t, httplib::DataSink& sink) {
+        for (;;) {
+          auto gen = events_.generation();
+          // Status first, then events: once terminal, everything up to the
+          // terminal commit is in the read that follows.
+          auto now = db_.execution(id);
+          bool settled = !now || !is_stoppable(now->status);
+          auto events = subtree_events(rec, st->cursor, 1000);
+          if (!events)
+            return false;
+          std::string out;
+          for (auto& e : *events) {
+            out += "id: " + std::to_string(e.seq) + "\nevent: " + e.type
+                   + "\ndata: " + dump_json(event_document(e)) + "\n\n";
+            st->cursor = std::max(st->cursor, e.seq);
+          }
+          if (!out.empty() && !sink.write(out.data(), out.size()))
+            return false;
+          if (events->size() >= 1000)
+            continue; // more to replay
+          if (settled) {
+            sink.done();
+            return true;
+          }
+          if (!out.empty())
+            return true; // let httplib flush; it calls again
+          if (!events_.wait(gen, sse_keepalive)) {
+            sink.done(); // shutting down
+            return true;
+          }
+          if (events_.generation() == gen) {
+            static const std::string keepalive = ": keep-alive\n\n";
+            if (!sink.write(keepalive.data(), keepalive.size()))
+              return false;
+            return true;
+          }
+        }
+      });
+  }
+
+  const node_config& cfg_;
+  runtime& rt_;
+  store& db_;
+  metrics& metrics_;
+  notifier& events_;
+  std::vector<std::pair<std::string, std::string>> users_; ///< token → user
+  std::vector<route> routes_;
+  std::mutex cache_mtx_;
+  std::map<std::string, std::shared_ptr<const graph>> cache_;
+};
+
+// -- logging ---------------------------------------------------------------------------
+
+void setup_logging() {
+  auto logger = spdlog::stderr_logger_mt("canopy");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
+  spdlog::set_default_logger(logger);
+  spdlog::flush_on(spdlog::level::info);
+}
+
+/// Runs the node on this thread until `stop_requested` is set.
+/// @returns the exit code.
+int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mutex& mtx,
+          std::condition_variable& cv, pthread_t main_thread) {
+  auto& cfg = opts.config;
+  auto fatal = [&](int code) {
+    pthread_kill(main_thread, SIGUSR1); // wake the signal thread
+    return code;
+  };
+  std::string host;
+  int port = 0;
+  if (!split_host_port(cfg.listen, host, port)) {
+    spdlog::error("event=config error=\"listen: expected HOST:PORT, got '{}'\"", cfg.listen);
+    return fatal(2);
+  }
+  if (cfg.users.empty()) {
+    spdlog::error("event=config error=\"no users: configure users in --config\"");
+    return fatal(2);
+  }
+  auto m = std::make_shared<metrics>();
+  runtime_options ro;
+  ro.home = cfg.home.empty() ? default_home() : cfg.home;
+  ro.max_parallel = cfg.max_parallel;
+  ro.tools = cfg.tools;
+  ro.allow_inline_commands = cfg.allow_inline_commands;
+  ro.on_commit = [m](double s) { m->observe_commit(s); };
+  auto rt = runtime::open(ro);
+  if (!rt) {
+    spdlog::error("event=store.open home={} error=\"{}\"", ro.home, message_of(rt.error()));
+    return fatal(5);
+  }
+  for (auto& id : (*rt)->recovered())
+    spdlog::warn("event=execution.interrupted execution={}", id);
+  if (auto err = m->load(*(*rt)->db())) {
+    spdlog::error("event=store.read error=\"{}\"", message_of(err));
+    return fatal(5);
+  }
+  notifier events;
+  auto db = (*rt)->db();
+  auto sub = (*rt)->subscribe([m, db, &events](const event_record& e) {
+    m->on_event(e, *db);
+    if (e.type.compare(0, 10, "execution.") == 0 || e.type.compare(0, 5, "stop.") == 0)
+      spdlog::info("event={} execution={} root={} status={} reason={}", e.type, e.execution_id,
+                   e.root_id, e.status, e.reason);
+    events.bump();
+  });
+  if (opts.resume_interrupted)
+    for (auto& id : (*rt)->recovered()) {
+      auto rec = db->execution(id);
+      if (!rec || !rec->parent_id.empty() || rec->status != execution_status::stopped)
+        continue; // children resume with their roots
+      if (auto h = (*rt)->resume(id); h)
+        spdlog::info("event=execution.resume execution={} why=resume-interrupted", id);
+      else
+        spdlog::error("event=execution.resume execution={} error=\"{}\"", id,
+                      message_of(h.error()));
+    }
+  httplib::Server svr;
+  svr.new_task_queue = [] { return new httplib::ThreadPool(http_threads); };
+  svr.set_payload_max_length(cfg.max_request_bytes);
+  svr.set_read_timeout(30, 0);
+  svr.set_write_timeout(30, 0);
+  api_server api{cfg, **rt, *m, events};
+  api.install(svr);
+  int bound = port == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, port) ? port : -1);
+  if (bound < 0) {
+    spdlog::error("event=listen address={} error=\"cannot bind\"", cfg.listen);
+    sub.cancel();
+    return fatal(2);
+  }
+  std::thread http{[&svr] { svr.listen_after_bind(); }};
+  std::cout << "listening on " << host << ":" << bound << std::endl;
+  spdlog::info("event=listening address={}:{} home={}", host, bound, ro.home);
+  {
+    std::unique_lock<std::mutex> lock{mtx};
+    cv.wait(lock, [&] { return stop_requested.load(); });
+  }
+  // Shutdown sequence: stop taking requests and end the streams, then stop
+  // every live execution with reason `shutdown` (snapshotted) and close the
+  // store.
+  spdlog::info("event=shutdown phase=http");
+  events.shutdown();
+  svr.stop();
+  http.join();
+  sub.cancel();
+  spdlog::info("event=shutdown phase=executions live={}", (*rt)->live_executions());
+  rt->reset();
+  spdlog::info("event=shutdown phase=done");
+  return 0;
+}
+
+} // namespace
+
+int run_server(const server_options& opts) {
+  setup_logging();
+  // Signals are taken by this thread only: block them before any other thread
+  // exists, so every thread inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::atomic<bool> stop_requested{false};
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::atomic<int> code{0};
+  auto self = pthread_self();
+  // The node runs on its own thread; this one only waits for a signal (a
+  // thread blocked in sigwait must not call into CAF, see runtime.hpp).
+  std::thread node{[&] { code = serve(opts, stop_requested, mtx, cv, self); }};
+  int sig = 0;
+  sigwait(&set, &sig);
+  if (sig != SIGUSR1)
+    spdlog::info("event=signal signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    stop_requested = true;
+  }
+  cv.notify_all();
+  node.join();
+  return code;
+}
+
+} // namespace canopy

@@ -1,0 +1,71 @@
+#pragma once
+
+// The server's Prometheus metrics (SPEC §7 `GET /metrics`): executions by
+// status, steps started and finished, live execution actors, stop latency,
+// store commit latency, and HTTP requests by route and code.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+/// A Prometheus histogram with fixed upper bounds (seconds).
+class histogram {
+public:
+  explicit histogram(std::vector<double> bounds);
+  void observe(double seconds);
+  /// Appends the `_bucket`, `_sum` and `_count` lines of metric `name`.
+  void render(const std::string& name, std::string& out) const;
+
+private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_; ///< per bound, not cumulative; last: +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+/// Every metric of one server. Thread-safe: all members may be called from
+/// any thread.
+class metrics {
+public:
+  metrics();
+
+  /// Counts the status of every execution already in `db` (at start).
+  /// @returns a store error, or nothing.
+  caf::error load(const store& db);
+
+  /// Updates execution and step counters from a committed event; a
+  /// `stop.handled` event observes its request's latency (read from `db`).
+  void on_event(const event_record& e, const store& db);
+
+  /// Observes one store commit.
+  void observe_commit(double seconds);
+
+  /// Counts one answered HTTP request. `route` is the route pattern, e.g.
+  /// `/v1/executions/{id}/stop`, never the concrete path.
+  void count_request(const std::string& method, const std::string& route, int code);
+
+  /// @returns the Prometheus text exposition (format 0.0.4).
+  std::string render(size_t live_actors) const;
+
+private:
+  mutable std::mutex mtx_;
+  std::unordered_map<std::string, execution_status> status_of_;
+  std::array<uint64_t, 6> by_status_{};
+  uint64_t steps_started_ = 0;
+  uint64_t steps_completed_ = 0;
+  uint64_t steps_failed_ = 0;
+  histogram stop_latency_;
+  histogram commit_latency_;
+  std::map<std::string, uint64_t> requests_; ///< "method\0route\0code" → count
+};
+
+} // namespace canopy

@@ -1,0 +1,2 @@
+// being written this session
+int main() { return 0; }
