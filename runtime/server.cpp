@@ -275,7 +275,12 @@ public:
                                                        httplib::Response& res) {
       if (!res.body.empty())
         return httplib::Server::HandlerResponse::Unhandled;
-      http_error e{res.status, "bad_request", "bad request (HTTP " + std::to_string(res.status) + ")", ""};
+      // httplib answers malformed requests itself, e.g. a POST without
+      // Content-Length (send `Content-Length: 0` for an empty body).
+      http_error e{res.status, "bad_request",
+                   "malformed HTTP request (HTTP " + std::to_string(res.status)
+                     + "; a POST needs a Content-Length header, 0 for no body)",
+                   ""};
       if (res.status == 413)
         e = {413, "too_large", "request body is over max_request_bytes", ""};
       else if (res.status == 404)
