@@ -32,7 +32,9 @@ struct step_rt {
   size_t remaining = 0;   ///< `needs` not yet durably completed
   caf::actor worker;      ///< step runner or child execution
   uint64_t ticket = 0;    ///< slot ticket while queued or running a subprocess
-  bool has_slot = false;
+  bool has_slot = false;  ///< holds a slot of the node's pool (`svc->slots`)
+  caf::actor tool_pool;   ///< the tool's own slot pool, when the tool has one
+  bool has_tool_slot = false; ///< holds a slot of `tool_pool`
   bool in_fn = false;     ///< a pooled fn attempt is running
   bool planning = false;  ///< a `plan` step's planner runs (its runner is `worker`)
   std::shared_ptr<std::atomic<bool>> stop_flag;
@@ -159,6 +161,57 @@ void flush(exec_actor* self, std::function<void()> after = {}) {
       });
 }
 
+// -- slots and tools -------------------------------------------------------------
+
+/// Gives back every slot step `idx` holds or waits for (its tool's pool and the
+/// node's pool); idempotent.
+void release_slots(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  if (s.ticket != 0) {
+    if (s.tool_pool)
+      self->send(s.tool_pool, release_atom::value, s.ticket);
+    self->send(st.svc->slots, release_atom::value, s.ticket);
+  }
+  s.ticket = 0;
+  s.has_slot = false;
+  s.has_tool_slot = false;
+  s.tool_pool = nullptr;
+}
+
+/// The tool a `tool` step (or a `plan` step naming a tool) runs; nullptr for
+/// other steps. Sets `error` when the tool is not registered on this node.
+const tool_def* tool_of(const execution_state& st, const step_def& def, std::string& error) {
+  bool named = def.kind == step_kind::tool || (def.kind == step_kind::plan && !def.target.empty());
+  if (!named)
+    return nullptr;
+  if (st.svc->tools) {
+    auto i = st.svc->tools->find(def.target);
+    if (i != st.svc->tools->end())
+      return &i->second;
+  }
+  error = "tool '" + def.target + "' is not registered on this node";
+  return nullptr;
+}
+
+/// Queues step `idx` for a subprocess slot: first one of its tool's pool (when
+/// `tool` has one), then one of the node's pool; the grants arrive as
+/// (grant_atom, ticket).
+void enqueue(exec_actor* self, size_t idx, const tool_def* tool) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  release_slots(self, idx);
+  s.status = step_status::queued;
+  s.reason.clear();
+  s.ticket = st.next_ticket++;
+  if (tool != nullptr)
+    if (auto i = st.svc->tool_slots.find(tool->name); i != st.svc->tool_slots.end())
+      s.tool_pool = i->second;
+  emit(self, "step.queued", st.g->steps[idx].id, "queued");
+  put_step(self, idx);
+  self->send(s.tool_pool ? s.tool_pool : st.svc->slots, acquire_atom::value, s.ticket);
+}
+
 // -- step transitions ------------------------------------------------------------
 
 void begin_halt(exec_actor* self, execution_status final_status, std::string reason,
@@ -166,6 +219,7 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
 
 void complete_step(exec_actor* self, size_t idx, json result) {
   auto& st = self->state;
+  release_slots(self, idx);
   auto& s = st.steps[idx];
   auto& id = st.g->steps[idx].id;
   s.status = step_status::completed;
@@ -188,6 +242,7 @@ millis retry_delay(const step_def& def, int attempt) {
 
 void fail_attempt(exec_actor* self, size_t idx, const std::string& error, json result = nullptr) {
   auto& st = self->state;
+  release_slots(self, idx);
   auto& s = st.steps[idx];
   auto& def = st.g->steps[idx];
   s.ended_at = now_ms();
@@ -225,7 +280,8 @@ void mark_running(exec_actor* self, size_t idx) {
   put_step(self, idx);
 }
 
-/// Starts the subprocess of a `run` step once a slot is granted.
+/// Starts the subprocess of a `run` or `tool` step (or a `plan` step's
+/// planner) once its slots are granted.
 void start_runner(exec_actor* self, size_t idx) {
   auto& st = self->state;
   auto& def = st.g->steps[idx];
@@ -237,11 +293,34 @@ void start_runner(exec_actor* self, size_t idx) {
   spec.timeout = def.timeout;
   spec.grace = def.grace;
   auto fail = [&](const caf::error& err) { fail_attempt(self, idx, message_of(err)); };
-  for (auto& item : def.argv) {
-    auto arg = resolve_text(item.get<std::string>(), scope);
-    if (!arg)
-      return fail(arg.error());
-    spec.process.argv.push_back(std::move(*arg));
+  std::string unknown;
+  if (auto tool = tool_of(st, def, unknown)) {
+    // The tool's argv template, with `${with.KEY}` from the step's resolved
+    // `with` and `${inputs.KEY}` from the execution's inputs; its limits
+    // apply where the step sets none.
+    auto with = resolve(def.with, scope);
+    if (!with)
+      return fail(with.error());
+    reference_scope tool_scope{&st.rec.inputs, nullptr, &*with};
+    for (auto& item : tool->argv) {
+      auto arg = resolve_text(item.get<std::string>(), tool_scope);
+      if (!arg)
+        return fail_attempt(self, idx, "tool '" + tool->name + "': " + message_of(arg.error()));
+      spec.process.argv.push_back(std::move(*arg));
+    }
+    if (!def.timeout)
+      spec.timeout = tool->timeout;
+    if (!def.grace_set && tool->grace)
+      spec.grace = *tool->grace;
+  } else if (!unknown.empty()) {
+    return fail_attempt(self, idx, unknown);
+  } else {
+    for (auto& item : def.argv) {
+      auto arg = resolve_text(item.get<std::string>(), scope);
+      if (!arg)
+        return fail(arg.error());
+      spec.process.argv.push_back(std::move(*arg));
+    }
   }
   for (auto& kv : def.env) {
     auto val = resolve_text(kv.second, scope);
@@ -373,13 +452,17 @@ bool start_step(exec_actor* self, size_t idx) {
       start_fn(self, idx);
       break;
     case step_kind::run:
-      s.status = step_status::queued;
-      s.reason.clear();
-      s.ticket = st.next_ticket++;
-      emit(self, "step.queued", def.id, "queued");
-      put_step(self, idx);
-      self->send(st.svc->slots, acquire_atom::value, s.ticket);
+      enqueue(self, idx, nullptr);
       break;
+    case step_kind::tool: {
+      std::string unknown;
+      auto tool = tool_of(st, def, unknown);
+      if (tool == nullptr)
+        fail_attempt(self, idx, unknown);
+      else
+        enqueue(self, idx, tool);
+      break;
+    }
     case step_kind::graph:
       start_child(self, idx, def.child);
       break;
@@ -516,10 +599,7 @@ void try_complete_halt(exec_actor* self) {
   for (size_t i = 0; i < st.steps.size(); ++i) {
     auto& s = st.steps[i];
     if (is_active(s)) {
-      if (s.has_slot || s.ticket != 0)
-        self->send(st.svc->slots, release_atom::value, s.ticket);
-      s.has_slot = false;
-      s.ticket = 0;
+      release_slots(self, i);
       s.status = step_status::pending;
       s.reason = st.step_reason;
       s.ended_at = now_ms();
@@ -615,12 +695,33 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
 caf::behavior execution(exec_actor* self, execution_init init,
                         std::shared_ptr<const execution_services> svc, caf::actor parent);
 
+parse_options child_parse_options(const execution_state& st);
+
 void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph) {
   auto& st = self->state;
   auto& def = st.g->steps[idx];
   auto& s = st.steps[idx];
-  if (!child_graph)
-    return fail_attempt(self, idx, "graph '" + def.target + "' is not registered on this node");
+  if (!child_graph) {
+    // A registered graph named by the step: on resume the child's stored
+    // graph (what it ran), else the owner's newest version.
+    parse_result found;
+    if (!s.child_id.empty())
+      if (auto stored = st.svc->db->graph(s.child_id))
+        found = parse_graph_bundle(stored->document, stored->base_dir, stored->files,
+                                   child_parse_options(st));
+    if (!found && st.svc->find_graph)
+      found = st.svc->find_graph(st.rec.owner, def.target, child_parse_options(st));
+    if (!found) {
+      std::string msg = "graph '" + def.target + "' is not registered on this node";
+      if (!found.errors.empty()) {
+        msg = "graph '" + def.target + "':";
+        for (auto& e : found.errors)
+          msg += " " + to_string(e) + ";";
+      }
+      return fail_attempt(self, idx, msg);
+    }
+    child_graph = found.value;
+  }
   reference_scope scope{&st.rec.inputs, &st.results, nullptr};
   auto with = resolve(def.with, scope);
   if (!with)
@@ -670,9 +771,12 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
 
 /// Parse options for a graph created at run time below this execution.
 parse_options child_parse_options(const execution_state& st) {
-  parse_options opts;
+  parse_options opts = st.svc->child_options;
   if (st.svc->fns)
     opts.fns = st.svc->fns->names();
+  if (st.svc->tools)
+    for (auto& kv : *st.svc->tools)
+      opts.tools.insert(kv.first);
   opts.depth = st.rec.depth + 1;
   opts.max_depth = st.scope->max_depth();
   return opts;
@@ -693,13 +797,13 @@ void start_plan(exec_actor* self, size_t idx) {
     }
     s.child_id.clear(); // the planned graph is gone: plan again
   }
+  // The planner: a registered tool (by name) or an inline argv.
+  std::string unknown;
+  auto tool = tool_of(st, st.g->steps[idx], unknown);
+  if (!unknown.empty())
+    return fail_attempt(self, idx, unknown);
   s.planning = true;
-  s.status = step_status::queued;
-  s.reason.clear();
-  s.ticket = st.next_ticket++;
-  emit(self, "step.queued", st.g->steps[idx].id, "queued");
-  put_step(self, idx);
-  self->send(st.svc->slots, acquire_atom::value, s.ticket);
+  enqueue(self, idx, tool);
 }
 
 /// The planner printed a graph: validate it, then run it as a child.
@@ -879,16 +983,20 @@ caf::behavior execution(exec_actor* self, execution_init init,
     },
     [=](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
       auto& st = self->state;
+      bool known = !stop_id.empty()
+                   && std::find(st.stop_ids.begin(), st.stop_ids.end(), stop_id)
+                        != st.stop_ids.end();
       if (st.finished) {
-        // Too late: the execution already ended. Answer the request anyway.
-        if (!stop_id.empty()) {
+        // Too late: the execution already ended. Answer the request anyway,
+        // unless it is one this execution is answering in its snapshot (the
+        // stop watcher re-delivers requests until their answer is committed).
+        if (!stop_id.empty() && !known) {
           answer_stop(self, stored_stop(st, stop_id), "no_execution");
           flush(self);
         }
         return;
       }
-      if (!stop_id.empty()
-          && std::find(st.stop_ids.begin(), st.stop_ids.end(), stop_id) == st.stop_ids.end())
+      if (!stop_id.empty() && !known)
         st.stop_ids.push_back(stop_id);
       begin_halt(self, execution_status::stopped, reason, reason, force);
       flush(self);
@@ -933,11 +1041,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
       auto& s = st.steps[idx];
       s.in_fn = false;
       s.worker = nullptr;
-      if (s.has_slot || s.ticket != 0) {
-        self->send(st.svc->slots, release_atom::value, s.ticket);
-        s.has_slot = false;
-        s.ticket = 0;
-      }
+      release_slots(self, idx);
       if (st.halting) {
         try_complete_halt(self);
       } else if (s.status == step_status::running && s.planning) {
@@ -978,9 +1082,22 @@ caf::behavior execution(exec_actor* self, execution_init init,
         self->send(self, start_atom::value);
         return;
       }
+      auto pool = caf::actor_cast<caf::actor>(self->current_sender());
       for (size_t i = 0; i < st.steps.size(); ++i) {
         auto& s = st.steps[i];
         if (s.ticket == ticket && s.status == step_status::queued) {
+          if (s.tool_pool && pool == s.tool_pool && !s.has_tool_slot) {
+            // The tool's slot first; then one of the node's pool.
+            s.has_tool_slot = true;
+            if (st.halting)
+              try_complete_halt(self);
+            else
+              self->send(st.svc->slots, acquire_atom::value, ticket);
+            flush(self);
+            return;
+          }
+          if (pool != st.svc->slots || s.has_slot)
+            break; // not the grant this step waits for
           s.has_slot = true;
           if (st.halting) {
             try_complete_halt(self);
@@ -992,8 +1109,9 @@ caf::behavior execution(exec_actor* self, execution_init init,
           return;
         }
       }
-      // A ticket we no longer want.
-      self->send(st.svc->slots, release_atom::value, ticket);
+      // A ticket we no longer want: back to the pool that granted it.
+      if (pool)
+        self->send(pool, release_atom::value, ticket);
     },
     [=](wake_atom, uint64_t idx, int attempt, int64_t ms) {
       auto& st = self->state;

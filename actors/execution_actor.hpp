@@ -47,6 +47,7 @@
 // back to `pending` with reason `sibling_failed` (their child executions stop
 // with that reason) and the execution ends `failed`/`step_failed`.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -78,6 +79,16 @@ struct execution_services {
   /// A slot pool per tool with its own `max_parallel`; a tool step takes a
   /// slot here first, then one from `slots`.
   std::map<std::string, caf::actor> tool_slots;
+  /// Parse options for graphs created at run time (planned graphs and
+  /// registered graphs named by `graph` steps): the node's inline-command
+  /// rule and file loader. `fns`, `tools`, `depth` and `max_depth` are set
+  /// per child.
+  parse_options child_options;
+  /// Finds graph `name` registered by `owner` (the HTTP API's registry) and
+  /// parses it with `opts`. Null: no registry on this node.
+  std::function<parse_result(const std::string& owner, const std::string& name,
+                             const parse_options& opts)>
+    find_graph;
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
 };

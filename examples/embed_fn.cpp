@@ -22,7 +22,9 @@ static int fail(const char* what, const caf::error& err, int code) {
 }
 
 int main(int argc, char** argv) {
-  auto rt = canopy::runtime::open({argc > 1 ? argv[1] : "./.canopy-embed"});
+  canopy::runtime_options opts;
+  opts.home = argc > 1 ? argv[1] : "./.canopy-embed";
+  auto rt = canopy::runtime::open(opts);
   if (!rt)
     return fail("open", rt.error(), 5);
 

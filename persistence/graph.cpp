@@ -436,8 +436,17 @@ public:
 private:
   // -- errors -------------------------------------------------------------------
 
-  void fail(std::string path, std::string message) {
-    errors_.push_back(graph_error{std::move(path), std::move(message)});
+  void fail(std::string path, std::string message, std::string code = {}) {
+    errors_.push_back(graph_error{std::move(path), std::move(message), std::move(code)});
+  }
+
+  /// Refuses an inline command (`run`, argv `plan`) when the node does not
+  /// allow them (SPEC §13 rule 19).
+  void refuse_inline(const std::string& path, const char* what) {
+    fail(path,
+         std::string{"inline commands are disabled on this node: "} + what
+           + " (register a tool in the node's config and name it instead)",
+         "inline_commands_disabled");
   }
 
   parse_result finish() {
@@ -651,8 +660,10 @@ private:
       else
         def.cost = *x;
     }
-    if (auto it = v.find("grace"); it != v.end())
+    if (auto it = v.find("grace"); it != v.end()) {
+      def.grace_set = true;
       parse_grace(def, *it, path + "/grace");
+    }
   }
 
   void parse_grace(step_def& def, const json& v, const std::string& path) {
@@ -688,6 +699,8 @@ private:
     auto& def = w.def;
     if (key == "run") {
       def.kind = step_kind::run;
+      if (!opts_.allow_inline)
+        refuse_inline(path, "a 'run' step runs an argv given in the graph");
       if (parse_argv(w, v, path))
         def.argv = v;
     } else if (key == "tool") {
@@ -705,6 +718,8 @@ private:
           check_tool(*name, path);
         }
       } else if (v.is_array()) {
+        if (!opts_.allow_inline)
+          refuse_inline(path, "a 'plan' step with an argv runs a command given in the graph");
         if (parse_argv(w, v, path))
           def.argv = v;
       } else {
@@ -835,7 +850,7 @@ private:
       files_.emplace(abs, cached->second.doc);
     }
     for (auto& e : result.errors)
-      fail(path + e.path, std::move(e.message));
+      fail(path + e.path, std::move(e.message), std::move(e.code));
     if (!result.value)
       return;
     for (auto& [file, doc] : result.value->files)
@@ -1096,7 +1111,8 @@ parse_result parse_graph(const json& doc, const std::string& base_dir,
     return parser.run(doc, base_dir, "");
   } catch (const std::exception& ex) {
     parse_result result;
-    result.errors.push_back(graph_error{"", std::string{"cannot validate graph: "} + ex.what()});
+    result.errors.push_back(
+      graph_error{"", std::string{"cannot validate graph: "} + ex.what(), {}});
     return result;
   }
 }
@@ -1104,7 +1120,7 @@ parse_result parse_graph(const json& doc, const std::string& base_dir,
 parse_result parse_graph_file(const std::string& path, const parse_options& opts) {
   auto fail = [](std::string message) {
     parse_result result;
-    result.errors.push_back(graph_error{"", std::move(message)});
+    result.errors.push_back(graph_error{"", std::move(message), {}});
     return result;
   };
   try {

@@ -81,6 +81,9 @@ struct step_def {
   millis retry_delay{1000};
   double cost = 0;
   grace_periods grace;
+  /// True when the step had a `grace` key: a tool's default grace periods
+  /// apply only to steps without one.
+  bool grace_set = false;
 };
 
 /// A validated graph. Immutable once parsed; share it as `shared_ptr<const graph>`.

@@ -1,1 +1,185 @@
-// placeholder: being written this session
+#include "persistence/tools.hpp"
+
+#include <utility>
+
+#include "persistence/error.hpp"
+#include "persistence/reference.hpp"
+
+namespace canopy {
+
+namespace {
+
+// -- constants -----------------------------------------------------------------
+
+constexpr const char* tool_keys = "argv, max_parallel, timeout, grace";
+
+constexpr const char* grace_keys = "interrupt, terminate";
+
+// -- helpers -------------------------------------------------------------------
+
+/// Collects the errors of one `tools` object.
+class tools_parser {
+public:
+  explicit tools_parser(std::vector<graph_error>& errors) : errors_(errors) {
+    // nop
+  }
+
+  tool_table run(const json& tools, const std::string& path) {
+    tool_table result;
+    if (!tools.is_object()) {
+      fail(path, "expected an object of tools (name -> {\"argv\": [...]}), " + got(tools));
+      return result;
+    }
+    for (auto& [name, val] : tools.items()) {
+      auto before = errors_.size();
+      auto def = parse_tool(name, val, path + "/" + escape_pointer(name));
+      if (errors_.size() == before)
+        result.emplace(name, std::move(def));
+    }
+    return result;
+  }
+
+private:
+  void fail(std::string path, std::string message) {
+    errors_.push_back(graph_error{std::move(path), std::move(message), {}});
+  }
+
+  static std::string got(const json& v) {
+    if (v.is_number())
+      return "got " + v.dump();
+    return std::string{"got "} + v.type_name();
+  }
+
+  tool_def parse_tool(const std::string& name, const json& v, const std::string& path) {
+    tool_def def;
+    def.name = name;
+    if (name.empty())
+      fail(path, "a tool name must not be empty");
+    if (!v.is_object()) {
+      fail(path, "a tool must be an object such as {\"argv\": [\"prog\", \"${with.arg}\"]}, "
+                   + got(v));
+      return def;
+    }
+    if (!v.contains("argv"))
+      fail(path, "missing 'argv' (a non-empty array of strings)");
+    for (auto& [key, val] : v.items()) {
+      auto kpath = path + "/" + escape_pointer(key);
+      if (key == "argv")
+        parse_argv(def, val, kpath);
+      else if (key == "max_parallel")
+        parse_max_parallel(def, val, kpath);
+      else if (key == "timeout")
+        parse_timeout(def, val, kpath);
+      else if (key == "grace")
+        parse_grace(def, val, kpath);
+      else
+        fail(kpath, "unknown key '" + key + "' (expected one of: " + tool_keys + ")");
+    }
+    return def;
+  }
+
+  void parse_argv(tool_def& def, const json& v, const std::string& path) {
+    if (!v.is_array() || v.empty()) {
+      fail(path, "expected a non-empty array of strings (argv), "
+                   + (v.is_array() ? std::string{"got an empty array"} : got(v)));
+      return;
+    }
+    auto before = errors_.size();
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto ipath = path + "/" + std::to_string(i);
+      if (!v[i].is_string()) {
+        fail(ipath, "expected a string, " + got(v[i]));
+        continue;
+      }
+      auto refs = find_references(v[i].get_ref<const std::string&>());
+      if (!refs) {
+        fail(ipath, message_of(refs.error()));
+        continue;
+      }
+      for (auto& ref : *refs)
+        if (ref.scope == reference::steps)
+          fail(ipath, "reference " + ref.text
+                        + ": a tool's argv may only use ${with.KEY} and ${inputs.KEY}"
+                          " (pass step results through the step's 'with')");
+    }
+    if (errors_.size() == before)
+      def.argv = v;
+  }
+
+  void parse_max_parallel(tool_def& def, const json& v, const std::string& path) {
+    if (v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() > 0)) {
+      auto n = v.get<uint64_t>();
+      if (n > 0) {
+        def.max_parallel = static_cast<size_t>(n);
+        return;
+      }
+    }
+    fail(path, "expected an integer >= 1, " + got(v));
+  }
+
+  std::optional<millis> duration(const json& v, const std::string& path) {
+    if (!v.is_string()) {
+      fail(path, "expected a duration such as \"10s\", " + got(v));
+      return std::nullopt;
+    }
+    auto d = parse_duration(v.get<std::string>());
+    if (!d) {
+      fail(path, message_of(d.error()));
+      return std::nullopt;
+    }
+    return *d;
+  }
+
+  void parse_timeout(tool_def& def, const json& v, const std::string& path) {
+    auto d = duration(v, path);
+    if (!d)
+      return;
+    if (d->count() == 0) {
+      fail(path, "a timeout must be longer than 0ms");
+      return;
+    }
+    def.timeout = *d;
+  }
+
+  void parse_grace(tool_def& def, const json& v, const std::string& path) {
+    if (!v.is_object()) {
+      fail(path, "expected an object such as {\"interrupt\": \"10s\", \"terminate\": \"5s\"}, "
+                   + got(v));
+      return;
+    }
+    grace_periods grace;
+    auto before = errors_.size();
+    for (auto& [key, val] : v.items()) {
+      auto kpath = path + "/" + escape_pointer(key);
+      if (key == "interrupt") {
+        if (auto d = duration(val, kpath))
+          grace.interrupt = *d;
+      } else if (key == "terminate") {
+        if (auto d = duration(val, kpath))
+          grace.terminate = *d;
+      } else {
+        fail(kpath, "unknown key '" + key + "' (expected one of: " + grace_keys + ")");
+      }
+    }
+    if (errors_.size() == before)
+      def.grace = grace;
+  }
+
+  std::vector<graph_error>& errors_;
+};
+
+} // namespace
+
+// -- parsing -------------------------------------------------------------------
+
+tool_table parse_tools(const json& tools, const std::string& path,
+                       std::vector<graph_error>& errors) {
+  try {
+    return tools_parser{errors}.run(tools, path);
+  } catch (const std::exception& ex) {
+    errors.push_back(graph_error{path, std::string{"cannot read tools: "} + ex.what(), {}});
+    return {};
+  }
+}
+
+} // namespace canopy

@@ -8,17 +8,24 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <cstdlib>
 #include <iostream>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "persistence/error.hpp"
+#include "runtime/client.hpp"
+#include "runtime/config.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
 #include "runtime/render.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/server.hpp"
 
 extern char** environ;
 
@@ -32,6 +39,17 @@ constexpr int exit_completed = 0;
 constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_stopped = 3;
+
+// -- tunables ---------------------------------------------------------------------------
+
+/// `events --follow` polls the store this often: the shortest pause while
+/// events arrive, doubling to the longest while the tree is quiet.
+constexpr std::chrono::milliseconds min_follow_poll{5};
+constexpr std::chrono::milliseconds max_follow_poll{50};
+
+/// `events --follow` looks for a dead owner this often (a tree whose process
+/// died stays `running` until someone recovers it).
+constexpr std::chrono::milliseconds follow_recovery_interval{250};
 
 int exit_code_of(execution_status s) {
   switch (s) {
@@ -50,6 +68,12 @@ int fail(const caf::error& err) {
 int usage_error(const std::string& msg) {
   std::cerr << "error: " << msg << "\n";
   return exit_usage;
+}
+
+/// True when `s` names an execution status.
+bool valid_status(const std::string& s) {
+  execution_status x;
+  return from_string(s, x);
 }
 
 // -- options shared by commands ------------------------------------------------------
@@ -416,23 +440,17 @@ int cmd_ls(const global_options& g, const std::string& status, bool all, bool as
   return 0;
 }
 
-/// The ids of `id` and all its descendants.
-caf::expected<std::set<std::string>> subtree(const store& db, const std::string& id) {
-  std::set<std::string> out{id};
-  std::vector<std::string> todo{id};
-  while (!todo.empty()) {
-    auto cur = todo.back();
-    todo.pop_back();
-    auto kids = db.children(cur);
-    if (!kids)
-      return kids.error();
-    for (auto& k : *kids)
-      if (out.insert(k).second)
-        todo.push_back(k);
-  }
-  return out;
+/// Prints one event of a local tree: a JSON line, or a human line.
+void print_event(const event_record& e, tree_view& view, bool as_json) {
+  if (as_json)
+    std::cout << event_document(e).dump() << "\n";
+  else
+    std::cout << event_line(e, view.label(e.execution_id)) << "\n";
 }
 
+/// `canopy events ID [--follow]` on the local home: the events of `id`'s
+/// subtree; with `follow_live`, keeps reading the store (another process
+/// writes it) until `id` is terminal and every event up to that was printed.
 int cmd_events(const global_options& g, const std::string& id, bool follow_live,
                bool as_json) {
   auto db = open_store(g);
@@ -441,41 +459,297 @@ int cmd_events(const global_options& g, const std::string& id, bool follow_live,
   auto rec = (*db)->execution(id);
   if (!rec)
     return fail(rec.error());
-  tree_view view{**db, id};
-  uint64_t after = 0;
-  for (;;) {
-    auto ids = subtree(**db, id);
+  // Of a child, only its subtree: the ids known now, and those that join.
+  bool whole_tree = id == rec->root_id;
+  std::set<std::string> inside, outside;
+  if (!whole_tree) {
+    auto ids = subtree_ids(**db, id);
     if (!ids)
       return fail(ids.error());
+    inside = std::move(*ids);
+  }
+  auto in_subtree = [&](const event_record& e) {
+    if (whole_tree || inside.count(e.execution_id))
+      return true;
+    if (outside.count(e.execution_id))
+      return false;
+    // A new execution belongs when its parent does (lineage never changes).
+    auto parent = e.parent_id;
+    if (parent.empty())
+      if (auto r = (*db)->execution(e.execution_id))
+        parent = r->parent_id;
+    bool in = !parent.empty() && inside.count(parent) > 0;
+    (in ? inside : outside).insert(e.execution_id);
+    return in;
+  };
+  tree_view view{**db, id};
+  uint64_t after = 0;
+  auto delay = min_follow_poll;
+  auto last_recovery = std::chrono::steady_clock::now();
+  for (;;) {
+    // Status first, then events: once `id` is terminal, the read that
+    // follows holds every event up to its terminal commit.
+    auto now = (*db)->execution(id);
+    if (!now)
+      return fail(now.error());
     auto events = (*db)->tree_events(rec->root_id, after);
     if (!events)
       return fail(events.error());
     for (auto& e : *events) {
       after = e.seq;
-      if (!ids->count(e.execution_id))
-        continue;
-      if (as_json)
-        std::cout << event_document(e).dump() << "\n";
-      else
-        std::cout << event_line(e, view.label(e.execution_id)) << "\n";
+      if (in_subtree(e))
+        print_event(e, view, as_json);
     }
     std::cout << std::flush;
-    if (!follow_live)
+    if (!follow_live || is_terminal(now->status))
       return 0;
-    auto now = (*db)->execution(id);
-    if (!now)
-      return fail(now.error());
-    if (is_terminal(now->status)) {
-      // One more read: events committed with the final status.
-      if (auto tail = (*db)->tree_events(rec->root_id, after); tail && tail->empty())
-        return 0;
-      continue;
+    // Another process writes the store: poll it, quickly while it is busy.
+    delay = events->empty() ? std::min(delay * 2, max_follow_poll) : min_follow_poll;
+    std::this_thread::sleep_for(delay);
+    // An owner that died leaves its tree `running`: notice it, now and then.
+    if (std::chrono::steady_clock::now() - last_recovery > follow_recovery_interval) {
+      last_recovery = std::chrono::steady_clock::now();
+      if (auto again = recover_interrupted(**db); !again)
+        return fail(again.error());
     }
-    // Another process writes the store: poll it at a human pace.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (auto again = recover_interrupted(**db); !again)
-      return fail(again.error());
   }
+}
+
+// -- commands against a server (--server URL) --------------------------------------------
+
+/// `--server URL` and `--token TOKEN` of the commands that can use a server.
+struct remote_options {
+  std::string server; ///< empty: the local home
+  std::string token;  ///< empty: `$CANOPY_TOKEN`
+};
+
+/// A client for `r`, or a usage error (bad URL, no token).
+caf::expected<api_client> open_client(const remote_options& r) {
+  auto url = parse_server_url(r.server);
+  if (!url)
+    return url.error();
+  client_options opts;
+  opts.server = *url;
+  opts.token = r.token;
+  if (opts.token.empty())
+    if (auto env = std::getenv("CANOPY_TOKEN"))
+      opts.token = env;
+  if (opts.token.empty())
+    return make_error(runtime_errc::invalid_input,
+                      "--server needs a token: pass --token TOKEN or set $CANOPY_TOKEN");
+  return api_client{std::move(opts)};
+}
+
+/// Prints a final status as `canopy stop` does: `stopped (requested)`.
+void print_status(const json& doc) {
+  auto rec = execution_of(doc);
+  std::cout << to_string(rec.status);
+  if (!rec.reason.empty())
+    std::cout << " (" << rec.reason << ")";
+  std::cout << "\n";
+}
+
+/// `canopy stop ID --server URL`: the server stops and waits; the output and
+/// exit code are the local stop's (SPEC §13 rule 13).
+int remote_stop(const remote_options& r, const std::string& id, bool force, double wait_s) {
+  auto api = open_client(r);
+  if (!api)
+    return fail(api.error());
+  auto answer = api->stop(id, force, wait_s);
+  if (!answer)
+    return fail(answer.error());
+  if (answer->result == "no_execution") {
+    std::cout << "no_execution\n";
+    return 0;
+  }
+  if (answer->result == "stopped") {
+    print_status(answer->execution);
+    return 0;
+  }
+  auto status = answer->execution.is_object() ? to_string(execution_of(answer->execution).status)
+                                              : "stopping";
+  std::cout << status << "\n";
+  std::cerr << "still " << status << " after " << wait_s << " s\n";
+  return 1;
+}
+
+int remote_show(const remote_options& r, const std::string& id, bool as_json) {
+  auto api = open_client(r);
+  if (!api)
+    return fail(api.error());
+  auto doc = api->tree(id);
+  if (!doc)
+    return fail(doc.error());
+  if (as_json)
+    std::cout << doc->dump() << "\n";
+  else
+    std::cout << render_document(*doc);
+  return 0;
+}
+
+int remote_ls(const remote_options& r, const std::string& status, bool all, bool as_json) {
+  auto api = open_client(r);
+  if (!api)
+    return fail(api.error());
+  auto items = api->executions(status);
+  if (!items)
+    return fail(items.error());
+  json out = json::array();
+  std::vector<execution_record> rows;
+  for (auto& item : *items) {
+    if (!all && item.contains("parent_id") && !item["parent_id"].is_null())
+      continue; // roots only unless --all (SPEC §13 rule 14)
+    item.erase("steps");
+    item.erase("children");
+    rows.push_back(execution_of(item));
+    out.push_back(std::move(item));
+  }
+  if (as_json)
+    std::cout << out.dump() << "\n";
+  else
+    std::cout << render_list(rows);
+  return 0;
+}
+
+/// Labels of a tree document's executions, as `tree_view::label` makes them:
+/// the top's graph name, and `parent-label/step` below it.
+void collect_labels(const json& doc, const std::string& label,
+                    std::map<std::string, std::string>& out) {
+  auto rec = execution_of(doc);
+  out[rec.id] = label;
+  if (doc.contains("children") && doc["children"].is_array())
+    for (auto& child : doc["children"])
+      collect_labels(child, label + "/" + execution_of(child).parent_step, out);
+}
+
+/// Human labels of the executions of a server's tree, fetched when an
+/// unknown execution shows up (a child created while following).
+class remote_labels {
+public:
+  remote_labels(const api_client& api, std::string id) : api_(api), id_(std::move(id)) {
+    refresh();
+  }
+
+  const std::string& operator()(const std::string& execution_id) {
+    auto i = labels_.find(execution_id);
+    if (i == labels_.end() && refreshed_for_.insert(execution_id).second) {
+      refresh();
+      i = labels_.find(execution_id);
+    }
+    if (i == labels_.end())
+      i = labels_.emplace(execution_id, execution_id.substr(0, 10)).first;
+    return i->second;
+  }
+
+private:
+  void refresh() {
+    if (auto doc = api_.tree(id_)) {
+      auto graph = execution_of(*doc).graph;
+      collect_labels(*doc, graph.empty() ? id_.substr(0, 10) : graph, labels_);
+    }
+  }
+
+  const api_client& api_;
+  std::string id_;
+  std::map<std::string, std::string> labels_;
+  std::set<std::string> refreshed_for_;
+};
+
+int remote_events(const remote_options& r, const std::string& id, bool follow_live,
+                  bool as_json) {
+  auto api = open_client(r);
+  if (!api)
+    return fail(api.error());
+  std::optional<remote_labels> labels;
+  auto print = [&](const json& doc) {
+    if (as_json) {
+      std::cout << doc.dump() << "\n";
+    } else {
+      if (!labels)
+        labels.emplace(*api, id);
+      auto e = event_of(doc);
+      std::cout << event_line(e, (*labels)(e.execution_id)) << "\n";
+    }
+    std::cout << std::flush;
+    return true;
+  };
+  if (follow_live) {
+    if (auto err = api->stream_events(id, 0, print))
+      return fail(err);
+    return 0;
+  }
+  auto events = api->events(id);
+  if (!events)
+    return fail(events.error());
+  for (auto& e : *events)
+    print(e);
+  return 0;
+}
+
+// -- serve ----------------------------------------------------------------------------------
+
+/// Flags of `canopy serve`; each overrides the config file.
+struct serve_flags {
+  std::string config;  ///< empty: no file, SPEC §12 defaults
+  std::string listen;  ///< empty: the file's (default 127.0.0.1:8080)
+  std::string cluster; ///< empty: the file's (default: no cluster port)
+  bool resume_interrupted = false;
+};
+
+/// `canopy serve`: reads the config, applies the flags over it, and runs
+/// the server until SIGTERM/SIGINT. `max_parallel_given` says whether
+/// `--max-parallel` was on the command line.
+int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flags& f) {
+  server_options opts;
+  if (!f.config.empty()) {
+    auto parsed = load_node_config(f.config);
+    if (!parsed) {
+      for (auto& e : parsed.errors) {
+        // `error: PATH: MESSAGE`; without a path, the file is the place.
+        auto where = !e.path.empty() ? e.path + ": "
+                     : e.message.find(f.config) == std::string::npos ? f.config + ": "
+                                                                     : std::string{};
+        std::cerr << "error: " << where << e.message << "\n";
+      }
+      if (parsed.errors.empty())
+        std::cerr << "error: " << f.config << ": unusable configuration\n";
+      return exit_usage;
+    }
+    opts.config = std::move(*parsed.value);
+  }
+  auto& cfg = opts.config;
+  if (!f.listen.empty()) {
+    std::string host;
+    int port = 0;
+    if (!split_host_port(f.listen, host, port))
+      return usage_error("--listen '" + f.listen + "': expected HOST:PORT");
+    cfg.listen = f.listen;
+  }
+  if (!f.cluster.empty()) {
+    std::string host;
+    int port = 0;
+    if (!split_host_port(f.cluster, host, port))
+      return usage_error("--cluster '" + f.cluster + "': expected HOST:PORT");
+    if (!cfg.cluster)
+      cfg.cluster.emplace();
+    cfg.cluster->listen = f.cluster;
+  }
+  if (max_parallel_given)
+    cfg.max_parallel = g.max_parallel;
+  // --home, else the file's home, else $CANOPY_HOME, else ./.canopy.
+  if (!g.home.empty())
+    cfg.home = g.home;
+  else if (cfg.home.empty())
+    cfg.home = default_home();
+  if (cfg.users.empty())
+    if (auto token = std::getenv("CANOPY_TOKEN"); token && *token)
+      cfg.users["default"] = token;
+  if (cfg.users.empty())
+    return usage_error("no users: every request needs a token; add "
+                       "\"users\": {\"NAME\": {\"token\": \"...\"}} to the file of "
+                       "--config FILE, or set $CANOPY_TOKEN for a user named 'default'");
+  opts.resume_interrupted = f.resume_interrupted;
+  return run_server(opts);
 }
 
 int cmd_validate(const std::string& file) {
@@ -495,8 +769,9 @@ int cli_main(int argc, char** argv) {
   app.fallthrough();
   global_options g;
   app.add_option("--home", g.home, "store folder (default: $CANOPY_HOME, else ./.canopy)");
-  app.add_option("--max-parallel", g.max_parallel, "subprocesses at once (default 4)")
-    ->check(CLI::Range(1, 4096));
+  auto max_parallel_opt =
+    app.add_option("--max-parallel", g.max_parallel, "subprocesses at once (default 4)")
+      ->check(CLI::Range(1, 4096));
 
   run_options ro;
   auto run = app.add_subcommand("run", "start an execution and follow it");
@@ -514,6 +789,13 @@ int cli_main(int argc, char** argv) {
   resume->add_option("--budget", budget, "raise the tree's budget")->check(CLI::Range(0.0, 1e12));
   resume->add_flag("--json", as_json, "print the execution document as JSON");
 
+  // `--server URL` and `--token TOKEN` on the commands that can use a server.
+  remote_options remote;
+  auto add_remote = [&remote](CLI::App* cmd) {
+    cmd->add_option("--server", remote.server, "a canopy server, http://HOST:PORT");
+    cmd->add_option("--token", remote.token, "bearer token for --server (default $CANOPY_TOKEN)");
+  };
+
   bool force = false;
   double wait_s = 30;
   auto stop = app.add_subcommand("stop", "stop an execution running in another process");
@@ -521,10 +803,12 @@ int cli_main(int argc, char** argv) {
   stop->add_flag("--force", force, "no grace periods: SIGKILL at once");
   stop->add_option("--wait", wait_s, "seconds to wait for the snapshot (default 30)")
     ->check(CLI::Range(0.0, 3600.0));
+  add_remote(stop);
 
   auto show = app.add_subcommand("show", "an execution, its steps and descendants");
   show->add_option("id", id, "execution id")->required();
   show->add_flag("--json", as_json, "print the document as JSON");
+  add_remote(show);
 
   std::string status;
   bool all = false;
@@ -532,12 +816,22 @@ int cli_main(int argc, char** argv) {
   ls->add_option("--status", status, "only this status");
   ls->add_flag("--all", all, "include child executions");
   ls->add_flag("--json", as_json, "print a JSON array");
+  add_remote(ls);
 
   bool follow_live = false;
   auto events = app.add_subcommand("events", "the event log of an execution's tree");
   events->add_option("id", id, "execution id")->required();
   events->add_flag("--follow", follow_live, "keep printing until the tree stops running");
   events->add_flag("--json", as_json, "one JSON event per line");
+  add_remote(events);
+
+  serve_flags sf;
+  auto serve = app.add_subcommand("serve", "run a supervisor node with the HTTP API");
+  serve->add_option("--listen", sf.listen, "HOST:PORT of the HTTP API (default 127.0.0.1:8080)");
+  serve->add_option("--cluster", sf.cluster, "HOST:PORT of the cluster port");
+  serve->add_option("--config", sf.config, "node configuration file (JSON)");
+  serve->add_flag("--resume-interrupted", sf.resume_interrupted,
+                  "resume the executions a dead process left interrupted");
 
   std::string file;
   auto validate = app.add_subcommand("validate", "check a graph file");
@@ -557,14 +851,24 @@ int cli_main(int argc, char** argv) {
     return cmd_run(g, ro, argv[0]);
   if (resume->parsed())
     return cmd_resume(g, id, as_json, budget);
+  if (!remote.token.empty() && remote.server.empty())
+    return usage_error("--token needs --server URL");
+  if (!status.empty() && !valid_status(status))
+    return usage_error("--status: unknown status '" + status
+                       + "' (queued, running, stopping, stopped, completed, failed)");
+  bool on_server = !remote.server.empty();
   if (stop->parsed())
-    return cmd_stop(g, id, force, wait_s);
+    return on_server ? remote_stop(remote, id, force, wait_s) : cmd_stop(g, id, force, wait_s);
   if (show->parsed())
-    return cmd_show(g, id, as_json);
+    return on_server ? remote_show(remote, id, as_json) : cmd_show(g, id, as_json);
   if (ls->parsed())
-    return cmd_ls(g, status, all, as_json);
+    return on_server ? remote_ls(remote, status, all, as_json)
+                     : cmd_ls(g, status, all, as_json);
   if (events->parsed())
-    return cmd_events(g, id, follow_live, as_json);
+    return on_server ? remote_events(remote, id, follow_live, as_json)
+                     : cmd_events(g, id, follow_live, as_json);
+  if (serve->parsed())
+    return cmd_serve(g, max_parallel_opt->count() > 0, sf);
   if (validate->parsed())
     return cmd_validate(file);
   return exit_usage;

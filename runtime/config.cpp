@@ -1,1 +1,361 @@
-// placeholder: being written this session
+#include "runtime/config.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "persistence/error.hpp"
+#include "persistence/reference.hpp"
+
+namespace canopy {
+
+namespace {
+
+// -- constants -----------------------------------------------------------------
+
+/// The largest configuration or tools file read, in bytes.
+constexpr size_t max_config_bytes = 8u * 1024u * 1024u;
+
+constexpr const char* config_keys = "home, listen, users, allow_inline_commands, max_parallel, "
+                                    "max_request_bytes, tools, cluster";
+
+constexpr const char* cluster_keys = "listen, secret, heartbeat, timeout";
+
+// -- helpers -------------------------------------------------------------------
+
+std::string got(const json& v) {
+  if (v.is_number() || v.is_boolean())
+    return "got " + v.dump();
+  return std::string{"got "} + v.type_name();
+}
+
+/// Collects every error of one configuration document.
+class config_parser {
+public:
+  explicit config_parser(std::vector<graph_error>& errors) : errors_(errors) {
+    // nop
+  }
+
+  void fail(std::string path, std::string message) {
+    errors_.push_back(graph_error{std::move(path), std::move(message), {}});
+  }
+
+  /// Parses a full node configuration into `cfg`.
+  void node(const json& doc, node_config& cfg) {
+    if (!doc.is_object()) {
+      fail("", "a configuration must be a JSON object, " + got(doc));
+      return;
+    }
+    for (auto& [key, val] : doc.items()) {
+      auto path = "/" + escape_pointer(key);
+      if (key == "home") {
+        if (auto s = non_empty_string(val, path, "a folder"))
+          cfg.home = *s;
+      } else if (key == "listen") {
+        if (auto s = host_port(val, path))
+          cfg.listen = *s;
+      } else if (key == "users") {
+        users(val, path, cfg);
+      } else if (key == "allow_inline_commands") {
+        if (val.is_boolean())
+          cfg.allow_inline_commands = val.get<bool>();
+        else
+          fail(path, "expected true or false, " + got(val));
+      } else if (key == "max_parallel") {
+        if (auto n = positive_integer(val, path))
+          cfg.max_parallel = *n;
+      } else if (key == "max_request_bytes") {
+        if (auto n = positive_integer(val, path))
+          cfg.max_request_bytes = *n;
+      } else if (key == "tools") {
+        cfg.tools = parse_tools(val, path, errors_);
+      } else if (key == "cluster") {
+        cfg.cluster = cluster(val, path, false);
+      } else {
+        fail(path, "unknown key '" + key + "' (expected one of: " + config_keys + ")");
+      }
+    }
+  }
+
+  /// Parses a worker's tools file into `cfg` (only `tools` and `cluster.secret`).
+  void tools_file(const json& doc, node_config& cfg) {
+    if (!doc.is_object()) {
+      fail("", "a tools file must be a JSON object such as {\"tools\": {...}}, " + got(doc));
+      return;
+    }
+    for (auto& [key, val] : doc.items()) {
+      auto path = "/" + escape_pointer(key);
+      if (key == "tools")
+        cfg.tools = parse_tools(val, path, errors_);
+      else if (key == "cluster")
+        cfg.cluster = cluster(val, path, true);
+      else
+        fail(path, "unknown key '" + key + "' (a tools file holds only: tools, cluster)");
+    }
+  }
+
+private:
+  std::optional<std::string> non_empty_string(const json& v, const std::string& path,
+                                              const char* what) {
+    if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+      fail(path, std::string{"expected "} + what + " (a non-empty string), "
+                   + (v.is_string() ? std::string{"got an empty string"} : got(v)));
+      return std::nullopt;
+    }
+    return v.get<std::string>();
+  }
+
+  std::optional<std::string> host_port(const json& v, const std::string& path) {
+    if (!v.is_string()) {
+      fail(path, "expected HOST:PORT (a string such as \"127.0.0.1:8080\"), " + got(v));
+      return std::nullopt;
+    }
+    auto text = v.get<std::string>();
+    std::string host;
+    int port = 0;
+    if (!split_host_port(text, host, port)) {
+      fail(path, "expected HOST:PORT with a port from 0 to 65535 (e.g. \"127.0.0.1:8080\" or "
+                 "\"[::1]:8080\"), got '" + text + "'");
+      return std::nullopt;
+    }
+    return text;
+  }
+
+  std::optional<size_t> positive_integer(const json& v, const std::string& path) {
+    if (v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() > 0)) {
+      auto n = v.get<uint64_t>();
+      if (n > 0 && n <= std::numeric_limits<size_t>::max())
+        return static_cast<size_t>(n);
+    }
+    fail(path, "expected an integer >= 1, " + got(v));
+    return std::nullopt;
+  }
+
+  std::optional<millis> positive_duration(const json& v, const std::string& path) {
+    if (!v.is_string()) {
+      fail(path, "expected a duration such as \"5s\", " + got(v));
+      return std::nullopt;
+    }
+    auto d = parse_duration(v.get<std::string>());
+    if (!d) {
+      fail(path, message_of(d.error()));
+      return std::nullopt;
+    }
+    if (d->count() == 0) {
+      fail(path, "must be longer than 0ms");
+      return std::nullopt;
+    }
+    return *d;
+  }
+
+  void users(const json& v, const std::string& path, node_config& cfg) {
+    if (!v.is_object()) {
+      fail(path, "expected an object of users (name -> {\"token\": \"...\"}), " + got(v));
+      return;
+    }
+    std::map<std::string, std::string> owner_of; // token → first user holding it
+    for (auto& [name, val] : v.items()) {
+      auto upath = path + "/" + escape_pointer(name);
+      if (name.empty())
+        fail(upath, "a user name must not be empty");
+      if (!val.is_object()) {
+        fail(upath, "expected an object such as {\"token\": \"...\"}, " + got(val));
+        continue;
+      }
+      std::optional<std::string> token;
+      for (auto& [key, x] : val.items()) {
+        auto kpath = upath + "/" + escape_pointer(key);
+        if (key == "token")
+          token = non_empty_string(x, kpath, "a bearer token");
+        else
+          fail(kpath, "unknown key '" + key + "' (expected one of: token)");
+      }
+      if (!val.contains("token"))
+        fail(upath, "missing 'token' (a non-empty string)");
+      if (!token)
+        continue;
+      auto [it, fresh] = owner_of.emplace(*token, name);
+      if (!fresh) {
+        fail(upath + "/token", "token is already used by user '" + it->second
+                                 + "' (tokens must be unique)");
+        continue;
+      }
+      if (!name.empty())
+        cfg.users[name] = *token;
+    }
+  }
+
+  std::optional<cluster_config> cluster(const json& v, const std::string& path,
+                                        bool secret_only) {
+    if (!v.is_object()) {
+      fail(path, "expected an object such as {\"secret\": \"...\"}, " + got(v));
+      return std::nullopt;
+    }
+    cluster_config c;
+    bool heartbeat_set = false;
+    bool timeout_set = false;
+    for (auto& [key, val] : v.items()) {
+      auto kpath = path + "/" + escape_pointer(key);
+      if (key == "secret") {
+        if (auto s = non_empty_string(val, kpath, "a secret"))
+          c.secret = *s;
+      } else if (secret_only) {
+        fail(kpath, "unknown key '" + key + "' (a tools file's cluster holds only: secret)");
+      } else if (key == "listen") {
+        if (auto s = host_port(val, kpath))
+          c.listen = *s;
+      } else if (key == "heartbeat") {
+        if (auto d = positive_duration(val, kpath)) {
+          c.heartbeat = *d;
+          heartbeat_set = true;
+        }
+      } else if (key == "timeout") {
+        if (auto d = positive_duration(val, kpath)) {
+          c.timeout = *d;
+          timeout_set = true;
+        }
+      } else {
+        fail(kpath, "unknown key '" + key + "' (expected one of: " + cluster_keys + ")");
+      }
+    }
+    // A node is lost after `timeout` without a heartbeat: it needs room for one.
+    if (c.heartbeat >= c.timeout && (heartbeat_set || timeout_set))
+      fail(path + (heartbeat_set ? "/heartbeat" : "/timeout"),
+           "the heartbeat (" + to_duration_string(c.heartbeat)
+             + ") must be shorter than the timeout (" + to_duration_string(c.timeout) + ")");
+    return c;
+  }
+
+  std::vector<graph_error>& errors_;
+};
+
+config_result failed(std::string path, std::string message) {
+  config_result result;
+  result.errors.push_back(graph_error{std::move(path), std::move(message), {}});
+  return result;
+}
+
+config_result finish(node_config cfg, std::vector<graph_error> errors) {
+  config_result result;
+  if (errors.empty())
+    result.value = std::move(cfg);
+  else
+    result.errors = std::move(errors);
+  return result;
+}
+
+/// Reads and parses the JSON file `path`; `what` names it in messages.
+caf::expected<json> read_json_file(const std::string& path, const char* what) {
+  auto fail = [&](const std::string& why) {
+    return make_error(persistence_errc::io_error,
+                      std::string{"cannot read "} + what + " '" + path + "': " + why);
+  };
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr)
+    return fail(std::strerror(errno != 0 ? errno : EIO));
+  std::string text;
+  char chunk[64 * 1024];
+  for (;;) {
+    auto n = std::fread(chunk, 1, sizeof(chunk), f);
+    text.append(chunk, n);
+    if (text.size() > max_config_bytes) {
+      std::fclose(f);
+      return fail("larger than " + std::to_string(max_config_bytes >> 20) + " MiB");
+    }
+    if (n < sizeof(chunk)) {
+      if (std::ferror(f) != 0) {
+        auto err = errno != 0 ? errno : EIO;
+        std::fclose(f);
+        return fail(std::strerror(err));
+      }
+      break;
+    }
+  }
+  std::fclose(f);
+  auto doc = parse_json_text(text);
+  if (!doc)
+    return make_error(persistence_errc::invalid_graph,
+                      std::string{"in "} + what + " '" + path + "': " + message_of(doc.error()));
+  return doc;
+}
+
+} // namespace
+
+// -- parsing -------------------------------------------------------------------
+
+config_result parse_node_config(const json& doc) {
+  try {
+    node_config cfg;
+    std::vector<graph_error> errors;
+    config_parser{errors}.node(doc, cfg);
+    return finish(std::move(cfg), std::move(errors));
+  } catch (const std::exception& ex) {
+    return failed("", std::string{"cannot read configuration: "} + ex.what());
+  }
+}
+
+config_result load_node_config(const std::string& path) {
+  auto doc = read_json_file(path, "config file");
+  if (!doc)
+    return failed("", message_of(doc.error()));
+  return parse_node_config(*doc);
+}
+
+config_result load_tools_file(const std::string& path) {
+  auto doc = read_json_file(path, "tools file");
+  if (!doc)
+    return failed("", message_of(doc.error()));
+  try {
+    node_config cfg;
+    std::vector<graph_error> errors;
+    config_parser{errors}.tools_file(*doc, cfg);
+    return finish(std::move(cfg), std::move(errors));
+  } catch (const std::exception& ex) {
+    return failed("", std::string{"cannot read tools file: "} + ex.what());
+  }
+}
+
+bool split_host_port(const std::string& text, std::string& host, int& port) {
+  std::string h;
+  std::string digits;
+  if (!text.empty() && text.front() == '[') {
+    // [IPv6]:PORT
+    auto close = text.find(']');
+    if (close == std::string::npos || close == 1 || close + 1 >= text.size()
+        || text[close + 1] != ':')
+      return false;
+    h = text.substr(1, close - 1);
+    digits = text.substr(close + 2);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+      return false;
+    h = text.substr(0, colon);
+    digits = text.substr(colon + 1);
+    // A bare IPv6 address is ambiguous: it must be written in brackets.
+    if (h.find(':') != std::string::npos)
+      return false;
+  }
+  for (auto c : h)
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '[' || c == ']' || c == '/')
+      return false;
+  if (digits.empty() || digits.size() > 5)
+    return false;
+  long n = 0;
+  for (auto c : digits) {
+    if (!std::isdigit(static_cast<unsigned char>(c)))
+      return false;
+    n = n * 10 + (c - '0');
+  }
+  if (n > 65535)
+    return false;
+  host = std::move(h);
+  port = static_cast<int>(n);
+  return true;
+}
+
+} // namespace canopy

@@ -421,6 +421,21 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
   svc->directory = std::make_shared<execution_directory>();
   svc->tools = std::make_shared<const tool_table>(opts.tools);
+  svc->child_options = rt->graph_options();
+  std::weak_ptr<store> weak_db = rt->db_;
+  svc->find_graph = [weak_db](const std::string& owner, const std::string& name,
+                              const parse_options& popts) {
+    parse_result out;
+    auto db = weak_db.lock();
+    auto rg = db ? db->registered(owner, name)
+                 : caf::expected<registered_graph>{make_error(persistence_errc::io_error,
+                                                              "the store is closed")};
+    if (!rg) {
+      out.errors.push_back({"", message_of(rg.error()), ""});
+      return out;
+    }
+    return parse_graph(rg->document, db->home(), popts);
+  };
   for (auto& kv : opts.tools)
     if (kv.second.max_parallel > 0)
       svc->tool_slots[kv.first] = spawn_slot_pool(*rt->sys_, kv.second.max_parallel);
@@ -485,6 +500,12 @@ parse_options runtime::graph_options() const {
   for (auto& kv : opts_.tools)
     opts.tools.insert(kv.first);
   opts.allow_inline = opts_.allow_inline_commands;
+  if (!opts_.allow_graph_files)
+    opts.load_file = [](const std::string&) -> caf::expected<json> {
+      return make_error(persistence_errc::invalid_graph,
+                        "graph files cannot be read on this node: name a registered graph "
+                        "or give the graph inline");
+    };
   return opts;
 }
 

@@ -52,6 +52,9 @@ struct runtime_options {
   tool_table tools;
   /// False on a server that refuses `run` steps and argv `plan` steps.
   bool allow_inline_commands = true;
+  /// False on a server: graphs may not load files from the node's disk
+  /// (`graph` steps name registered graphs or hold inline ones).
+  bool allow_graph_files = true;
   /// Called with the duration in seconds of every store commit (metrics).
   std::function<void(double)> on_commit;
 };

@@ -271,7 +271,7 @@ public:
     svr.Options(".*", dispatch);
     // Answers httplib gives itself (413, 400 for a bad request line, ...)
     // get the error body too.
-    httplib::Server::HandlerWithResponse on_error = [](const httplib::Request&,
+    httplib::Server::HandlerWithResponse on_error = [](const httplib::Request& req,
                                                        httplib::Response& res) {
       if (!res.body.empty())
         return httplib::Server::HandlerResponse::Unhandled;
@@ -282,7 +282,13 @@ public:
                      + "; a POST needs a Content-Length header, 0 for no body)",
                    ""};
       if (res.status == 413)
-        e = {413, "too_large", "request body is over max_request_bytes", ""};
+        e = {413, "too_large",
+             req.get_header_value("Content-Type").find("x-www-form-urlencoded")
+                 != std::string::npos
+               ? "a form-encoded body is limited to 8192 bytes by the HTTP library: send "
+                 "Content-Type: application/json"
+               : "request body is over max_request_bytes",
+             ""};
       else if (res.status == 404)
         e = not_found("no such route");
       reply(res, e.status, error_body(e));
@@ -440,9 +446,15 @@ private:
     http_error e = bad_request("invalid graph", "", "invalid_graph");
     if (errors.empty())
       return e;
-    e.path = errors.front().path;
-    if (!errors.front().code.empty())
-      e.code = errors.front().code;
+    // The first error with a code of its own decides the answer's code and
+    // path (an inline command refused by the node), else the first error.
+    auto first = std::find_if(errors.begin(), errors.end(),
+                              [](const graph_error& x) { return !x.code.empty(); });
+    if (first == errors.end())
+      first = errors.begin();
+    e.path = first->path;
+    if (!first->code.empty())
+      e.code = first->code;
     e.message.clear();
     for (auto& x : errors)
       e.message += (e.message.empty() ? "" : "; ") + to_string(x);
@@ -876,6 +888,7 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   ro.max_parallel = cfg.max_parallel;
   ro.tools = cfg.tools;
   ro.allow_inline_commands = cfg.allow_inline_commands;
+  ro.allow_graph_files = false;
   ro.on_commit = [m](double s) { m->observe_commit(s); };
   auto rt = runtime::open(ro);
   if (!rt) {
@@ -897,17 +910,36 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                    e.root_id, e.status, e.reason);
     events.bump();
   });
-  if (opts.resume_interrupted)
-    for (auto& id : (*rt)->recovered()) {
-      auto rec = db->execution(id);
-      if (!rec || !rec->parent_id.empty() || rec->status != execution_status::stopped)
-        continue; // children resume with their roots
-      if (auto h = (*rt)->resume(id); h)
+  if (opts.resume_interrupted) {
+    // Every root left interrupted, by this start's recovery or an earlier
+    // one; children resume with their roots.
+    execution_filter f;
+    f.status = execution_status::stopped;
+    auto stopped = db->list(f);
+    if (!stopped) {
+      spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
+      return fatal(5);
+    }
+    for (auto& rec : *stopped) {
+      if (rec.reason != "interrupted")
+        continue;
+      auto& id = rec.id;
+      auto h = (*rt)->resume(id);
+      // Visible as resumed before the port opens: a client that connects
+      // right after `listening on` never sees it still stopped.
+      for (millis pause{1}; h && h->running(); pause = std::min(pause * 2, millis{20})) {
+        auto now = db->execution(id);
+        if (!now || now->status != execution_status::stopped || now->ended_at != rec.ended_at)
+          break;
+        std::this_thread::sleep_for(pause);
+      }
+      if (h)
         spdlog::info("event=execution.resume execution={} why=resume-interrupted", id);
       else
         spdlog::error("event=execution.resume execution={} error=\"{}\"", id,
                       message_of(h.error()));
     }
+  }
   httplib::Server svr;
   svr.new_task_queue = [] { return new httplib::ThreadPool(http_threads); };
   svr.set_payload_max_length(cfg.max_request_bytes);

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   auto parse_secs = seconds_since(t0);
 
   // -- run it durably ------------------------------------------------------
-  auto rt = runtime::open({dir + "/home"});
+  auto rt = runtime::open([&] { runtime_options o; o.home = dir + "/home"; return o; }());
   if (!rt) {
     std::fprintf(stderr, "cannot open runtime\n");
     return 1;

@@ -735,7 +735,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   auto rss_start = sample_rss(false);
-  auto opened = runtime::open({tmp_root + "/home"});
+  auto opened = runtime::open([&] { runtime_options o; o.home = tmp_root + "/home"; return o; }());
   if (!opened)
     die("cannot open runtime: " + caf::to_string(opened.error()));
   auto& rt = **opened;

@@ -1,6 +1,9 @@
 #include "tests/integration/helpers.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -98,6 +101,46 @@ proc_result run_canopy(const std::string& home, const std::vector<std::string>& 
   std::vector<std::string> argv{canopy_binary(), "--home", home};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv, timeout, cwd);
+}
+
+proc_result run_canopy_env(const std::string& home, const std::vector<std::string>& args,
+                           const std::map<std::string, std::string>& env,
+                           std::chrono::seconds timeout) {
+  subprocess_options opts;
+  opts.argv = {canopy_binary(), "--home", home};
+  opts.argv.insert(opts.argv.end(), args.begin(), args.end());
+  opts.env = env;
+  auto p = subprocess::start(opts);
+  if (!p)
+    throw std::runtime_error("cannot start " + canopy_binary());
+  proc_result r;
+  if (!wait_exit(*p, timeout)) {
+    p->signal_group(SIGKILL);
+    wait_exit(*p, std::chrono::seconds{10});
+  } else {
+    r.exit_code = p->exit_code();
+  }
+  r.out = p->out().data;
+  r.err = p->err().data;
+  return r;
+}
+
+int closed_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    throw std::runtime_error("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("bind failed");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 bool process_gone(long pid) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,16 @@ proc_result run_canopy(const std::string& home, const std::vector<std::string>& 
 proc_result run_command(const std::vector<std::string>& argv,
                         std::chrono::seconds timeout = std::chrono::seconds{120},
                         const std::string& cwd = {});
+
+/// Runs `canopy --home HOME ARGS...` to completion with `env` merged over
+/// this process's environment (e.g. `CANOPY_TOKEN`).
+proc_result run_canopy_env(const std::string& home, const std::vector<std::string>& args,
+                           const std::map<std::string, std::string>& env,
+                           std::chrono::seconds timeout = std::chrono::seconds{120});
+
+/// @returns a TCP port on 127.0.0.1 where nothing listens: bound to port 0,
+/// read back, closed.
+int closed_port();
 
 /// Polls `p` until `pred(stdout so far)` holds or `timeout` passes.
 /// @returns true when the predicate held. An event wait, not a sleep: it

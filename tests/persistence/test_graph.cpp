@@ -573,6 +573,124 @@ TEST_CASE("plan steps take a registered tool name or an argv", "[persistence][gr
   CHECK(argv.value->steps[0].target.empty());
 }
 
+// -- inline commands -------------------------------------------------------------
+
+namespace {
+
+/// Parse options of a node that refuses inline commands.
+parse_options no_inline(std::set<std::string> tools = {}) {
+  parse_options opts;
+  opts.tools = std::move(tools);
+  opts.allow_inline = false;
+  return opts;
+}
+
+/// The errors with code `inline_commands_disabled`.
+std::vector<graph_error> inline_refusals(const std::vector<graph_error>& errors) {
+  std::vector<graph_error> result;
+  for (auto& e : errors)
+    if (e.code == "inline_commands_disabled")
+      result.push_back(e);
+  return result;
+}
+
+} // namespace
+
+TEST_CASE("a run step is refused with its code when inline commands are disabled",
+          "[persistence][graph]") {
+  auto errors = errors_of(one_step({{"run", {"echo", "hi"}}}), no_inline());
+  INFO(render(errors));
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].path == "/steps/a/run");
+  CHECK(errors[0].code == "inline_commands_disabled");
+  CHECK_THAT(errors[0].message, Catch::StartsWith("inline commands are disabled on this node"));
+  // Allowed by default.
+  auto ok = parse_ok(one_step({{"run", {"echo", "hi"}}}));
+  CHECK(ok.value->steps[0].kind == step_kind::run);
+}
+
+TEST_CASE("an argv plan step is refused but a tool plan step is not when inline commands "
+          "are disabled",
+          "[persistence][graph]") {
+  auto errors = errors_of(one_step({{"plan", {"./plan.sh"}}}), no_inline({"planner"}));
+  INFO(render(errors));
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].path == "/steps/a/plan");
+  CHECK(errors[0].code == "inline_commands_disabled");
+  auto named = parse_ok(one_step({{"plan", "planner"}}), no_inline({"planner"}));
+  CHECK(named.value->steps[0].target == "planner");
+  auto tool = parse_ok(one_step({{"tool", "planner"}}), no_inline({"planner"}));
+  CHECK(tool.value->steps[0].kind == step_kind::tool);
+}
+
+TEST_CASE("inline commands in an inline child graph are refused at the child's path",
+          "[persistence][graph]") {
+  auto doc = json::parse(R"({"steps": {
+    "ok": {"fn": "noop"},
+    "sub": {"graph": {"steps": {"deep": {"graph": {"steps": {"r": {"run": ["true"]}}}},
+                                "p": {"plan": ["./plan.sh"]},
+                                "f": {"fn": "nope"}}}}
+  }})");
+  auto errors = errors_of(doc, no_inline());
+  INFO(render(errors));
+  auto refused = inline_refusals(errors);
+  REQUIRE(refused.size() == 2);
+  CHECK(has_error(refused, "/steps/sub/graph/steps/deep/graph/steps/r/run", "inline commands"));
+  CHECK(has_error(refused, "/steps/sub/graph/steps/p/plan", "inline commands"));
+  // Other errors keep an empty code.
+  REQUIRE(errors.size() == 3);
+  CHECK(has_error(errors, "/steps/sub/graph/steps/f/fn", "unknown function 'nope'"));
+  for (auto& e : errors)
+    if (e.path == "/steps/sub/graph/steps/f/fn")
+      CHECK(e.code.empty());
+}
+
+TEST_CASE("inline commands in a child graph file are refused at the including step's path",
+          "[persistence][graph]") {
+  temp_dir dir;
+  auto root = dir.write("root.json", json::parse(R"({"steps": {
+    "review": {"graph": "sub/review.json"}
+  }})"));
+  dir.write("sub/review.json", json::parse(R"({"steps": {"a": {"run": ["true"]}}})"));
+  auto refused = parse_graph_file(root, no_inline());
+  INFO(render(refused.errors));
+  REQUIRE_FALSE(refused);
+  REQUIRE(refused.errors.size() == 1);
+  CHECK(refused.errors[0].path == "/steps/review/graph/steps/a/run");
+  CHECK(refused.errors[0].code == "inline_commands_disabled");
+  // The same files with inline commands allowed: accepted.
+  CHECK(parse_graph_file(root));
+  // A stored bundle is refused too (resume on a node that disallows them).
+  auto ok = parse_graph_file(root);
+  REQUIRE(ok);
+  json files = json::object();
+  for (auto& [path, doc] : ok.value->files)
+    files[path] = doc;
+  auto bundle = parse_graph_bundle(ok.value->document, ok.value->base_dir, files, no_inline());
+  REQUIRE(bundle.errors.size() == 1);
+  CHECK(bundle.errors[0].code == "inline_commands_disabled");
+}
+
+TEST_CASE("errors other than inline refusals have an empty code", "[persistence][graph]") {
+  auto errors = errors_of(json::parse(R"({"oops": 1, "steps": {"a": {"fn": "noop", "needs": ["x"]},
+                                          "b": {"tool": "ghost"}, "c": {"timeout": "1y"}}})"));
+  INFO(render(errors));
+  REQUIRE(errors.size() >= 4);
+  for (auto& e : errors)
+    CHECK(e.code.empty());
+}
+
+TEST_CASE("grace_set records whether a step had its own grace", "[persistence][graph]") {
+  auto result = parse_ok(json::parse(R"({"steps": {"a": {"fn": "noop"},
+    "b": {"fn": "noop", "grace": {"interrupt": "1s"}}, "c": {"fn": "noop", "grace": {}}}})"));
+  auto& g = *result.value;
+  CHECK_FALSE(g.find("a")->grace_set);
+  CHECK(g.find("b")->grace_set);
+  CHECK(g.find("b")->grace.interrupt == millis{1000});
+  CHECK(g.find("b")->grace.terminate == millis{5000});
+  CHECK(g.find("c")->grace_set);
+}
+
 TEST_CASE("message is only allowed on agent steps", "[persistence][graph]") {
   auto errors = errors_of(one_step({{"fn", "noop"}, {"message", "hi"}}));
   REQUIRE(errors.size() == 1);
@@ -920,8 +1038,8 @@ TEST_CASE("malformed JSON text is an error, never an exception", "[persistence][
 // -- rendering -----------------------------------------------------------------------
 
 TEST_CASE("errors and kinds render as text", "[persistence][graph]") {
-  CHECK(to_string(graph_error{"/steps/a", "bad"}) == "/steps/a: bad");
-  CHECK(to_string(graph_error{"", "bad"}) == "bad");
+  CHECK(to_string(graph_error{"/steps/a", "bad", {}}) == "/steps/a: bad");
+  CHECK(to_string(graph_error{"", "bad", {}}) == "bad");
   CHECK(std::string{to_string(step_kind::run)} == "run");
   CHECK(std::string{to_string(step_kind::tool)} == "tool");
   CHECK(std::string{to_string(step_kind::graph)} == "graph");

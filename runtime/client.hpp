@@ -1,0 +1,188 @@
+#pragma once
+
+// A client of the HTTP API of `canopy serve` (SPEC §7), for the CLI's
+// `--server URL`: JSON requests with a bearer token, answers turned into the
+// errors (and so the exit codes) of SPEC §6, and a reader of the live event
+// stream (Server-Sent Events, SPEC §13 rule 20) that reconnects where it left
+// off.
+//
+//   auto url = canopy::parse_server_url("http://127.0.0.1:8080");
+//   canopy::api_client api{{*url, token}};
+//   auto doc = api.tree(id);              // the execution document with children
+//   api.stream_events(id, 0, [](const json& e) { ...; return true; });
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
+
+#include "persistence/duration.hpp"
+#include "persistence/records.hpp"
+
+namespace canopy {
+
+// -- server addresses ----------------------------------------------------------
+
+/// Where a server listens, from `--server URL`.
+struct server_url {
+  std::string host; ///< a name or an address (IPv6 without its brackets)
+  int port = 80;
+  /// `http://HOST:PORT`, for messages.
+  std::string text() const;
+};
+
+/// Parses `http://HOST[:PORT][/]` (an IPv6 address in brackets; the port
+/// defaults to 80).
+/// @returns the address, or `runtime_errc::invalid_input` naming the URL and
+///          what is wrong with it (another scheme, a path, a bad port).
+/// Thread-safe.
+caf::expected<server_url> parse_server_url(const std::string& text);
+
+/// Percent-encodes `text` for a path segment or a query value (RFC 3986
+/// unreserved characters stay). Thread-safe.
+std::string url_encode(const std::string& text);
+
+// -- answers of the server ------------------------------------------------------
+
+/// Maps an error answer to a canopy error whose `exit_code_of` is SPEC §6's:
+/// 401 → exit 2 ("unauthorized: check --token or $CANOPY_TOKEN"); 404 →
+/// `persistence_errc::not_found` (exit 4); 400, 409 and 413 →
+/// `runtime_errc::invalid_input` (exit 2) with the server's message, prefixed
+/// by its JSON path when there is one; 503 → `persistence_errc::store_error`
+/// (exit 5); anything else → `caf::sec::unexpected_response` (exit 1).
+/// `body` is the answer's text (`{"error": {"code", "message", "path"}}`,
+/// or anything else). Thread-safe.
+caf::error error_of_answer(int status, const std::string& body);
+
+/// Parses an RFC 3339 UTC time (`2026-11-22T09:22:21.042Z`, milliseconds
+/// optional). @returns ms since the epoch, or 0 for null or anything else.
+int64_t ms_of_rfc3339(const nlohmann::json& time);
+
+/// Reads an execution document (SPEC §6) back into a record: identity,
+/// lineage, status, reason, error, inputs, outputs and times (steps and
+/// children are left out). Missing or null fields stay empty. Never throws.
+execution_record execution_of(const nlohmann::json& doc);
+
+/// Reads an event document (SPEC §8) back into a record. Never throws.
+event_record event_of(const nlohmann::json& doc);
+
+// -- server-sent events ----------------------------------------------------------
+
+/// One message of a `text/event-stream`.
+struct sse_message {
+  std::string id;    ///< the `id:` field (empty when absent)
+  std::string event; ///< the `event:` field (empty when absent)
+  std::string data;  ///< the `data:` lines joined with `\n`
+};
+
+/// An incremental parser of `text/event-stream` (the WHATWG rules): lines end
+/// with LF, CRLF or CR, also when split across chunks; `:` starts a comment;
+/// `data:` lines accumulate; a blank line dispatches a message that has data.
+/// Not thread-safe: feed it from one thread.
+class sse_parser {
+public:
+  /// Called with each complete message; returning false stops the parse.
+  using handler = std::function<bool(const sse_message&)>;
+
+  /// Parses `n` more bytes, calling `f` for every message they complete.
+  /// @returns false when `f` returned false (the rest of the chunk is dropped).
+  bool feed(const char* data, size_t n, const handler& f);
+
+  /// Comment lines seen so far (keep-alives).
+  size_t comments() const { return comments_; }
+
+private:
+  bool line(const std::string& text, const handler& f);
+
+  std::string partial_;  ///< an unterminated line
+  bool after_cr_ = false; ///< the last byte was CR: a following LF belongs to it
+  sse_message current_;
+  bool has_data_ = false;
+  size_t comments_ = 0;
+};
+
+// -- the client --------------------------------------------------------------------
+
+/// How to reach a server.
+struct client_options {
+  server_url server;
+  std::string token;                 ///< sent as `Authorization: Bearer TOKEN`
+  millis connect_timeout{5000};
+  millis read_timeout{30000};        ///< for one answer (stop adds its wait)
+  /// Reading a live stream: longer than the server's 15 s keep-alive comments.
+  millis stream_read_timeout{60000};
+  /// A dropped stream is reopened this many times in a row at most.
+  int max_reconnects = 10;
+};
+
+/// A 2xx answer: its status and its JSON body.
+struct api_answer {
+  int status = 0;
+  nlohmann::json body;
+};
+
+/// The answer of `POST /v1/executions/{id}/stop` (SPEC §13 rule 19).
+struct stop_answer {
+  std::string result;       ///< "stopped", "no_execution" or "stopping" (202)
+  nlohmann::json execution; ///< the document (null when the server sent none)
+};
+
+/// A client of one server. Every request opens its own connection, so one
+/// client may be used from several threads.
+///
+/// Errors of every member: a server that cannot be reached (refused, timed
+/// out, dropped) is `persistence_errc::io_error` (exit 5) naming the URL;
+/// an error answer is mapped by `error_of_answer`; a 2xx answer whose body is
+/// not the expected JSON is `caf::sec::unexpected_response` (exit 1).
+class api_client {
+public:
+  explicit api_client(client_options opts);
+
+  /// `GET target` (a path with its query). @returns the 2xx answer.
+  caf::expected<api_answer> get(const std::string& target) const;
+
+  /// `POST target` with `body` as JSON; `extra_wait` lengthens the read
+  /// timeout (a stop that waits). @returns the 2xx answer.
+  caf::expected<api_answer> post(const std::string& target, const nlohmann::json& body,
+                                 millis extra_wait = millis{0}) const;
+
+  /// `GET /v1/executions/{id}/tree`: the execution with its descendants.
+  caf::expected<nlohmann::json> tree(const std::string& id) const;
+
+  /// `GET /v1/executions?status=S`, following `next` cursors to the end.
+  /// @returns every item, newest first (as the server lists them).
+  caf::expected<std::vector<nlohmann::json>> executions(const std::string& status) const;
+
+  /// `POST /v1/executions/{id}/stop` with `{"mode", "wait"}`.
+  caf::expected<stop_answer> stop(const std::string& id, bool force, double wait_s) const;
+
+  /// `GET /v1/executions/{id}/events` as JSON, following `next` cursors.
+  /// @returns the event documents in seq order.
+  caf::expected<std::vector<nlohmann::json>> events(const std::string& id) const;
+
+  /// Reads `GET /v1/executions/{id}/events` as a live stream of
+  /// Server-Sent Events (from seq `after`; 0: the whole log), calling `f`
+  /// with each event document, in seq order, each once. When the connection
+  /// drops before the stream ended (a transport error, or an end before the
+  /// execution's terminal event), it reconnects with `Last-Event-ID` set to
+  /// the last seq seen. `f` returning false ends the stream.
+  /// @returns none once the stream ended (the tree is no longer running), or
+  ///          an error (the first connection failed, reconnecting failed
+  ///          `max_reconnects` times in a row, an error answer).
+  caf::error stream_events(const std::string& id, uint64_t after,
+                           const std::function<bool(const nlohmann::json&)>& f) const;
+
+  const client_options& options() const { return opts_; }
+
+private:
+  caf::expected<api_answer> finish(int status, const std::string& body) const;
+  caf::error unreachable(const std::string& why) const;
+
+  client_options opts_;
+};
+
+} // namespace canopy
