@@ -591,7 +591,7 @@ int remote_ls(const remote_options& r, const std::string& status, bool all, bool
   auto api = open_client(r);
   if (!api)
     return fail(api.error());
-  auto items = api->executions(status);
+  auto items = api->executions(status, all);
   if (!items)
     return fail(items.error());
   json out = json::array();

@@ -354,12 +354,17 @@ caf::expected<json> api_client::tree(const std::string& id) const {
   return std::move(a->body);
 }
 
-caf::expected<std::vector<json>> api_client::executions(const std::string& status) const {
+caf::expected<std::vector<json>> api_client::executions(const std::string& status,
+                                                        bool all) const {
   std::vector<json> out;
   std::string cursor;
   for (;;) {
     std::string target = "/v1/executions";
     std::string sep = "?";
+    if (all) {
+      target += "?all=true";
+      sep = "&";
+    }
     if (!status.empty()) {
       target += sep + "status=" + url_encode(status);
       sep = "&";

@@ -155,7 +155,8 @@ public:
 
   /// `GET /v1/executions?status=S`, following `next` cursors to the end.
   /// @returns every item, newest first (as the server lists them).
-  caf::expected<std::vector<nlohmann::json>> executions(const std::string& status) const;
+  caf::expected<std::vector<nlohmann::json>> executions(const std::string& status,
+                                                         bool all = false) const;
 
   /// `POST /v1/executions/{id}/stop` with `{"mode", "wait"}`.
   caf::expected<stop_answer> stop(const std::string& id, bool force, double wait_s) const;

@@ -686,6 +686,12 @@ private:
     }
     if (c.req.has_param("graph"))
       f.graph = c.req.get_param_value("graph");
+    if (c.req.has_param("all")) {
+      auto all = c.req.get_param_value("all");
+      if (all != "true" && all != "false")
+        return reply(c.res, bad_request("all must be true or false"));
+      f.roots_only = all != "true";
+    }
     if (c.req.has_param("cursor")) {
       f.before = c.req.get_param_value("cursor");
       if (!valid_id(f.before))

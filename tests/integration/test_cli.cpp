@@ -236,7 +236,7 @@ TEST_CASE("retries, timeout, env, stdin and cwd reach the subprocess", "[integra
   auto file = g.write("io.json", R"({"inputs": ["name"], "steps": {
     "flaky": {"run": ["sh", "-c", "n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; [ $n -ge 3 ]"],
               "cwd": "work", "retries": 2, "retry_delay": "10ms"},
-    "slow": {"run": ["sleep", "30"], "timeout": "100ms", "grace": {"interrupt": "50ms", "terminate": "50ms"}, "retries": 1, "retry_delay": "10ms"},
+    "slow": {"run": ["sleep", "30"], "needs": ["flaky", "io"], "timeout": "100ms", "grace": {"interrupt": "50ms", "terminate": "50ms"}, "retries": 1, "retry_delay": "10ms"},
     "io": {"run": ["sh", "-c", "cat marker.txt; printf '%s|' \"$GREETING\"; cat"], "cwd": "work",
            "env": {"GREETING": "hi ${inputs.name}"}, "stdin": "from stdin"}}})");
   auto r = run_canopy(home.path, {"run", file, "--input", "name=ann", "--json"});
