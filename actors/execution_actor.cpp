@@ -7,6 +7,7 @@
 #include "actors/error.hpp"
 #include "actors/messages.hpp"
 #include "actors/step_runner.hpp"
+#include "actors/timer.hpp"
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
 
@@ -81,6 +82,18 @@ struct execution_state {
 const char* execution_state::name = "execution";
 
 using exec_actor = caf::stateful_actor<execution_state>;
+
+/// Sends `xs...` to `self` after `delay` through the timer service, which
+/// does not keep `self` alive (a `delayed_send` would, until it is due).
+template <class... Ts>
+void later(exec_actor* self, millis delay, Ts&&... xs) {
+  auto& timer = self->state.svc->timer;
+  if (!timer) {
+    self->delayed_send(self, delay, std::forward<Ts>(xs)...);
+    return;
+  }
+  schedule(self, timer, delay, caf::make_message(std::forward<Ts>(xs)...));
+}
 
 // -- records and events ----------------------------------------------------------
 
@@ -255,7 +268,7 @@ void fail_attempt(exec_actor* self, size_t idx, const std::string& error, json r
     emit(self, "step.retry", def.id, "pending", "retry",
          {{"attempt", s.attempt}, {"error", error}, {"delay_ms", delay.count()}});
     put_step(self, idx);
-    self->delayed_send(self, delay, retry_atom::value, static_cast<uint64_t>(idx), s.attempt);
+    later(self, delay, retry_atom::value, static_cast<uint64_t>(idx), s.attempt);
     return;
   }
   s.status = step_status::failed;
@@ -380,10 +393,10 @@ void start_fn(exec_actor* self, size_t idx) {
     if (with->is_object() && with->contains("ms") && (*with)["ms"].is_number())
       ms = std::max<int64_t>(0, (*with)["ms"].get<int64_t>());
     mark_running(self, idx);
-    self->delayed_send(self, millis{ms}, wake_atom::value, static_cast<uint64_t>(idx),
+    later(self, millis{ms}, wake_atom::value, static_cast<uint64_t>(idx),
                        s.attempt, ms);
     if (def.timeout)
-      self->delayed_send(self, *def.timeout, timeout_atom::value, static_cast<uint64_t>(idx),
+      later(self, *def.timeout, timeout_atom::value, static_cast<uint64_t>(idx),
                          s.attempt);
     return;
   }
@@ -413,7 +426,7 @@ void start_fn(exec_actor* self, size_t idx) {
     caf::anon_send(me, done_atom::value, static_cast<uint64_t>(idx), attempt, std::move(out));
   });
   if (def.timeout)
-    self->delayed_send(self, *def.timeout, timeout_atom::value, static_cast<uint64_t>(idx),
+    later(self, *def.timeout, timeout_atom::value, static_cast<uint64_t>(idx),
                        s.attempt);
 }
 
@@ -683,7 +696,7 @@ void begin_halt(exec_actor* self, execution_status final_status, std::string rea
       // A function that ignores its stop token cannot hold the stop forever.
       auto& grace = st.g->steps[i].grace;
       auto wait = force ? millis{0} : grace.interrupt + grace.terminate;
-      self->delayed_send(self, wait, abandon_atom::value, static_cast<uint64_t>(i), s.attempt);
+      later(self, wait, abandon_atom::value, static_cast<uint64_t>(i), s.attempt);
     }
   }
   try_complete_halt(self);
@@ -906,7 +919,12 @@ caf::behavior execution(exec_actor* self, execution_init init,
   } else {
     st.scope = init.parent_scope;
   }
-  self->attach_functor([dir = st.svc->directory, id = st.rec.id] { dir->remove(id); });
+  self->attach_functor(
+    [dir = st.svc->directory, id = st.rec.id, timer = st.svc->timer, addr = self->address()] {
+      dir->remove(id);
+      if (timer)
+        caf::anon_send(timer, cancel_atom::value, addr);
+    });
   init_steps(self, init.steps);
   self->set_exit_handler([=](caf::exit_msg& msg) {
     // Workers always quit normally and report by message; a stop exit reason
@@ -974,7 +992,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
       st.run_started = now_ms();
       if (st.own_scope && st.g->limits.deadline) {
         auto left = st.g->limits.deadline->count() - st.scope->run_ms();
-        self->delayed_send(self, millis{std::max<int64_t>(0, left)}, deadline_atom::value);
+        later(self, millis{std::max<int64_t>(0, left)}, deadline_atom::value);
       }
       emit(self, resumed ? "execution.resumed" : "execution.started", {}, "running");
       put_execution(self);

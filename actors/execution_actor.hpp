@@ -70,6 +70,7 @@ struct execution_services {
   std::shared_ptr<store> db;
   caf::actor writer;   ///< the store writer
   caf::actor slots;    ///< the subprocess slot pool
+  caf::actor timer;    ///< the timer service (delays that do not pin the actor)
   caf::actor admission; ///< slots for running roots (null: unlimited); roots wait `queued`
   std::shared_ptr<fn_registry> fns;
   std::shared_ptr<fn_pool> pool;

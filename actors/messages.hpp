@@ -37,6 +37,9 @@ using start_atom = caf::atom_constant<caf::atom("start")>;       ///< an executi
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>; ///< a deadline passed
 using abandon_atom = caf::atom_constant<caf::atom("abandon")>;   ///< give up on a stopped fn
 using request_atom = caf::atom_constant<caf::atom("request")>;   ///< store and handle a stop request
+using schedule_atom = caf::atom_constant<caf::atom("schedule")>; ///< timer: deliver a message later
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;     ///< timer: forget a receiver's timers
+using tick_atom = caf::atom_constant<caf::atom("tick")>;         ///< a periodic or timer wake-up
 
 /// Committed events, shared by every subscriber that receives them.
 using event_list = std::shared_ptr<const std::vector<event_record>>;

@@ -62,4 +62,12 @@ std::string to_rfc3339(int64_t ms) {
   return buf;
 }
 
+caf::expected<millis> duration_from_json(const nlohmann::json& v) {
+  if (!v.is_string())
+    return make_error(persistence_errc::invalid_graph,
+                      std::string{"expected a duration such as \"10s\", got "}
+                        + (v.is_number() ? v.dump() : std::string{v.type_name()}));
+  return parse_duration(v.get<std::string>());
+}
+
 } // namespace canopy

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
 
 namespace canopy {
 
@@ -16,6 +17,12 @@ using millis = std::chrono::milliseconds;
 ///          naming the bad text.
 /// Thread-safe.
 caf::expected<millis> parse_duration(const std::string& text);
+
+/// Reads a duration from a JSON value (a string for `parse_duration`).
+/// @returns the duration, or `persistence_errc::invalid_graph` with a message
+///          such as `expected a duration such as "10s", got 300`.
+/// Thread-safe.
+caf::expected<millis> duration_from_json(const nlohmann::json& v);
 
 /// Renders `d` in the shortest exact unit (`"1500ms"`, `"10s"`, `"5m"`).
 std::string to_duration_string(millis d);

@@ -529,11 +529,7 @@ private:
   }
 
   std::optional<millis> duration(const json& v, const std::string& path) {
-    if (!v.is_string()) {
-      fail(path, "expected a duration such as \"10s\", " + got(v));
-      return std::nullopt;
-    }
-    auto d = parse_duration(v.get<std::string>());
+    auto d = duration_from_json(v);
     if (!d) {
       fail(path, message_of(d.error()));
       return std::nullopt;

@@ -19,6 +19,7 @@
 #include "actors/messages.hpp"
 #include "actors/slot_pool.hpp"
 #include "actors/store_writer.hpp"
+#include "actors/timer.hpp"
 #include "persistence/error.hpp"
 #include "runtime/error.hpp"
 
@@ -330,7 +331,6 @@ caf::expected<stop_record> execution_handle::stop(bool force) const {
 
 namespace {
 
-using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
 /// How often the stop watcher reads the stop registry; bounds how long a stop
 /// requested by another process takes to arrive (SPEC: within 250 ms).
@@ -413,6 +413,8 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->db = rt->db_;
   svc->writer = rt->writer_;
   svc->slots = rt->slots_;
+  rt->timer_ = spawn_timer(*rt->sys_);
+  svc->timer = rt->timer_;
   if (opts.max_running > 0) {
     rt->admission_ = spawn_slot_pool(*rt->sys_, opts.max_running);
     svc->admission = rt->admission_;
@@ -468,11 +470,13 @@ runtime::~runtime() {
     if (admission_)
       self->send_exit(admission_, caf::exit_reason::user_shutdown);
     self->send_exit(slots_, caf::exit_reason::user_shutdown);
+    self->send_exit(timer_, caf::exit_reason::user_shutdown);
     for (auto& kv : svc_->tool_slots)
       self->send_exit(kv.second, caf::exit_reason::user_shutdown);
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
   }
   watcher_ = nullptr;
+  timer_ = nullptr;
   writer_ = nullptr;
   slots_ = nullptr;
   svc_.reset();

@@ -228,6 +228,7 @@ private:
   std::shared_ptr<const execution_services> svc_;
   caf::actor writer_;
   caf::actor slots_;
+  caf::actor timer_;
   caf::actor watcher_;
   caf::actor admission_;
   std::mutex roots_mtx_;

@@ -1028,7 +1028,10 @@ TEST_CASE("the deadline clock counts running time only and persists across resum
   WARN("ran " << first << " ms, stopped " << (resumed_at - stopped1) << " ms, then ran "
               << second << " ms until the deadline");
   CHECK(first >= 400);
-  CHECK(second >= 200); // the rest of the deadline, not nothing (wall clock) ...
+  // The rest of the deadline, not nothing (wall clock would end it at once)
+  // ... On a loaded machine the stop may land late in the first run, so the
+  // rest can be short.
+  CHECK(second >= 50);
   CHECK(first + second >= 1400);
   CHECK(first + second <= 1500 + 400); // ... and not a fresh 1.5 s
 }

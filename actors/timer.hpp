@@ -1,0 +1,33 @@
+#pragma once
+
+// The timer service: delivers a message to an actor after a delay without
+// keeping that actor alive. CAF 0.17's `delayed_send` holds a strong
+// reference to its receiver until the message is due, so an execution that
+// ends while a long timer is pending (a `sleep`, a step timeout, a graph's
+// 30-minute deadline) would keep its memory until then. Here the receiver is
+// held weakly, and its timers are dropped as soon as it quits.
+//
+// Messages:
+//   (schedule_atom, int64_t delay_ms, actor_addr receiver, message msg)
+//       deliver `msg` to `receiver` (if still alive) after `delay`
+//   (cancel_atom, actor_addr receiver)   forget every timer of `receiver`
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/message.hpp>
+
+#include "persistence/duration.hpp"
+
+namespace canopy {
+
+/// Spawns the timer service (detached: it never blocks a scheduler thread for
+/// long, but its queue may hold many entries). Threading: any thread.
+caf::actor spawn_timer(caf::actor_system& sys);
+
+/// Has `timer` deliver `msg` to `self` after `delay`; the timer is dropped
+/// when `self` quits. Threading: call from `self`'s handlers.
+void schedule(caf::event_based_actor* self, const caf::actor& timer, millis delay,
+              caf::message msg);
+
+} // namespace canopy
