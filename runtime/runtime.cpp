@@ -138,6 +138,10 @@ caf::error settle_stops(const store& db, write_batch& batch) {
     auto rec = db.execution(r.target);
     if (rec && !is_terminal(rec->status))
       continue;
+    // The snapshot that ended the target may have answered the request
+    // after the pending list was read: read the request again.
+    if (auto fresh = db.stop(r.id); fresh && fresh->handled)
+      continue;
     r.handled = true;
     r.handled_at = now_ms();
     r.result = rec && rec->status == execution_status::stopped ? "stopped" : "no_execution";

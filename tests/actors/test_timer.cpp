@@ -1,0 +1,89 @@
+// Tests of the timer service (actors/timer.hpp) with a real actor system.
+
+#include "actors/timer.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+
+using namespace canopy;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// An actor system with the console logger off.
+struct system_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  system_fixture() {
+    cfg.set("logger.console", caf::atom("none"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+
+/// Polls `pred` every millisecond until it holds or `limit` passed.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end)
+      return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("a scheduled message arrives after its delay, in due order", "[actors][timer]") {
+  system_fixture f;
+  auto timer = spawn_timer(*f.sys);
+  auto got = std::make_shared<std::promise<std::vector<int>>>();
+  auto t0 = std::chrono::steady_clock::now();
+  // Held while it waits: the timer keeps its receivers weakly, and an actor
+  // nobody holds is gone at once.
+  auto receiver = f.sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    auto seen = std::make_shared<std::vector<int>>();
+    schedule(self, timer, 60ms, caf::make_message(wake_atom::value, 2));
+    schedule(self, timer, 20ms, caf::make_message(wake_atom::value, 1));
+    return {[=](wake_atom, int n) {
+      seen->push_back(n);
+      if (seen->size() == 2) {
+        got->set_value(*seen);
+        self->quit();
+      }
+    }};
+  });
+  auto order = got->get_future().get();
+  CHECK(std::chrono::steady_clock::now() - t0 >= 60ms);
+  CHECK(order == std::vector<int>{1, 2});
+  caf::anon_send_exit(timer, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a pending timer does not keep its ended receiver alive", "[actors][timer]") {
+  system_fixture f;
+  auto timer = spawn_timer(*f.sys);
+  caf::actor_addr weak;
+  {
+    auto done = std::make_shared<std::promise<void>>();
+    auto a = f.sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      // An hour away: with CAF's delayed_send the clock would hold this
+      // actor until then.
+      schedule(self, timer, std::chrono::hours{1}, caf::make_message(wake_atom::value, 1));
+      self->attach_functor([=] { done->set_value(); });
+      return {[=](tick_atom) { self->quit(); }};
+    });
+    weak = a.address();
+    caf::anon_send(a, tick_atom::value);
+    done->get_future().wait();
+  }
+  // Once the timer has taken the request, nothing holds the actor strongly.
+  CHECK(eventually([&] { return caf::actor_cast<caf::actor>(weak) == nullptr; }));
+  caf::anon_send_exit(timer, caf::exit_reason::user_shutdown);
+}
