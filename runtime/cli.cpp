@@ -399,11 +399,8 @@ int cmd_stop(const global_options& g, const std::string& id, bool force, double 
   }
 }
 
-int cmd_show(const global_options& g, const std::string& id, bool as_json) {
-  auto db = open_store(g);
-  if (!db)
-    return fail(db.error());
-  auto doc = load_document(**db, id);
+/// Prints an execution document (`show`): JSON or the rendered tree.
+int print_document(const caf::expected<json>& doc, bool as_json) {
   if (!doc)
     return fail(doc.error());
   if (as_json)
@@ -411,6 +408,13 @@ int cmd_show(const global_options& g, const std::string& id, bool as_json) {
   else
     std::cout << render_document(*doc);
   return 0;
+}
+
+int cmd_show(const global_options& g, const std::string& id, bool as_json) {
+  auto db = open_store(g);
+  if (!db)
+    return fail(db.error());
+  return print_document(load_document(**db, id), as_json);
 }
 
 int cmd_ls(const global_options& g, const std::string& status, bool all, bool as_json) {
@@ -577,14 +581,7 @@ int remote_show(const remote_options& r, const std::string& id, bool as_json) {
   auto api = open_client(r);
   if (!api)
     return fail(api.error());
-  auto doc = api->tree(id);
-  if (!doc)
-    return fail(doc.error());
-  if (as_json)
-    std::cout << doc->dump() << "\n";
-  else
-    std::cout << render_document(*doc);
-  return 0;
+  return print_document(api->tree(id), as_json);
 }
 
 int remote_ls(const remote_options& r, const std::string& status, bool all, bool as_json) {

@@ -618,31 +618,34 @@ private:
     return {result == "stopping" ? 202 : 200, std::move(body)};
   }
 
+  /// Reads a stop body `{mode, wait}`; answers the error itself when bad.
+  bool stop_body(call& c, bool& force, double& wait) {
+    http_error err;
+    auto body = body_object(c.req, {"mode", "wait"}, err);
+    if (!body || !stop_options(*body, force, wait, err)) {
+      reply(c.res, err);
+      return false;
+    }
+    return true;
+  }
+
   void stop_execution(call& c) {
     auto rec = owned(c, c.match[1]);
     if (!rec)
       return;
-    http_error err;
-    auto body = body_object(c.req, {"mode", "wait"}, err);
-    if (!body)
-      return reply(c.res, err);
     bool force;
     double wait;
-    if (!stop_options(*body, force, wait, err))
-      return reply(c.res, err);
+    if (!stop_body(c, force, wait))
+      return;
     auto [status, answer] = stop_one(c, *rec, force, wait);
     reply(c.res, status, answer);
   }
 
   void stop_graph(call& c) {
-    http_error err;
-    auto body = body_object(c.req, {"mode", "wait"}, err);
-    if (!body)
-      return reply(c.res, err);
     bool force;
     double wait;
-    if (!stop_options(*body, force, wait, err))
-      return reply(c.res, err);
+    if (!stop_body(c, force, wait))
+      return;
     auto rg = owned_graph(c, c.match[1], 0);
     if (!rg)
       return;
