@@ -179,6 +179,17 @@ bool parse_uint(const std::string& s, uint64_t& out) {
   return true;
 }
 
+/// Blocks until the resumed execution `h` (stored as `before` when resumed)
+/// has a committed record other than `before`, or its actor is gone.
+void await_resumed(const store& db, const execution_handle& h, const execution_record& before) {
+  for (millis pause{1}; h.running(); pause = std::min(pause * 2, millis{20})) {
+    auto now = db.execution(before.id);
+    if (!now || now->status != before.status || now->ended_at != before.ended_at)
+      return;
+    std::this_thread::sleep_for(pause);
+  }
+}
+
 // -- event notifier ---------------------------------------------------------------
 
 /// Wakes SSE streams when events are committed.
@@ -751,12 +762,7 @@ private:
     // Answer once the resumed run is visible (its `running` record is
     // committed), or it already ended again.
     if (before != execution_status::completed)
-      for (millis pause{1}; h->running(); pause = std::min(pause * 2, millis{20})) {
-        auto now = db_.execution(rec->id);
-        if (!now || now->status != before || now->ended_at != rec->ended_at)
-          break;
-        std::this_thread::sleep_for(pause);
-      }
+      await_resumed(db_, *h, *rec);
     if (auto doc = document(c, rec->id, true, false))
       reply(c.res, 200, *doc);
   }
@@ -936,12 +942,8 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
       auto h = (*rt)->resume(id);
       // Visible as resumed before the port opens: a client that connects
       // right after `listening on` never sees it still stopped.
-      for (millis pause{1}; h && h->running(); pause = std::min(pause * 2, millis{20})) {
-        auto now = db->execution(id);
-        if (!now || now->status != execution_status::stopped || now->ended_at != rec.ended_at)
-          break;
-        std::this_thread::sleep_for(pause);
-      }
+      if (h)
+        await_resumed(*db, *h, rec);
       if (h)
         spdlog::info("event=execution.resume execution={} why=resume-interrupted", id);
       else
