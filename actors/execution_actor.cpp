@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/agent_actor.hpp"
 #include "actors/error.hpp"
 #include "actors/messages.hpp"
 #include "actors/step_runner.hpp"
@@ -38,6 +39,7 @@ struct step_rt {
   bool has_tool_slot = false; ///< holds a slot of `tool_pool`
   bool in_fn = false;     ///< a pooled fn attempt is running
   bool planning = false;  ///< a `plan` step's planner runs (its runner is `worker`)
+  bool awaiting_turn = false; ///< an `agent` step waits for the agent's turn
   std::shared_ptr<std::atomic<bool>> stop_flag;
 };
 
@@ -144,6 +146,7 @@ void put_execution(exec_actor* self) {
 
 void on_durable(exec_actor* self, std::vector<size_t> completed);
 void pump(exec_actor* self);
+bool current(execution_state& st, uint64_t idx, int attempt);
 
 /// Sends the buffered mutations to the store writer. Steps completed in this
 /// batch release their dependents only when the commit is acknowledged.
@@ -363,6 +366,7 @@ void start_runner(exec_actor* self, size_t idx) {
 /// Starts a child execution for a `graph` step.
 void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph);
 void start_plan(exec_actor* self, size_t idx);
+void start_agent(exec_actor* self, size_t idx);
 
 /// Runs one in-process function attempt.
 void start_fn(exec_actor* self, size_t idx) {
@@ -482,6 +486,9 @@ bool start_step(exec_actor* self, size_t idx) {
     case step_kind::plan:
       start_plan(self, idx);
       break;
+    case step_kind::agent:
+      start_agent(self, idx);
+      break;
     default:
       fail_attempt(self, idx,
                    std::string{"step kind '"} + to_string(def.kind)
@@ -556,6 +563,27 @@ void stop_clock(exec_actor* self) {
   }
 }
 
+/// An agent's run completed: its message and reply join the agent's history
+/// in the run's final commit.
+void append_history(exec_actor* self) {
+  auto& st = self->state;
+  auto reply = st.rec.outputs.is_object() ? st.rec.outputs.value("reply", json{}) : json{};
+  history_entry in;
+  in.owner = st.rec.owner;
+  in.agent = st.rec.agent;
+  in.role = "user";
+  in.content = st.rec.inputs.is_object() ? st.rec.inputs.value("message", json{}) : json{};
+  in.execution_id = st.rec.id;
+  in.time = now_ms();
+  history_entry out = in;
+  out.role = "agent";
+  out.content = reply;
+  st.batch.history.push_back(std::move(in));
+  st.batch.history.push_back(std::move(out));
+  st.batch.events.push_back(
+    make_agent_event(st.rec, "agent.reply", {{"agent", st.rec.agent}, {"reply", reply}}));
+}
+
 /// All steps completed: resolve outputs and commit the final record.
 void finish(exec_actor* self) {
   auto& st = self->state;
@@ -568,6 +596,8 @@ void finish(exec_actor* self) {
     st.rec.status = execution_status::completed;
     st.rec.outputs = std::move(*outputs);
     emit(self, "execution.completed", {}, "completed");
+    if (!st.rec.agent.empty())
+      append_history(self);
   } else {
     st.rec.status = execution_status::failed;
     st.rec.reason = "step_failed";
@@ -710,6 +740,9 @@ caf::behavior execution(exec_actor* self, execution_init init,
 
 parse_options child_parse_options(const execution_state& st);
 
+void spawn_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph,
+                 json inputs, const std::string& agent);
+
 void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph) {
   auto& st = self->state;
   auto& def = st.g->steps[idx];
@@ -746,6 +779,17 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
     if (std::find(child_graph->inputs.begin(), child_graph->inputs.end(), kv.key())
         == child_graph->inputs.end())
       return fail_attempt(self, idx, "child graph does not declare input '" + kv.key() + "'");
+  spawn_child(self, idx, std::move(child_graph), std::move(*with), {});
+}
+
+/// Spawns the child execution of step `idx`, linked and monitored: the
+/// existing child (`child_id`, resumed under its id) or a new one with
+/// `inputs` (a run of `agent` when not empty).
+void spawn_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph,
+                 json inputs, const std::string& agent) {
+  auto& st = self->state;
+  auto& def = st.g->steps[idx];
+  auto& s = st.steps[idx];
   execution_init child;
   child.graph = child_graph;
   // Resume an existing child under its id; create a new one otherwise.
@@ -764,12 +808,18 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
     r.root_id = st.rec.root_id;
     r.depth = st.rec.depth + 1;
     r.parent_step = def.id;
-    r.inputs = std::move(*with);
+    r.inputs = std::move(inputs);
     r.created_at = now_ms();
     r.owner_pid = st.svc->owner_pid;
     r.owner_start = st.svc->owner_start;
     r.owner = st.rec.owner;
+    r.agent = agent;
     st.batch.append(make_queued_batch(r, *child_graph));
+    if (!agent.empty())
+      st.batch.events.push_back(make_agent_event(
+        r, "agent.message",
+        {{"agent", agent}, {"message", r.inputs.value("message", json{})},
+         {"who", "execution:" + st.rec.id + "/" + def.id}}));
     s.child_id = r.id;
   }
   child.token = std::make_shared<halt_token>(st.token);
@@ -784,15 +834,112 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
 
 /// Parse options for a graph created at run time below this execution.
 parse_options child_parse_options(const execution_state& st) {
-  parse_options opts = st.svc->child_options;
-  if (st.svc->fns)
-    opts.fns = st.svc->fns->names();
-  if (st.svc->tools)
-    for (auto& kv : *st.svc->tools)
-      opts.tools.insert(kv.first);
-  opts.depth = st.rec.depth + 1;
-  opts.max_depth = st.scope->max_depth();
-  return opts;
+  return run_time_parse_options(*st.svc, st.rec.depth + 1, st.scope->max_depth());
+}
+
+// -- agent steps -----------------------------------------------------------------------
+
+/// The agent's answer to an `agent` step's request for a turn.
+void on_turn(exec_actor* self, size_t idx, int attempt, const caf::actor& agent,
+             const std::string& verdict, uint64_t turn, const json& message) {
+  auto& st = self->state;
+  bool mine = current(st, idx, attempt) && st.steps[idx].awaiting_turn;
+  if (mine)
+    st.steps[idx].awaiting_turn = false;
+  if (!mine || st.halting || st.finished
+      || st.steps[idx].status != step_status::queued) {
+    // No longer wanted (a stop came first): give the turn back.
+    if (verdict == "granted")
+      self->send(agent, release_atom::value, turn);
+    return;
+  }
+  auto& def = st.g->steps[idx];
+  auto give_back = [&] {
+    if (verdict == "granted")
+      self->send(agent, release_atom::value, turn);
+  };
+  if (verdict == "busy") {
+    fail_attempt(self, idx, "agent '" + def.target + "' is busy (on_busy: reject)");
+  } else if (verdict == "cancelled") {
+    fail_attempt(self, idx,
+                 "the message to agent '" + def.target
+                   + "' was superseded by a newer one (on_busy: cancel_previous)");
+  } else if (auto ag = st.svc->db->agent(st.rec.owner, def.target); !ag) {
+    give_back();
+    fail_attempt(self, idx, message_of(ag.error()));
+  } else {
+    auto parsed = parse_agent_graph(*ag, *st.svc, st.rec.depth + 1, st.scope->max_depth());
+    auto inputs = parsed ? make_agent_inputs(*parsed.value, message, *st.svc->db,
+                                             st.rec.owner, def.target)
+                         : caf::expected<json>{json{}};
+    if (!parsed) {
+      give_back();
+      std::string msg = "the graph of agent '" + def.target + "' does not validate:";
+      for (auto& e : parsed.errors)
+        msg += " " + to_string(e) + ";";
+      fail_attempt(self, idx, msg);
+    } else if (!inputs) {
+      give_back();
+      fail_attempt(self, idx, message_of(inputs.error()));
+    } else {
+      spawn_child(self, idx, parsed.value, std::move(*inputs), def.target);
+      if (verdict == "granted")
+        self->send(agent, run_atom::value, turn, st.steps[idx].worker, st.steps[idx].child_id);
+    }
+  }
+  pump(self);
+  flush(self);
+}
+
+/// An `agent` step: resume the run it started, or ask the agent for a turn
+/// (the step waits `queued`), then run the agent's graph as a child.
+void start_agent(exec_actor* self, size_t idx) {
+  auto& st = self->state;
+  auto& def = st.g->steps[idx];
+  auto& s = st.steps[idx];
+  if (!s.child_id.empty()) {
+    // Resume the run this step started, under its id, with its stored graph.
+    if (auto stored = st.svc->db->graph(s.child_id)) {
+      auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files,
+                                       child_parse_options(st));
+      if (parsed)
+        return spawn_child(self, idx, parsed.value, json::object(), def.target);
+    }
+    s.child_id.clear();
+  }
+  if (!st.svc->find_agent)
+    return fail_attempt(self, idx, "agents are not available on this node");
+  auto agent = st.svc->find_agent(st.rec.owner, def.target);
+  if (!agent)
+    return fail_attempt(self, idx, message_of(agent.error()));
+  reference_scope scope{&st.rec.inputs, &st.results, nullptr};
+  auto message = resolve(def.message, scope);
+  if (!message)
+    return fail_attempt(self, idx, message_of(message.error()));
+  s.status = step_status::queued;
+  s.reason.clear();
+  s.awaiting_turn = true;
+  emit(self, "step.queued", def.id, "queued");
+  put_step(self, idx);
+  auto attempt = s.attempt;
+  auto target = *agent;
+  auto msg = std::move(*message);
+  self->request(target, caf::infinite, acquire_atom::value, st.rec.root_id)
+    .then(
+      [=](const std::string& verdict, uint64_t turn) {
+        on_turn(self, idx, attempt, target, verdict, turn, msg);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        if (!current(st, idx, attempt) || !st.steps[idx].awaiting_turn)
+          return;
+        st.steps[idx].awaiting_turn = false;
+        if (st.halting || st.finished)
+          return;
+        fail_attempt(self, idx, "agent '" + st.g->steps[idx].target + "': " + message_of(err));
+        pump(self);
+        flush(self);
+      });
 }
 
 /// A `plan` step: run the planner (a subprocess, like `run`), or resume the
@@ -1190,6 +1337,9 @@ caf::behavior execution(exec_actor* self, execution_init init,
       s.worker = nullptr;
       if (st.halting) {
         // Stopped with us: try_complete_halt resets the step.
+      } else if (status == "completed" && def.kind == step_kind::agent) {
+        json reply = outputs.is_object() ? outputs.value("reply", json{}) : json{};
+        complete_step(self, idx, json{{"reply", std::move(reply)}});
       } else if (status == "completed") {
         complete_step(self, idx, std::move(outputs));
       } else if (status == "failed") {
@@ -1213,6 +1363,39 @@ caf::behavior execution(exec_actor* self, execution_init init,
 }
 
 } // namespace
+
+parse_options run_time_parse_options(const execution_services& svc, int depth, int max_depth) {
+  parse_options opts = svc.child_options;
+  if (svc.fns)
+    opts.fns = svc.fns->names();
+  if (svc.tools)
+    for (auto& kv : *svc.tools)
+      opts.tools.insert(kv.first);
+  opts.depth = depth;
+  opts.max_depth = max_depth;
+  return opts;
+}
+
+std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
+                                                      const std::string& who) {
+  stop_record r;
+  r.id = make_execution_id();
+  r.target = target.id;
+  r.force = force;
+  r.requested_at = now_ms();
+  r.who = who;
+  write_batch b;
+  b.stops.push_back(r);
+  event_record e;
+  e.time = r.requested_at;
+  e.type = "stop.requested";
+  e.execution_id = target.id;
+  e.root_id = target.root_id;
+  e.parent_id = target.parent_id;
+  e.data = {{"stop_id", r.id}, {"mode", force ? "force" : "graceful"}, {"who", who}};
+  b.events.push_back(std::move(e));
+  return {std::move(r), std::move(b)};
+}
 
 stored_graph to_stored(const graph& g) {
   stored_graph out;

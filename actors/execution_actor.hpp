@@ -39,6 +39,12 @@
 //   (timeout_atom, step, attempt)              an in-process attempt timed out
 //   (retry_atom, step, attempt)                the retry delay passed
 //   (child_atom, step, status, outputs, error) a child execution finished
+//
+// An `agent` step asks the agent's actor for a turn (the step is `queued`
+// meanwhile), then runs the agent's graph as its child execution, with
+// inputs `{message, history}`; its result is `{"reply": ...}`. An execution
+// with `agent` set (an agent's run) appends the message and its reply to the
+// agent's history in its final commit, with an `agent.reply` event.
 // Sends its parent execution (child_atom, ...) before quitting.
 //
 // Steps reset by a stop record the execution's stop reason; its children stop
@@ -90,6 +96,14 @@ struct execution_services {
   std::function<parse_result(const std::string& owner, const std::string& name,
                              const parse_options& opts)>
     find_graph;
+  /// Finds the actor of agent `name` of `owner` (spawning it on first use).
+  /// @returns the actor, or `not_found` when no such agent exists. Null: no
+  /// agents on this node (`agent` steps fail).
+  std::function<caf::expected<caf::actor>(const std::string& owner, const std::string& name)>
+    find_agent;
+  /// Remembers a root started by an actor (an agent's run), so that the
+  /// node's shutdown stops it. May be null.
+  std::function<void(const caf::actor&)> track_root;
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
 };
@@ -121,5 +135,15 @@ write_batch make_queued_batch(const execution_record& rec, const graph& g);
 
 /// Returns the graph document an execution stores (document, folder, files).
 stored_graph to_stored(const graph& g);
+
+/// Parse options for graphs created at run time (planned, registered, agent
+/// graphs) at `depth` under a scope allowing `max_depth`: the node's rules
+/// (`svc.child_options`) with its functions and tools.
+parse_options run_time_parse_options(const execution_services& svc, int depth, int max_depth);
+
+/// Builds a new stop request for `target` (SPEC §4.1) and the batch that
+/// stores it with its `stop.requested` event. @returns both.
+std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
+                                                      const std::string& who);
 
 } // namespace canopy

@@ -8,6 +8,7 @@
 #include <caf/meta/type_name.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/agent_actor.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
@@ -40,6 +41,9 @@ using request_atom = caf::atom_constant<caf::atom("request")>;   ///< store and 
 using schedule_atom = caf::atom_constant<caf::atom("schedule")>; ///< timer: deliver a message later
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;     ///< timer: forget a receiver's timers
 using tick_atom = caf::atom_constant<caf::atom("tick")>;         ///< a periodic or timer wake-up
+using message_atom = caf::atom_constant<caf::atom("message")>;   ///< agent: a user's message
+using run_atom = caf::atom_constant<caf::atom("run")>;           ///< agent: a granted turn's run
+using close_atom = caf::atom_constant<caf::atom("close")>;       ///< agent: the node shuts down
 
 /// Committed events, shared by every subscriber that receives them.
 using event_list = std::shared_ptr<const std::vector<event_record>>;
@@ -65,5 +69,6 @@ typename Inspector::result_type inspect(Inspector& f, stop_record& x) {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::write_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::step_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::agent_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<canopy::event_record>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<canopy::event_record>>)

@@ -1164,3 +1164,38 @@ parse_result parse_graph_bundle(const json& document, const std::string& base_di
 }
 
 } // namespace canopy
+
+namespace canopy {
+
+std::vector<graph_error> check_agent_graph(const graph& g) {
+  std::vector<graph_error> errors;
+  bool has_message = false;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    auto& in = g.inputs[i];
+    if (in == "message")
+      has_message = true;
+    else if (in != "history")
+      errors.push_back({"/inputs/" + std::to_string(i),
+                        "an agent's graph may declare only the inputs 'message' and 'history', "
+                        "not '" + in + "'", ""});
+  }
+  if (!has_message)
+    errors.push_back({"/inputs", "an agent's graph must declare the input 'message'", ""});
+  if (!g.outputs.is_object() || !g.outputs.contains("reply"))
+    errors.push_back({"/outputs/reply", "an agent's graph must have the output 'reply'", ""});
+  return errors;
+}
+
+std::string check_agent_name(const std::string& name) {
+  if (name.empty())
+    return "an agent name must not be empty";
+  if (name.size() > 128)
+    return "an agent name has at most 128 characters";
+  for (unsigned char c : name)
+    if (!std::isalnum(c) && c != '_' && c != '.' && c != '-')
+      return "an agent name may hold only letters, digits, '_', '.' and '-' (not '"
+             + std::string(1, static_cast<char>(c)) + "')";
+  return {};
+}
+
+} // namespace canopy

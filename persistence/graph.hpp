@@ -178,6 +178,15 @@ parse_result parse_graph_file(const std::string& path, const parse_options& opts
 parse_result parse_graph_bundle(const json& document, const std::string& base_dir,
                                 const json& files, parse_options opts = {});
 
+/// Checks that `g` can be an agent's graph (SPEC §9): it declares input
+/// `message`, no input but `message` and `history`, and an output `reply`.
+/// @returns every error with its JSON path in the graph (empty: fine).
+std::vector<graph_error> check_agent_graph(const graph& g);
+
+/// Checks an agent name: 1 to 128 characters of `A-Z a-z 0-9 _ . -`.
+/// @returns what is wrong, or an empty string.
+std::string check_agent_name(const std::string& name);
+
 /// Parses `text` as JSON with the nesting limit; throws nothing.
 /// @returns the document or an error message with the byte offset.
 caf::expected<json> parse_json_text(const std::string& text);

@@ -9,6 +9,7 @@ namespace {
 
 const char* execution_names[] = {"queued", "running", "stopping", "stopped", "completed", "failed"};
 const char* step_names[] = {"pending", "queued", "running", "completed", "failed"};
+const char* busy_names[] = {"cancel_previous", "queue", "reject"};
 
 template <class T, size_t N>
 bool lookup(const char* (&names)[N], const std::string& s, T& x) {
@@ -67,6 +68,14 @@ bool from_string(const std::string& s, step_status& x) {
   return lookup(step_names, s, x);
 }
 
+const char* to_string(busy_policy x) {
+  return busy_names[static_cast<size_t>(x)];
+}
+
+bool from_string(const std::string& s, busy_policy& x) {
+  return lookup(busy_names, s, x);
+}
+
 bool is_terminal(execution_status x) {
   return x == execution_status::completed || x == execution_status::failed
          || x == execution_status::stopped;
@@ -91,6 +100,7 @@ json to_json(const execution_record& x) {
     j["pstart"] = x.owner_start;
   put_str(j, "owner", x.owner);
   put_int(j, "gver", x.graph_version);
+  put_str(j, "agent", x.agent);
   return j;
 }
 
@@ -117,6 +127,7 @@ caf::expected<execution_record> execution_from_json(const json& j) {
     get_to(j, "pstart", x.owner_start);
     get_to(j, "owner", x.owner);
     get_to(j, "gver", x.graph_version);
+    get_to(j, "agent", x.agent);
     return x;
   });
 }
@@ -308,6 +319,7 @@ std::string encode(const execution_record& x) {
   w.num_if("pstart", static_cast<int64_t>(x.owner_start));
   w.str_if("owner", x.owner);
   w.num_if("gver", x.graph_version);
+  w.str_if("agent", x.agent);
   return w.finish();
 }
 
@@ -466,6 +478,88 @@ caf::expected<registered_graph> registered_graph_from_json(const json& j) {
     get_to(j, "created", x.created_at);
     return x;
   });
+}
+
+// -- agents and their history ----------------------------------------------------
+
+std::string encode(const agent_record& x) {
+  object_writer w;
+  w.str("owner", x.owner);
+  w.str("name", x.name);
+  w.key("graph");
+  w.out += encode(x.graph);
+  w.str("on_busy", to_string(x.on_busy));
+  w.num("created", x.created_at);
+  w.num("updated", x.updated_at);
+  return w.finish();
+}
+
+caf::expected<agent_record> agent_from_json(const json& j) {
+  return decode("agent", [&]() -> caf::expected<agent_record> {
+    agent_record x;
+    x.owner = j.at("owner").get<std::string>();
+    x.name = j.at("name").get<std::string>();
+    auto graph = stored_graph_from_json(j.at("graph"));
+    if (!graph)
+      return graph.error();
+    x.graph = std::move(*graph);
+    if (!from_string(j.at("on_busy").get<std::string>(), x.on_busy))
+      throw std::runtime_error("unknown on_busy policy");
+    x.created_at = j.at("created").get<int64_t>();
+    x.updated_at = j.at("updated").get<int64_t>();
+    return x;
+  });
+}
+
+std::string encode(const history_entry& x) {
+  object_writer w;
+  w.str("owner", x.owner);
+  w.str("agent", x.agent);
+  w.key("seq");
+  w.out += std::to_string(x.seq);
+  w.str("role", x.role);
+  // Always written: a null message is still a message.
+  w.key("content");
+  w.out += dump_json(x.content);
+  w.str_if("ex", x.execution_id);
+  w.num("time", x.time);
+  return w.finish();
+}
+
+caf::expected<history_entry> history_from_json(const json& j) {
+  return decode("history", [&]() -> caf::expected<history_entry> {
+    history_entry x;
+    x.owner = j.at("owner").get<std::string>();
+    x.agent = j.at("agent").get<std::string>();
+    x.seq = j.at("seq").get<uint64_t>();
+    x.role = j.at("role").get<std::string>();
+    x.content = j.at("content");
+    get_to(j, "ex", x.execution_id);
+    x.time = j.at("time").get<int64_t>();
+    return x;
+  });
+}
+
+json history_document(const history_entry& x) {
+  return {{"role", x.role},
+          {"content", x.content},
+          {"execution_id", x.execution_id.empty() ? json(nullptr) : json(x.execution_id)},
+          {"time", to_rfc3339(x.time)}};
+}
+
+json agent_document(const agent_record& x) {
+  // The graph's name, if its document has one (a document need not be an
+  // object when it is stored: never throw while rendering).
+  json graph;
+  auto& doc = x.graph.document;
+  if (doc.is_object())
+    if (auto i = doc.find("name"); i != doc.end() && i->is_string())
+      graph = *i;
+  return {{"name", x.name},
+          {"graph", std::move(graph)},
+          {"on_busy", to_string(x.on_busy)},
+          {"created_at", to_rfc3339(x.created_at)},
+          {"updated_at", to_rfc3339(x.updated_at)}};
 }
 
 } // namespace canopy

@@ -65,6 +65,8 @@ struct execution_record {
   std::string owner;
   /// The registered graph version it runs (0: a graph file or inline graph).
   int graph_version = 0;
+  /// The agent whose run this is (SPEC §9); empty for other executions.
+  std::string agent;
 };
 
 /// One step of one execution.
@@ -135,6 +137,37 @@ struct registered_graph {
   int64_t created_at = 0;
 };
 
+/// What an agent does with a message that arrives while one of its runs is
+/// live (SPEC §9).
+enum class busy_policy : uint8_t { cancel_previous, queue, reject };
+
+const char* to_string(busy_policy x);
+
+/// Parses a policy name; @returns false for an unknown name.
+bool from_string(const std::string& s, busy_policy& x);
+
+/// A named agent (SPEC §9): the graph its runs execute and its busy policy.
+/// Its conversation is kept apart, as `history_entry` records.
+struct agent_record {
+  std::string owner;    ///< the user that owns it (HTTP API); empty for the CLI
+  std::string name;
+  stored_graph graph;   ///< the graph of its runs, with the files it included
+  busy_policy on_busy = busy_policy::cancel_previous;
+  int64_t created_at = 0;
+  int64_t updated_at = 0;
+};
+
+/// One entry of an agent's conversation history (SPEC §13 rule 21).
+struct history_entry {
+  std::string owner;
+  std::string agent;
+  uint64_t seq = 0;          ///< per agent, from 1; assigned at commit
+  std::string role;          ///< "user" or "agent"
+  json content;              ///< the message, or the run's `reply` output
+  std::string execution_id;  ///< the run that answered it
+  int64_t time = 0;
+};
+
 // -- codecs --------------------------------------------------------------------
 
 json to_json(const execution_record& x);
@@ -153,6 +186,8 @@ std::string encode(const stored_graph& x);
 std::string encode(const stop_record& x);
 std::string encode(const tree_counters& x);
 std::string encode(const registered_graph& x);
+std::string encode(const agent_record& x);
+std::string encode(const history_entry& x);
 
 /// Encodes a stored graph from its parts without copying them (the document
 /// of a large graph is megabytes).
@@ -170,9 +205,19 @@ caf::expected<stored_graph> stored_graph_from_json(const json& j);
 caf::expected<stop_record> stop_from_json(const json& j);
 caf::expected<tree_counters> counters_from_json(const json& j);
 caf::expected<registered_graph> registered_graph_from_json(const json& j);
+caf::expected<agent_record> agent_from_json(const json& j);
+caf::expected<history_entry> history_from_json(const json& j);
 
 /// Renders a stop request as the SPEC describes it.
 json stop_document(const stop_record& x);
+
+/// Renders a history entry as SPEC §13 rule 21 describes it:
+/// `{role, content, execution_id, time}` (RFC 3339 time).
+json history_document(const history_entry& x);
+
+/// Renders an agent without its history: `{name, graph, on_busy, created_at,
+/// updated_at}`, `graph` being the graph's name.
+json agent_document(const agent_record& x);
 
 /// Renders an event as SPEC §8 describes it (RFC 3339 time, null fields omitted).
 json event_document(const event_record& x);

@@ -137,7 +137,9 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
   int rc = mdb_env_create(&s->env_);
   if (rc != 0)
     return lmdb_error("mdb_env_create", rc);
-  mdb_env_set_maxdbs(s->env_, 16);
+  // 14 named databases today; headroom for a few more without a new binary
+  // refusing to open a home another version created.
+  mdb_env_set_maxdbs(s->env_, 32);
   mdb_env_set_maxreaders(s->env_, 510);
   // The map size is persisted by LMDB; a larger existing map wins.
   mdb_env_set_mapsize(s->env_, opts.initial_map_bytes);
@@ -162,7 +164,8 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
              {"graphs", &s->graphs_},     {"events", &s->events_},
              {"live", &s->live_},         {"stops", &s->stops_},
              {"pending", &s->pending_},   {"counters", &s->counters_},
-             {"registry", &s->registry_}};
+             {"registry", &s->registry_}, {"agents", &s->agents_},
+             {"history", &s->history_},   {"agent_runs", &s->agent_runs_}};
   for (auto& db : dbs) {
     MDB_dbi dbi;
     if ((rc = mdb_dbi_open(txn, db.name, MDB_CREATE, &dbi)) != 0) {
@@ -454,6 +457,35 @@ int newest_version(MDB_txn* txn, unsigned dbi, const std::string& prefix) {
   return newest;
 }
 
+/// `owner \0 agent \0`: the prefix of an agent's history and runs. The
+/// trailing separator keeps agent "b" from matching agent "bc".
+std::string agent_prefix(const std::string& owner, const std::string& name) {
+  return owner + '\0' + name + '\0';
+}
+
+/// The newest history seq stored under `prefix` (0 when none), found from
+/// the end of the prefix's range: O(log n), whatever the history's length.
+uint64_t newest_history_seq(MDB_txn* txn, unsigned dbi, const std::string& prefix) {
+  MDB_cursor* cur;
+  if (mdb_cursor_open(txn, dbi, &cur) != 0)
+    return 0;
+  auto past = prefix + std::string(8, '\xff');
+  MDB_val k = as_val(past), v;
+  int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  // The first key >= past is outside the prefix (or past itself, seq 2^64-1).
+  if (rc == 0 && as_string(k) == past) {
+    mdb_cursor_close(cur);
+    return ~uint64_t{0};
+  }
+  rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
+  uint64_t newest = 0;
+  if (rc == 0 && k.mv_size == prefix.size() + 8
+      && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0)
+    newest = seq_of(k);
+  mdb_cursor_close(cur);
+  return newest;
+}
+
 } // namespace
 
 caf::expected<registered_graph> store::registered(const std::string& owner,
@@ -475,6 +507,80 @@ caf::expected<registered_graph> store::registered(const std::string& owner,
                                       "no graph '" + name + "' version "
                                         + std::to_string(version),
                                       registered_graph_from_json);
+}
+
+caf::expected<agent_record> store::agent(const std::string& owner,
+                                         const std::string& name) const {
+  return get_record<agent_record>(agents_, pair_key(owner, name), "no agent '" + name + "'",
+                                  agent_from_json);
+}
+
+caf::expected<std::vector<agent_record>>
+store::agents(const std::optional<std::string>& owner) const {
+  std::vector<agent_record> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    caf::error bad;
+    auto prefix = owner ? *owner + '\0' : std::string{};
+    scan_prefix(txn, agents_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
+      auto rec = agent_from_json(json::parse(as_string(v), nullptr, false));
+      if (!rec) {
+        bad = rec.error();
+        return false;
+      }
+      out.push_back(std::move(*rec));
+      return true;
+    });
+    return bad;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<history_entry>> store::history(const std::string& owner,
+                                                         const std::string& name,
+                                                         uint64_t after, size_t limit) const {
+  std::vector<history_entry> out;
+  if (after == ~uint64_t{0})
+    return out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    caf::error bad;
+    auto prefix = agent_prefix(owner, name);
+    scan_prefix(txn, history_, prefix, prefix + seq_key(after + 1),
+                [&](const MDB_val& k, const MDB_val& v) {
+                  if (k.mv_size != prefix.size() + 8)
+                    return true;
+                  auto rec = history_from_json(json::parse(as_string(v), nullptr, false));
+                  if (!rec) {
+                    bad = rec.error();
+                    return false;
+                  }
+                  out.push_back(std::move(*rec));
+                  return limit == 0 || out.size() < limit;
+                });
+    return bad;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<std::pair<std::string, std::string>>>
+store::agent_runs(const std::string& owner, const std::string& name) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    auto prefix = agent_prefix(owner, name);
+    scan_prefix(txn, agent_runs_, prefix, prefix, [&](const MDB_val& k, const MDB_val& v) {
+      out.emplace_back(std::string{static_cast<const char*>(k.mv_data) + prefix.size(),
+                                   k.mv_size - prefix.size()},
+                       as_string(v));
+      return true;
+    });
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
 }
 
 caf::expected<uint64_t> store::last_seq() const {
@@ -558,6 +664,11 @@ caf::error store::commit(write_batch& batch) {
               MDB_val ckv = as_val(ck);
               mdb_del(txn, children_, &ckv, nullptr);
             }
+            if (!rec.agent.empty()) {
+              auto rk = agent_prefix(rec.owner, rec.agent) + id;
+              MDB_val rkv = as_val(rk);
+              mdb_del(txn, agent_runs_, &rkv, nullptr);
+            }
           }
           mdb_del(txn, graphs_, &k, nullptr);
           mdb_del(txn, live_, &k, nullptr);
@@ -580,6 +691,18 @@ caf::error store::commit(write_batch& batch) {
           // the final records (a stop snapshot of a large tree).
           if (!x.parent_id.empty() && !is_terminal(x.status))
             put(children_, pair_key(x.parent_id, x.id), empty);
+          // An agent's runs that are not terminal, for its busy policy.
+          if (!x.agent.empty() && rc == 0) {
+            auto rk = agent_prefix(x.owner, x.agent) + x.id;
+            if (is_terminal(x.status)) {
+              MDB_val k = as_val(rk);
+              int r = mdb_del(txn, agent_runs_, &k, nullptr);
+              if (r != 0 && r != MDB_NOTFOUND)
+                rc = r;
+            } else {
+              put(agent_runs_, rk, x.root_id);
+            }
+          }
         }
         for (auto& x : b.graphs)
           put(graphs_, x.first, encode(x.second));
@@ -618,6 +741,17 @@ caf::error store::commit(write_batch& batch) {
           if (x.version <= 0)
             x.version = newest_version(txn, registry_, prefix) + 1;
           put(registry_, prefix + version_key(x.version), encode(x));
+        }
+        for (auto& x : b.agents)
+          put(agents_, pair_key(x.owner, x.name), encode(x));
+        for (auto& x : b.history) {
+          if (rc != 0)
+            break;
+          // Entries written earlier in this transaction are seen here, so
+          // several entries of one agent in one batch get consecutive seqs.
+          auto prefix = agent_prefix(x.owner, x.agent);
+          x.seq = newest_history_seq(txn, history_, prefix) + 1;
+          put(history_, prefix + seq_key(x.seq), encode(x));
         }
         for (auto& x : b.steps)
           put(steps_, pair_key(x.execution_id, x.step), encode(x));

@@ -14,6 +14,10 @@
 //   pending     target execution id \0 stop id → "" while the request is not handled
 //   counters    scope execution id → tree counters (merged by maximum)
 //   registry    owner \0 graph name \0 version (4 bytes, big endian) → registered graph
+//   agents      owner \0 agent name → agent record
+//   history     owner \0 agent name \0 seq (8 bytes, big endian) → history entry
+//   agent_runs  owner \0 agent name \0 execution id → root id, for every execution
+//               with an `agent` that is not yet terminal
 //
 // Threading: one `store` per process and home, shared by all threads. Reads
 // open a short read transaction each and may run from any thread at once
@@ -54,6 +58,11 @@ struct write_batch {
   /// Graph versions to register; a version of 0 becomes the next version of
   /// that owner's graph at commit (assigned into the batch).
   std::vector<registered_graph> registered;
+  /// Agents to create or replace (keyed by owner and name).
+  std::vector<agent_record> agents;
+  /// History entries to append; each gets the next seq of its agent at
+  /// commit (assigned into the batch).
+  std::vector<history_entry> history;
   /// Batches appended to this one, committed after it in order. Appending
   /// nests instead of copying records, so gathering a large subtree's
   /// snapshot level by level costs O(1) per level.
@@ -62,7 +71,8 @@ struct write_batch {
   bool empty() const {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
            && events.empty() && deleted_executions.empty() && stops.empty()
-           && counters.empty() && registered.empty() && nested.empty();
+           && counters.empty() && registered.empty() && agents.empty() && history.empty()
+           && nested.empty();
   }
 
   /// Appends every mutation of `other`, keeping order. O(1).
@@ -147,6 +157,25 @@ public:
   caf::expected<registered_graph> registered(const std::string& owner, const std::string& name,
                                              int version = 0) const;
 
+  /// @returns agent `name` of `owner`, or `not_found`.
+  caf::expected<agent_record> agent(const std::string& owner, const std::string& name) const;
+
+  /// @returns the agents of `owner` (nullopt: of every owner), by owner and name.
+  caf::expected<std::vector<agent_record>>
+  agents(const std::optional<std::string>& owner = std::nullopt) const;
+
+  /// @returns the history of agent `name` of `owner` with seq > `after`, in
+  ///          seq order, at most `limit` (0: all); empty for an unknown agent.
+  caf::expected<std::vector<history_entry>> history(const std::string& owner,
+                                                    const std::string& name,
+                                                    uint64_t after = 0,
+                                                    size_t limit = 0) const;
+
+  /// @returns the runs of agent `name` of `owner` that are not terminal, as
+  ///          (execution id, root id) pairs in id order.
+  caf::expected<std::vector<std::pair<std::string, std::string>>>
+  agent_runs(const std::string& owner, const std::string& name) const;
+
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;
 
@@ -180,7 +209,8 @@ private:
   std::string home_;
   MDB_env* env_ = nullptr;
   unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
-           live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0;
+           live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0, agents_ = 0,
+           history_ = 0, agent_runs_ = 0;
   std::function<void(double)> on_commit_;
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
   /// allows mdb_env_set_mapsize only while this process has no transaction.

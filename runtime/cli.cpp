@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "actors/execution_actor.hpp"
 #include "persistence/error.hpp"
 #include "runtime/client.hpp"
 #include "runtime/config.hpp"

@@ -114,22 +114,6 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
   return recovered;
 }
 
-std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
-                                                      const std::string& who) {
-  stop_record r;
-  r.id = make_execution_id();
-  r.target = target.id;
-  r.force = force;
-  r.requested_at = now_ms();
-  r.who = who;
-  write_batch b;
-  b.stops.push_back(r);
-  auto e = make_event(target, "stop.requested", r.requested_at);
-  e.data = {{"stop_id", r.id}, {"mode", force ? "force" : "graceful"}, {"who", who}};
-  b.events.push_back(std::move(e));
-  return {std::move(r), std::move(b)};
-}
-
 caf::error settle_stops(const store& db, write_batch& batch) {
   auto pending = db.pending_stops();
   if (!pending)
@@ -188,6 +172,19 @@ caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest, Ts..
   sys.spawn([=](caf::event_based_actor* self) {
     self->request(dest, caf::infinite, xs...)
       .then([=](bool) { done->set_value(caf::none); },
+            [=](caf::error& err) { done->set_value(std::move(err)); });
+  });
+  return answer.get();
+}
+
+/// Sends a request that answers one `T` and blocks until the answer.
+template <class T, class... Ts>
+caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
+  auto done = std::make_shared<std::promise<caf::expected<T>>>();
+  auto answer = done->get_future();
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(dest, caf::infinite, xs...)
+      .then([=](T& x) { done->set_value(std::move(x)); },
             [=](caf::error& err) { done->set_value(std::move(err)); });
   });
   return answer.get();
@@ -445,6 +442,11 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   for (auto& kv : opts.tools)
     if (kv.second.max_parallel > 0)
       svc->tool_slots[kv.first] = spawn_slot_pool(*rt->sys_, kv.second.max_parallel);
+  auto raw = rt.get();
+  svc->find_agent = [raw](const std::string& owner, const std::string& name) {
+    return raw->agent_actor(owner, name);
+  };
+  svc->track_root = [raw](const caf::actor& root) { raw->track(root); };
   svc->owner_pid = ::getpid();
   svc->owner_start = process_start_time(::getpid());
   rt->svc_ = std::move(svc);
@@ -455,10 +457,19 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
 runtime::~runtime() {
   if (!sys_)
     return;
-  // Explicit shutdown sequence: stop every live root (snapshotted with reason
-  // `shutdown`), wait for their downs, then stop the services.
+  // Explicit shutdown sequence: agents start no more runs, every live root is
+  // stopped (snapshotted with reason `shutdown`), their downs are awaited,
+  // then the agents and the services stop.
+  std::map<std::pair<std::string, std::string>, caf::actor> agents;
+  {
+    std::lock_guard<std::mutex> guard{agents_mtx_};
+    closing_ = true;
+    agents.swap(agents_);
+  }
   {
     caf::scoped_actor self{*sys_};
+    for (auto& kv : agents)
+      self->send(kv.second, close_atom::value);
     std::vector<caf::actor> roots;
     {
       std::lock_guard<std::mutex> guard{roots_mtx_};
@@ -470,6 +481,8 @@ runtime::~runtime() {
     }
     for (size_t i = 0; i < roots.size(); ++i)
       self->receive([](caf::down_msg&) {});
+    for (auto& kv : agents)
+      self->send_exit(kv.second, caf::exit_reason::user_shutdown);
     self->send_exit(watcher_, caf::exit_reason::user_shutdown);
     if (admission_)
       self->send_exit(admission_, caf::exit_reason::user_shutdown);
@@ -496,6 +509,101 @@ void runtime::track(const caf::actor& root) {
                               }),
                roots_.end());
   roots_.push_back(root);
+}
+
+// -- agents ----------------------------------------------------------------------------
+
+caf::expected<caf::actor> runtime::agent_actor(const std::string& owner,
+                                               const std::string& name) {
+  auto rec = db_->agent(owner, name);
+  if (!rec)
+    return rec.error();
+  std::lock_guard<std::mutex> guard{agents_mtx_};
+  if (closing_)
+    return make_error(runtime_errc::shutting_down, "the node is shutting down");
+  auto& a = agents_[{owner, name}];
+  if (!a)
+    a = spawn_agent(*sys_, owner, name, svc_);
+  return a;
+}
+
+caf::expected<std::pair<agent_record, bool>> runtime::create_agent(const std::string& owner,
+                                                                   const std::string& name,
+                                                                   const graph& g,
+                                                                   busy_policy on_busy) {
+  // Creations of this process are serialised, so `created` is exact.
+  std::lock_guard<std::mutex> guard{register_mtx_};
+  agent_record x;
+  x.owner = owner;
+  x.name = name;
+  x.graph = to_stored(g);
+  x.on_busy = on_busy;
+  x.created_at = x.updated_at = now_ms();
+  auto old = db_->agent(owner, name);
+  bool created = !old;
+  if (old)
+    x.created_at = old->created_at;
+  else if (!is(old.error(), persistence_errc::not_found))
+    return old.error();
+  write_batch batch;
+  batch.agents.push_back(x);
+  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
+    return err;
+  return std::make_pair(std::move(x), created);
+}
+
+caf::expected<agent_reply> runtime::send_to_agent(const std::string& owner,
+                                                  const std::string& name, json message,
+                                                  const std::string& who) {
+  auto a = agent_actor(owner, name);
+  if (!a)
+    return a.error();
+  return blocking_ask<agent_reply>(*sys_, *a, message_atom::value, std::move(message), who);
+}
+
+caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
+                                                 const std::string& name,
+                                                 const std::string& who, millis wait) {
+  auto ag = db_->agent(owner, name);
+  if (!ag)
+    return ag.error();
+  auto runs = db_->agent_runs(owner, name);
+  if (!runs)
+    return runs.error();
+  // Stop the outermost runs only: a run inside another one's tree stops
+  // with it (reason `parent_stopped`).
+  std::set<std::string> ids;
+  for (auto& r : *runs)
+    ids.insert(r.first);
+  std::vector<execution_record> targets;
+  for (auto& r : *runs) {
+    auto rec = db_->execution(r.first);
+    if (!rec || !is_stoppable(rec->status))
+      continue;
+    bool inner = false;
+    for (auto up = rec->parent_id; !up.empty() && !inner;) {
+      inner = ids.count(up) != 0;
+      auto parent = db_->execution(up);
+      up = parent ? parent->parent_id : std::string{};
+    }
+    if (!inner)
+      targets.push_back(std::move(*rec));
+  }
+  if (targets.empty())
+    return std::string{"no_execution"};
+  for (auto& rec : targets) {
+    write_batch batch;
+    batch.events.push_back(make_agent_event(rec, "agent.cancelled",
+                                            {{"agent", name}, {"by", who}}));
+    if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
+      return err;
+    auto req = stop(rec.id, false, who);
+    if (!req)
+      return req.error();
+  }
+  for (auto& rec : targets)
+    wait_settled(rec.id, wait);
+  return std::string{"cancelled"};
 }
 
 bool runtime::register_fn(const std::string& name, fn_function f) {

@@ -11,6 +11,7 @@
 //   h->wait();
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 #include <caf/actor.hpp>
 #include <caf/expected.hpp>
 
+#include "actors/agent_actor.hpp"
 #include "actors/fn_registry.hpp"
 #include "actors/subprocess.hpp"
 #include "persistence/graph.hpp"
@@ -196,6 +198,36 @@ public:
   caf::expected<execution_handle> resume(const std::string& id,
                                          std::optional<double> budget = std::nullopt);
 
+  // -- agents (SPEC §9) --------------------------------------------------------
+
+  /// Creates agent `name` of `owner` running `g` with policy `on_busy`, or
+  /// replaces the graph and policy of the existing agent (its history is
+  /// kept). Committed before this returns. Validate `g` with
+  /// `check_agent_graph` and `name` with `check_agent_name` first.
+  /// @returns the stored record and true when the agent is new, or a store
+  ///          error. Threading: any thread.
+  caf::expected<std::pair<agent_record, bool>> create_agent(const std::string& owner,
+                                                            const std::string& name,
+                                                            const graph& g,
+                                                            busy_policy on_busy);
+
+  /// Sends `message` to agent `name` of `owner` and blocks until the run it
+  /// started ended, following the agent's `on_busy` policy.
+  /// @returns how it ended (`status` `completed`, `failed`, `stopped`,
+  ///          `busy` or `cancelled`), `not_found` for an unknown agent, or
+  ///          `runtime_errc::shutting_down`. Threading: any thread.
+  caf::expected<agent_reply> send_to_agent(const std::string& owner, const std::string& name,
+                                           json message, const std::string& who = "library");
+
+  /// Stops every live run of agent `name` of `owner` (each snapshotted like
+  /// any stopped execution, with an `agent.cancelled` event) and waits up to
+  /// `wait` for them to settle.
+  /// @returns "cancelled", or "no_execution" when no run was live;
+  ///          `not_found` for an unknown agent; a store error.
+  caf::expected<std::string> cancel_agent(const std::string& owner, const std::string& name,
+                                          const std::string& who = "library",
+                                          millis wait = millis{30'000});
+
   /// Requests a stop of execution `id` (SPEC §4): the request is committed to
   /// the stop registry, then delivered to the live execution (in this process
   /// at once; another process's stop watcher finds it within 50 ms).
@@ -220,6 +252,10 @@ private:
   /// Remembers a live root so the destructor can stop it.
   void track(const caf::actor& root);
 
+  /// The actor of agent `name` of `owner`, spawned on first use.
+  /// @returns it, or `not_found` when the store has no such agent.
+  caf::expected<caf::actor> agent_actor(const std::string& owner, const std::string& name);
+
   runtime_options opts_;
   std::shared_ptr<canopy::store> db_;
   std::shared_ptr<fn_registry> fns_;
@@ -235,6 +271,9 @@ private:
   std::vector<caf::actor> roots_;
   std::vector<std::string> recovered_;
   std::mutex register_mtx_;
+  std::mutex agents_mtx_;
+  std::map<std::pair<std::string, std::string>, caf::actor> agents_;
+  bool closing_ = false; ///< guarded by agents_mtx_: no new agent actors
 };
 
 /// Checks `inputs` against the graph's declared inputs (SPEC §13 rule 1).
@@ -250,10 +289,6 @@ caf::error check_inputs(const graph& g, const json& inputs);
 /// @returns the ids recovered, or a store error.
 caf::expected<std::vector<std::string>> recover_interrupted(store& db);
 
-/// Builds the batch that stores a new stop request for `target` (with its
-/// `stop.requested` event). @returns the request and the batch.
-std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
-                                                      const std::string& who);
 
 /// Marks pending stop requests whose target is no longer live as handled
 /// (result "stopped" or "no_execution"), into `batch`.
