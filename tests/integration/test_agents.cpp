@@ -381,3 +381,31 @@ TEST_CASE("an agent messaging itself, directly or through another, is stopped by
     CHECK(executions == 18);
   }
 }
+
+TEST_CASE("the writer and critic example converses for three rounds",
+          "[integration][agents][examples]") {
+  temp_dir dir;
+  auto rt = open_rt(dir.path + "/home");
+  auto ex = source_dir() + "/examples/writer_critic/";
+  for (auto& name : {"writer", "critic"}) {
+    auto parsed = rt->parse_file(ex + name + ".json");
+    REQUIRE(parsed);
+    REQUIRE(check_agent_graph(*parsed.value).empty());
+    REQUIRE(rt->create_agent("", name, *parsed.value, busy_policy::cancel_previous));
+  }
+  auto conv = rt->parse_file(ex + "conversation.json");
+  REQUIRE(conv);
+  auto h = rt->start(conv.value, {{"topic", "actor runtimes"}});
+  REQUIRE(h);
+  auto done = h->wait();
+  REQUIRE(done);
+  REQUIRE(done->status == execution_status::completed);
+  CHECK(done->outputs["final"].get<std::string>().rfind("Draft 3:", 0) == 0);
+  CHECK(done->outputs["verdict"].get<std::string>().rfind("Approved:", 0) == 0);
+  auto writer = rt->db()->history("", "writer");
+  REQUIRE(writer);
+  REQUIRE(writer->size() == 6);
+  CHECK((*writer)[1].content == "Draft 1: actor runtimes let many small workers share one job.");
+  CHECK((*writer)[2].content == "Name a concrete example.");
+  CHECK(rt->db()->history("", "critic")->size() == 6);
+}
