@@ -342,6 +342,19 @@ caf::behavior agent(agent_actor* self, std::string owner, std::string name,
   st.owner = std::move(owner);
   st.agent = std::move(name);
   st.svc = std::move(svc);
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    // Quitting: every caller still waiting gets an answer.
+    auto& st = self->state;
+    st.closing = true;
+    if (st.current && st.current->user) {
+      agent_reply r = refused("stopped", "the agent quit: " + caf::to_string(msg.reason));
+      r.execution_id = st.current->run_id;
+      st.current->rp.deliver(std::move(r));
+    }
+    st.current.reset();
+    next(self);
+    self->quit(msg.reason);
+  });
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
     if (st.current && st.current->run && st.current->run.address() == msg.source) {

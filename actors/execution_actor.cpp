@@ -574,10 +574,11 @@ void append_history(exec_actor* self) {
   in.role = "user";
   in.content = st.rec.inputs.is_object() ? st.rec.inputs.value("message", json{}) : json{};
   in.execution_id = st.rec.id;
-  in.time = now_ms();
+  in.time = st.rec.created_at; // when the message arrived
   history_entry out = in;
   out.role = "agent";
   out.content = reply;
+  out.time = now_ms();
   st.batch.history.push_back(std::move(in));
   st.batch.history.push_back(std::move(out));
   st.batch.events.push_back(

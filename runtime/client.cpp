@@ -322,27 +322,34 @@ caf::expected<api_answer> api_client::finish(int status, const std::string& body
   return out;
 }
 
-caf::expected<api_answer> api_client::get(const std::string& target) const {
-  httplib::Client c{opts_.server.host, opts_.server.port};
-  set_timeout(c, opts_.connect_timeout, opts_.read_timeout);
-  httplib::Headers h = {{"Authorization", "Bearer " + opts_.token},
-                        {"Accept", "application/json"}};
-  auto res = c.Get(target, h);
-  if (!res)
-    return unreachable(describe(res.error()));
-  return finish(res->status, res->body);
-}
-
-caf::expected<api_answer> api_client::post(const std::string& target, const json& body,
-                                           millis extra_wait) const {
+caf::expected<std::pair<int, std::string>>
+api_client::exchange(const std::string& method, const std::string& target, const json* body,
+                     millis extra_wait) const {
   httplib::Client c{opts_.server.host, opts_.server.port};
   set_timeout(c, opts_.connect_timeout, opts_.read_timeout + extra_wait);
   httplib::Headers h = {{"Authorization", "Bearer " + opts_.token},
                         {"Accept", "application/json"}};
-  auto res = c.Post(target, h, body.dump(), "application/json");
+  auto res = method == "GET" ? c.Get(target, h)
+                             : c.Post(target, h, body ? body->dump() : std::string{"{}"},
+                                      "application/json");
   if (!res)
     return unreachable(describe(res.error()));
-  return finish(res->status, res->body);
+  return std::make_pair(res->status, res->body);
+}
+
+caf::expected<api_answer> api_client::get(const std::string& target) const {
+  auto a = exchange("GET", target, nullptr, millis{0});
+  if (!a)
+    return a.error();
+  return finish(a->first, a->second);
+}
+
+caf::expected<api_answer> api_client::post(const std::string& target, const json& body,
+                                           millis extra_wait) const {
+  auto a = exchange("POST", target, &body, extra_wait);
+  if (!a)
+    return a.error();
+  return finish(a->first, a->second);
 }
 
 caf::expected<json> api_client::tree(const std::string& id) const {
@@ -426,6 +433,104 @@ caf::expected<std::vector<json>> api_client::events(const std::string& id) const
       return out;
     cursor = next.get<std::string>();
   }
+}
+
+// -- agents ------------------------------------------------------------------------------
+
+caf::expected<api_answer> api_client::create_agent(const std::string& name, const json& graph,
+                                                   const std::string& on_busy) const {
+  json body = {{"name", name}, {"graph", graph}};
+  if (!on_busy.empty())
+    body["on_busy"] = on_busy;
+  auto a = post("/v1/agents", body);
+  if (!a)
+    return a.error();
+  if (!a->body.is_object())
+    return unexpected("the agent answer is not a JSON object");
+  return a;
+}
+
+caf::expected<std::vector<json>> api_client::agents() const {
+  std::vector<json> out;
+  std::string cursor;
+  for (;;) {
+    std::string target = "/v1/agents";
+    if (!cursor.empty())
+      target += "?cursor=" + url_encode(cursor);
+    auto a = get(target);
+    if (!a)
+      return a.error();
+    auto& body = a->body;
+    if (!body.is_object() || !body.contains("items") || !body["items"].is_array())
+      return unexpected("the agent listing is not {\"items\": [...], \"next\": ...}");
+    for (auto& item : body["items"])
+      out.push_back(std::move(item));
+    auto next = body.value("next", json());
+    if (!next.is_string() || next.get<std::string>().empty())
+      return out;
+    if (next.get<std::string>() == cursor)
+      return unexpected("the agent listing's cursor does not advance");
+    cursor = next.get<std::string>();
+  }
+}
+
+caf::expected<json> api_client::agent(const std::string& name) const {
+  auto a = get("/v1/agents/" + url_encode(name));
+  if (!a)
+    return a.error();
+  if (!a->body.is_object())
+    return unexpected("the agent " + name + " is not a JSON object");
+  return std::move(a->body);
+}
+
+caf::expected<agent_message_answer>
+api_client::send_agent_message(const std::string& name, const json& message) const {
+  json body = {{"message", message}};
+  // The answer comes when the agent's run ended, however long it takes; a
+  // server that goes away drops the connection, which ends the wait.
+  constexpr millis a_week{7LL * 24 * 3600 * 1000};
+  auto a = exchange("POST", "/v1/agents/" + url_encode(name) + "/messages", &body, a_week);
+  if (!a)
+    return a.error();
+  auto [status, text] = *a;
+  agent_message_answer out;
+  if (status == 409) {
+    auto doc = json::parse(text, nullptr, false);
+    auto e = !doc.is_discarded() && doc.is_object() ? doc.value("error", json()) : json();
+    auto code = text_of(e, "code");
+    if (code != "busy" && code != "cancelled")
+      return error_of_answer(status, text);
+    out.status = code;
+    out.error = text_of(e, "message");
+    return out;
+  }
+  auto fin = finish(status, text);
+  if (!fin)
+    return fin.error();
+  auto& doc = fin->body;
+  if (!doc.is_object())
+    return unexpected("the answer to a message is not a JSON object");
+  out.status = text_of(doc, "status");
+  if (out.status.empty())
+    out.status = "completed"; // a server that only sends {reply, execution_id}
+  out.reply = doc.value("reply", json());
+  out.execution_id = text_of(doc, "execution_id");
+  out.reason = text_of(doc, "reason");
+  out.error = text_of(doc, "error");
+  return out;
+}
+
+caf::expected<std::string> api_client::cancel_agent(const std::string& name,
+                                                    millis wait) const {
+  json body = json::object();
+  millis extra = wait;
+  auto a = post("/v1/agents/" + url_encode(name) + "/cancel", body, extra);
+  if (!a)
+    return a.error();
+  auto result = text_of(a->body, "result");
+  if (result != "cancelled" && result != "no_execution")
+    return unexpected("the cancel answer has no known result: " + a->body.dump());
+  return result;
 }
 
 caf::error api_client::stream_events(const std::string& id, uint64_t after,

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -131,6 +133,17 @@ struct stop_answer {
   nlohmann::json execution; ///< the document (null when the server sent none)
 };
 
+/// The answer of `POST /v1/agents/{name}/messages` (SPEC §13 rule 21): a
+/// run's end (200) or a message refused (409 `busy` or `cancelled`).
+struct agent_message_answer {
+  /// `completed`, `failed`, `stopped` (200), or `busy`, `cancelled` (409).
+  std::string status;
+  nlohmann::json reply;     ///< null unless completed
+  std::string execution_id; ///< empty when no run started
+  std::string reason;       ///< the run's reason, when the server sent one
+  std::string error;        ///< why it failed or was refused
+};
+
 /// A client of one server. Every request opens its own connection, so one
 /// client may be used from several threads.
 ///
@@ -177,9 +190,42 @@ public:
   caf::error stream_events(const std::string& id, uint64_t after,
                            const std::function<bool(const nlohmann::json&)>& f) const;
 
+  // -- agents (SPEC §9, §13 rule 21) -------------------------------------------
+
+  /// `POST /v1/agents` with `{name, graph, on_busy}` (`on_busy` left out
+  /// when empty). @returns the answer: 201 created, 200 updated; the body is
+  /// the agent document.
+  caf::expected<api_answer> create_agent(const std::string& name, const nlohmann::json& graph,
+                                         const std::string& on_busy) const;
+
+  /// `GET /v1/agents`, following `next` cursors. @returns the agent documents.
+  caf::expected<std::vector<nlohmann::json>> agents() const;
+
+  /// `GET /v1/agents/{name}`: the agent document with `history` and `runs`.
+  caf::expected<nlohmann::json> agent(const std::string& name) const;
+
+  /// `POST /v1/agents/{name}/messages` with `{message}`; waits (without a
+  /// read timeout of its own) until the run ended. A 409 `busy` or
+  /// `cancelled` is an answer, not an error.
+  caf::expected<agent_message_answer> send_agent_message(const std::string& name,
+                                                         const nlohmann::json& message) const;
+
+  /// `POST /v1/agents/{name}/cancel` with `{}`. The server waits (up to
+  /// 30 s) for the runs to stop before it answers; `wait` is how long this
+  /// client waits for the answer beyond its read timeout.
+  /// @returns "cancelled" or "no_execution".
+  caf::expected<std::string> cancel_agent(const std::string& name,
+                                          millis wait = millis{30000}) const;
+
   const client_options& options() const { return opts_; }
 
 private:
+  /// Sends a request and @returns the status and body of any answer; only
+  /// a transport failure is an error.
+  caf::expected<std::pair<int, std::string>> exchange(const std::string& method,
+                                                      const std::string& target,
+                                                      const nlohmann::json* body,
+                                                      millis extra_wait) const;
   caf::expected<api_answer> finish(int status, const std::string& body) const;
   caf::error unreachable(const std::string& why) const;
 

@@ -93,6 +93,9 @@ void metrics::on_event(const event_record& e, const store& db) {
     ++steps_completed_;
   } else if (e.type == "step.failed") {
     ++steps_failed_;
+  } else if (e.type.compare(0, 6, "agent.") == 0) {
+    if (auto i = agent_events_.find(e.type); i != agent_events_.end())
+      ++i->second;
   } else if (e.type.compare(0, 10, "execution.") == 0) {
     execution_status s;
     if (!from_string(e.status, s))
@@ -144,6 +147,11 @@ std::string metrics::render(size_t live_actors) const {
   out += "# HELP canopy_store_commit_seconds Duration of store write transactions.\n"
          "# TYPE canopy_store_commit_seconds histogram\n";
   commit_latency_.render("canopy_store_commit_seconds", out);
+  out += "# HELP canopy_agent_events_total Agent messages, replies and cancels, by event type.\n"
+         "# TYPE canopy_agent_events_total counter\n";
+  for (auto& kv : agent_events_)
+    out += "canopy_agent_events_total{type=\"" + kv.first + "\"} " + std::to_string(kv.second)
+           + "\n";
   out += "# HELP canopy_http_requests_total HTTP requests answered, by route and code.\n"
          "# TYPE canopy_http_requests_total counter\n";
   for (auto& kv : requests_) {

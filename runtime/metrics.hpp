@@ -2,7 +2,8 @@
 
 // The server's Prometheus metrics (SPEC §7 `GET /metrics`): executions by
 // status, steps started and finished, live execution actors, stop latency,
-// store commit latency, and HTTP requests by route and code.
+// store commit latency, HTTP requests by route and code, and agent events
+// (messages, replies, cancels).
 
 #include <array>
 #include <cstdint>
@@ -66,6 +67,9 @@ private:
   histogram stop_latency_;
   histogram commit_latency_;
   std::map<std::string, uint64_t> requests_; ///< "method\0route\0code" → count
+  /// `agent.message`, `agent.reply`, `agent.cancelled` → count
+  std::map<std::string, uint64_t> agent_events_{
+    {"agent.cancelled", 0}, {"agent.message", 0}, {"agent.reply", 0}};
 };
 
 } // namespace canopy

@@ -244,4 +244,52 @@ std::string render_list(const std::vector<execution_record>& rows) {
   return out;
 }
 
+// -- agents -----------------------------------------------------------------------------
+
+std::string content_text(const nlohmann::json& v) {
+  if (v.is_string())
+    return v.get<std::string>();
+  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string render_agents(const nlohmann::json& docs) {
+  auto text = [](const nlohmann::json& doc, const char* key) {
+    if (!doc.is_object())
+      return std::string{"-"};
+    auto i = doc.find(key);
+    return i != doc.end() && i->is_string() && !i->get<std::string>().empty()
+             ? i->get<std::string>()
+             : std::string{"-"};
+  };
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), "%-24s  %-16s  %s\n", "NAME", "ON_BUSY", "GRAPH");
+  out += buf;
+  if (!docs.is_array())
+    return out;
+  for (auto& d : docs) {
+    std::snprintf(buf, sizeof(buf), "%-24s  %-16s  %s\n", text(d, "name").c_str(),
+                  text(d, "on_busy").c_str(), shorten(text(d, "graph"), 40).c_str());
+    out += buf;
+  }
+  return out;
+}
+
+std::string render_history(const nlohmann::json& docs) {
+  std::string out;
+  if (!docs.is_array())
+    return out;
+  for (auto& d : docs) {
+    if (!d.is_object())
+      continue;
+    auto role = d.value("role", nlohmann::json());
+    // One line per entry: a reply's trailing newlines (a step's stdout) go.
+    auto text = content_text(d.value("content", nlohmann::json()));
+    while (!text.empty() && text.back() == '\n')
+      text.pop_back();
+    out += (role.is_string() ? role.get<std::string>() : std::string{"?"}) + ": " + text + "\n";
+  }
+  return out;
+}
+
 } // namespace canopy

@@ -60,4 +60,18 @@ std::string render_document(const nlohmann::json& doc);
 /// Renders `ls` rows.
 std::string render_list(const std::vector<execution_record>& rows);
 
+// -- agents (SPEC §9) ----------------------------------------------------------------
+
+/// The text of a message, reply or history content: a string as it is,
+/// anything else as compact JSON.
+std::string content_text(const nlohmann::json& v);
+
+/// Renders agent documents (`agent ls`): a header, then one line per agent
+/// with its name, busy policy and graph name.
+std::string render_agents(const nlohmann::json& docs);
+
+/// Renders history documents (`agent history`): one line per entry,
+/// `user: TEXT` or `agent: TEXT` (trailing newlines of TEXT dropped).
+std::string render_history(const nlohmann::json& docs);
+
 } // namespace canopy

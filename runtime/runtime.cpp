@@ -164,30 +164,35 @@ namespace {
 // still alive when the runtime shuts down kept ~actor_system waiting forever
 // (seen with CAF 0.17 on a sigwait thread). These work from any thread.
 
-/// Sends a request that answers `bool` and blocks until the answer.
-template <class... Ts>
-caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
-  auto done = std::make_shared<std::promise<caf::error>>();
+/// Sends a request that answers one `T` and blocks until the answer. When
+/// `dest` quits without answering (CAF 0.17 drops an undelivered response
+/// promise silently), the answer is an error.
+template <class T, class... Ts>
+caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
+  auto done = std::make_shared<std::promise<caf::expected<T>>>();
+  auto answered = std::make_shared<std::atomic<bool>>(false);
   auto answer = done->get_future();
   sys.spawn([=](caf::event_based_actor* self) {
+    auto finish = [=](caf::expected<T> x) {
+      if (!answered->exchange(true))
+        done->set_value(std::move(x));
+      self->quit();
+    };
+    self->set_down_handler([=](caf::down_msg&) {
+      finish(make_error(runtime_errc::shutting_down, "no answer: the actor is gone"));
+    });
+    self->monitor(dest);
     self->request(dest, caf::infinite, xs...)
-      .then([=](bool) { done->set_value(caf::none); },
-            [=](caf::error& err) { done->set_value(std::move(err)); });
+      .then([=](T& x) { finish(std::move(x)); }, [=](caf::error& err) { finish(std::move(err)); });
   });
   return answer.get();
 }
 
-/// Sends a request that answers one `T` and blocks until the answer.
-template <class T, class... Ts>
-caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
-  auto done = std::make_shared<std::promise<caf::expected<T>>>();
-  auto answer = done->get_future();
-  sys.spawn([=](caf::event_based_actor* self) {
-    self->request(dest, caf::infinite, xs...)
-      .then([=](T& x) { done->set_value(std::move(x)); },
-            [=](caf::error& err) { done->set_value(std::move(err)); });
-  });
-  return answer.get();
+/// Sends a request that answers `bool` and blocks until the answer.
+template <class... Ts>
+caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
+  auto res = blocking_ask<bool>(sys, dest, std::move(xs)...);
+  return res ? caf::none : std::move(res.error());
 }
 
 /// Blocks until `who` is down or `timeout` passed; @returns true when down.

@@ -6,6 +6,7 @@
 // long `fn` sleeps that a stop ends at once.
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1073,22 +1074,29 @@ TEST_CASE("a graceful stop whose wait runs out answers 202 stopping; a force sto
   auto c = srv.client(alice_token);
   // A step that ignores SIGINT and SIGTERM: only the escalation to SIGKILL
   // ends it.
-  auto stubborn = [](const std::string& name, const std::string& grace) {
+  // It writes NAME.ready once the traps are set: a stop sent before that
+  // would end it at once.
+  auto stubborn = [&](const std::string& name, const std::string& grace) {
     return json{{"name", name},
                 {"steps",
                  {{"hold",
                    {{"run", {"sh", "-c",
-                            "trap '' INT TERM; i=0; while [ $i -lt 1200 ]; do i=$((i+1)); "
-                            "sleep 0.05; done"}},
+                            "trap '' INT TERM; touch " + srv.dir() + "/" + name
+                              + ".ready; i=0; while [ $i -lt 1200 ]; do i=$((i+1)); "
+                                "sleep 0.05; done"}},
                     {"grace", {{"interrupt", grace}, {"terminate", grace}}}}}}}};
   };
   register_graph(c, stubborn("slow-grace", "1s"));
   register_graph(c, stubborn("long-grace", "60s"));
   auto a = start(c, "slow-grace")["id"].get<std::string>();
   auto b = start(c, "long-grace")["id"].get<std::string>();
-  for (auto& id : {a, b})
-    REQUIRE(step_is(wait_until(c, id, [](const json& d) { return step_is(d, "hold", "running"); }),
-                    "hold", "running"));
+  for (auto& name : {"slow-grace", "long-grace"}) {
+    auto ready = srv.dir() + "/" + name + ".ready";
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (::access(ready.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    REQUIRE(::access(ready.c_str(), F_OK) == 0);
+  }
 
   auto pending = post_json(c, "/v1/executions/" + a + "/stop", {{"wait", 0.2}});
   INFO(pending.text);
