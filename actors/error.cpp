@@ -35,6 +35,7 @@ const char* to_string(actors_errc x) {
     case actors_errc::step_failed: return "step_failed";
     case actors_errc::timeout: return "timeout";
     case actors_errc::spawn_failed: return "spawn_failed";
+    case actors_errc::refused: return "refused";
   }
   return "unknown";
 }

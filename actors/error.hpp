@@ -21,6 +21,8 @@ enum class actors_errc : uint8_t {
   timeout,
   /// A subprocess could not be started.
   spawn_failed,
+  /// The cluster refused a node (wrong secret, name taken); context says why.
+  refused,
 };
 
 /// The error category atom of `actors_errc`.

@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/agent_actor.hpp"
+#include "actors/cluster.hpp"
 #include "actors/error.hpp"
 #include "actors/messages.hpp"
 #include "actors/step_runner.hpp"
@@ -40,6 +41,10 @@ struct step_rt {
   bool in_fn = false;     ///< a pooled fn attempt is running
   bool planning = false;  ///< a `plan` step's planner runs (its runner is `worker`)
   bool awaiting_turn = false; ///< an `agent` step waits for the agent's turn
+  // -- cluster placement --
+  uint64_t place_ticket = 0;  ///< holds (or waits for) a cluster slot
+  caf::actor node_actor;      ///< the worker it was placed on (null: this node)
+  bool placing = false;       ///< the worker is asked to start the runner
   std::shared_ptr<std::atomic<bool>> stop_flag;
 };
 
@@ -189,6 +194,10 @@ void release_slots(exec_actor* self, size_t idx) {
       self->send(s.tool_pool, release_atom::value, s.ticket);
     self->send(st.svc->slots, release_atom::value, s.ticket);
   }
+  if (s.place_ticket != 0 && st.svc->cluster)
+    self->send(st.svc->cluster, release_atom::value, s.node, s.place_ticket);
+  s.place_ticket = 0;
+  s.node_actor = nullptr;
   s.ticket = 0;
   s.has_slot = false;
   s.has_tool_slot = false;
@@ -210,10 +219,49 @@ const tool_def* tool_of(const execution_state& st, const step_def& def, std::str
   return nullptr;
 }
 
+bool current(execution_state& st, uint64_t idx, int attempt);
+void start_runner(exec_actor* self, size_t idx);
+
+/// Asks the cluster for a node for step `idx` (SPEC §10): on this node the
+/// step then takes the local slots as usual; on a worker it runs there.
+void place(exec_actor* self, size_t idx, const std::string& tool) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  s.place_ticket = s.ticket;
+  auto ticket = s.ticket;
+  auto attempt = s.attempt;
+  auto cluster = st.svc->cluster;
+  self->request(cluster, caf::infinite, place_atom::value, tool, ticket)
+    .then(
+      [=](const std::string& node, const caf::actor& node_actor) {
+        auto& st = self->state;
+        if (!current(st, idx, attempt) || st.steps[idx].place_ticket != ticket
+            || st.steps[idx].status != step_status::queued || st.halting) {
+          self->send(cluster, release_atom::value, node, ticket);
+          return;
+        }
+        auto& s = st.steps[idx];
+        s.node = node;
+        if (!node_actor) {
+          self->send(s.tool_pool ? s.tool_pool : st.svc->slots, acquire_atom::value, s.ticket);
+          return;
+        }
+        s.node_actor = node_actor;
+        s.has_slot = true;
+        start_runner(self, idx);
+        pump(self);
+        flush(self);
+      },
+      [=](caf::error&) {
+        // The cluster actor is gone: the node is shutting down.
+      });
+}
+
 /// Queues step `idx` for a subprocess slot: first one of its tool's pool (when
 /// `tool` has one), then one of the node's pool; the grants arrive as
 /// (grant_atom, ticket).
-void enqueue(exec_actor* self, size_t idx, const tool_def* tool) {
+void enqueue(exec_actor* self, size_t idx, const tool_def* tool,
+             const std::string& tool_name = {}) {
   auto& st = self->state;
   auto& s = st.steps[idx];
   release_slots(self, idx);
@@ -225,6 +273,10 @@ void enqueue(exec_actor* self, size_t idx, const tool_def* tool) {
       s.tool_pool = i->second;
   emit(self, "step.queued", st.g->steps[idx].id, "queued");
   put_step(self, idx);
+  if (st.svc->cluster) {
+    place(self, idx, tool ? tool->name : tool_name);
+    return;
+  }
   self->send(s.tool_pool ? s.tool_pool : st.svc->slots, acquire_atom::value, s.ticket);
 }
 
@@ -296,6 +348,56 @@ void mark_running(exec_actor* self, size_t idx) {
   put_step(self, idx);
 }
 
+void node_lost(exec_actor* self, size_t idx, const std::string& why);
+
+/// Has the worker the step was placed on start its runner; the runner is
+/// linked to and monitored by this execution like a local one.
+void start_remote(exec_actor* self, size_t idx, runner_spec spec, remote_job job) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  job.step = spec.step;
+  job.attempt = spec.attempt;
+  job.argv = std::move(spec.process.argv);
+  job.env = std::move(spec.process.env);
+  job.cwd = spec.process.cwd;
+  job.has_stdin = spec.process.stdin_data.has_value();
+  if (job.has_stdin)
+    job.stdin_data = *spec.process.stdin_data;
+  job.timeout_ms = spec.timeout ? spec.timeout->count() : -1;
+  job.grace_interrupt_ms = spec.grace.interrupt.count();
+  job.grace_terminate_ms = spec.grace.terminate.count();
+  job.max_output_events = spec.max_output_events;
+  s.placing = true;
+  auto attempt = s.attempt;
+  self->request(s.node_actor, std::chrono::seconds{30}, run_atom::value, std::move(job),
+                caf::actor_cast<caf::actor>(self))
+    .then(
+      [=](caf::actor& runner) {
+        auto& st = self->state;
+        if (!current(st, idx, attempt) || !st.steps[idx].placing) {
+          self->send_exit(runner, make_stop("node_lost", true));
+          return;
+        }
+        auto& s = st.steps[idx];
+        s.placing = false;
+        self->link_to(runner);
+        self->monitor(runner);
+        s.worker = runner;
+        if (st.halting)
+          self->send_exit(runner, make_stop(st.final_status == execution_status::failed
+                                              ? "sibling_failed"
+                                              : "parent_stopped",
+                                            st.force));
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        if (!current(st, idx, attempt) || !st.steps[idx].placing)
+          return;
+        st.steps[idx].placing = false;
+        node_lost(self, idx, "the worker did not start the step: " + caf::to_string(err));
+      });
+}
+
 /// Starts the subprocess of a `run` or `tool` step (or a `plan` step's
 /// planner) once its slots are granted.
 void start_runner(exec_actor* self, size_t idx) {
@@ -310,7 +412,17 @@ void start_runner(exec_actor* self, size_t idx) {
   spec.grace = def.grace;
   auto fail = [&](const caf::error& err) { fail_attempt(self, idx, message_of(err)); };
   std::string unknown;
-  if (auto tool = tool_of(st, def, unknown)) {
+  bool named_tool = def.kind == step_kind::tool || (def.kind == step_kind::plan && !def.target.empty());
+  remote_job tool_job; // a tool step on a worker: its argv is the worker's
+  if (s.node_actor && named_tool) {
+    auto with = resolve(def.with, scope);
+    if (!with)
+      return fail(with.error());
+    tool_job.tool = def.target;
+    tool_job.with_json = dump_json(*with);
+    tool_job.inputs_json = dump_json(st.rec.inputs);
+    tool_job.grace_set = def.grace_set;
+  } else if (auto tool = tool_of(st, def, unknown)) {
     // The tool's argv template, with `${with.KEY}` from the step's resolved
     // `with` and `${inputs.KEY}` from the execution's inputs; its limits
     // apply where the step sets none.
@@ -360,6 +472,8 @@ void start_runner(exec_actor* self, size_t idx) {
   spec.process.cwd = cwd;
   s.pid = 0;
   mark_running(self, idx);
+  if (s.node_actor)
+    return start_remote(self, idx, std::move(spec), std::move(tool_job));
   s.worker = spawn_step_runner(self, std::move(spec));
 }
 
@@ -460,6 +574,7 @@ bool start_step(exec_actor* self, size_t idx) {
   }
   st.scope_dirty = true;
   ++s.attempt;
+  s.node = st.svc->node_name; // placement may name a worker instead
   s.started_at = now_ms();
   s.ended_at = 0;
   s.error = nullptr;
@@ -474,7 +589,9 @@ bool start_step(exec_actor* self, size_t idx) {
     case step_kind::tool: {
       std::string unknown;
       auto tool = tool_of(st, def, unknown);
-      if (tool == nullptr)
+      if (tool == nullptr && st.svc->cluster)
+        enqueue(self, idx, nullptr, def.target); // a worker has it
+      else if (tool == nullptr)
         fail_attempt(self, idx, unknown);
       else
         enqueue(self, idx, tool);
@@ -613,7 +730,40 @@ void finish(exec_actor* self) {
 
 bool halt_waiting(const execution_state& st) {
   return std::any_of(st.steps.begin(), st.steps.end(),
-                     [](const step_rt& s) { return s.worker || s.in_fn; });
+                     [](const step_rt& s) { return s.worker || s.in_fn || s.placing; });
+}
+
+void try_complete_halt(exec_actor* self);
+
+/// Step `idx` ran on a worker that was lost: its attempt is over without a
+/// result. The step goes back to `pending` (reason `node_lost`) and is
+/// placed again; a halting execution just stops waiting for it.
+void node_lost(exec_actor* self, size_t idx, const std::string& why) {
+  auto& st = self->state;
+  auto& s = st.steps[idx];
+  if (s.worker) {
+    self->unlink_from(s.worker);
+    self->demonitor(s.worker);
+    s.worker = nullptr;
+  }
+  s.placing = false;
+  s.place_ticket = 0; // the cluster dropped the node's slots
+  s.node_actor = nullptr;
+  release_slots(self, idx);
+  if (st.halting) {
+    try_complete_halt(self);
+    return;
+  }
+  if (s.status != step_status::running && s.status != step_status::queued)
+    return;
+  s.status = step_status::pending;
+  s.reason = "node_lost";
+  s.ended_at = now_ms();
+  s.error = why;
+  emit(self, "step.pending", st.g->steps[idx].id, "pending", "node_lost", {{"node", s.node},
+                                                                           {"error", why}});
+  put_step(self, idx);
+  st.ready.push_back(idx);
 }
 
 /// Marks stop request `r` handled, with `result`, in the next batch.
@@ -740,6 +890,7 @@ caf::behavior execution(exec_actor* self, execution_init init,
                         std::shared_ptr<const execution_services> svc, caf::actor parent);
 
 parse_options child_parse_options(const execution_state& st);
+parse_options stored_parse_options(const execution_state& st);
 
 void spawn_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph,
                  json inputs, const std::string& agent);
@@ -755,7 +906,7 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
     if (!s.child_id.empty())
       if (auto stored = st.svc->db->graph(s.child_id))
         found = parse_graph_bundle(stored->document, stored->base_dir, stored->files,
-                                   child_parse_options(st));
+                                   stored_parse_options(st));
     if (!found && st.svc->find_graph)
       found = st.svc->find_graph(st.rec.owner, def.target, child_parse_options(st));
     if (!found) {
@@ -838,6 +989,14 @@ parse_options child_parse_options(const execution_state& st) {
   return run_time_parse_options(*st.svc, st.rec.depth + 1, st.scope->max_depth());
 }
 
+/// Parse options for a child's stored graph (resume): on a cluster node any
+/// tool is accepted, since the workers that have it may not have joined yet.
+parse_options stored_parse_options(const execution_state& st) {
+  auto opts = child_parse_options(st);
+  opts.any_tool = st.svc->cluster != nullptr;
+  return opts;
+}
+
 // -- agent steps -----------------------------------------------------------------------
 
 /// The agent's answer to an `agent` step's request for a turn.
@@ -902,7 +1061,7 @@ void start_agent(exec_actor* self, size_t idx) {
     // Resume the run this step started, under its id, with its stored graph.
     if (auto stored = st.svc->db->graph(s.child_id)) {
       auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files,
-                                       child_parse_options(st));
+                                       stored_parse_options(st));
       if (parsed)
         return spawn_child(self, idx, parsed.value, json::object(), def.target);
     }
@@ -952,7 +1111,7 @@ void start_plan(exec_actor* self, size_t idx) {
     auto stored = st.svc->db->graph(s.child_id);
     if (stored) {
       auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files,
-                                       child_parse_options(st));
+                                       stored_parse_options(st));
       if (parsed)
         return start_child(self, idx, parsed.value);
     }
@@ -961,10 +1120,10 @@ void start_plan(exec_actor* self, size_t idx) {
   // The planner: a registered tool (by name) or an inline argv.
   std::string unknown;
   auto tool = tool_of(st, st.g->steps[idx], unknown);
-  if (!unknown.empty())
+  if (!unknown.empty() && !st.svc->cluster)
     return fail_attempt(self, idx, unknown);
   s.planning = true;
-  enqueue(self, idx, tool);
+  enqueue(self, idx, tool, tool ? std::string{} : st.g->steps[idx].target);
 }
 
 /// The planner printed a graph: validate it, then run it as a child.
@@ -1040,6 +1199,40 @@ void init_steps(exec_actor* self, std::vector<step_record>& stored) {
       st.ready.push_back(i);
 }
 
+/// A runner's or function's attempt finished with `out`.
+void on_done(exec_actor* self, uint64_t idx, int attempt, step_outcome& out) {
+  auto& st = self->state;
+  if (!current(st, idx, attempt))
+    return;
+  auto& s = st.steps[idx];
+  s.in_fn = false;
+  s.worker = nullptr;
+  release_slots(self, idx);
+  if (st.halting) {
+    try_complete_halt(self);
+  } else if (s.status == step_status::running && s.planning) {
+    planned(self, idx, out);
+    pump(self);
+  } else if (s.status == step_status::running) {
+    if (out.error.empty())
+      complete_step(self, idx, std::move(out.result));
+    else
+      fail_attempt(self, idx, out.error, std::move(out.result));
+    pump(self);
+  }
+  flush(self);
+}
+
+/// A runner's output lines, logged as `step.output` events.
+void on_output(exec_actor* self, uint64_t idx, int attempt, json& lines) {
+  auto& st = self->state;
+  if (!current(st, idx, attempt))
+    return;
+  for (auto& l : lines)
+    emit(self, "step.output", st.g->steps[idx].id, {}, {}, std::move(l));
+  flush(self);
+}
+
 caf::behavior execution(exec_actor* self, execution_init init,
                         std::shared_ptr<const execution_services> svc, caf::actor parent) {
   auto& st = self->state;
@@ -1096,6 +1289,16 @@ caf::behavior execution(exec_actor* self, execution_init init,
     if (!idx)
       return; // it reported before it went down
     auto& s = st.steps[*idx];
+    if (s.node_actor) {
+      // A remote runner gone without a result: its worker stopped or lost
+      // the connection. The step runs again elsewhere (at-least-once).
+      s.worker = nullptr;
+      node_lost(self, *idx, "the step's runner on node '" + s.node + "' ended without a result ("
+                              + caf::to_string(msg.reason) + ")");
+      pump(self);
+      flush(self);
+      return;
+    }
     s.worker = nullptr;
     if (st.halting)
       try_complete_halt(self);
@@ -1201,43 +1404,45 @@ caf::behavior execution(exec_actor* self, execution_init init,
       flush(self);
     },
     [=](done_atom, uint64_t idx, int attempt, step_outcome& out) {
-      auto& st = self->state;
-      if (!current(st, idx, attempt))
-        return;
-      auto& s = st.steps[idx];
-      s.in_fn = false;
-      s.worker = nullptr;
-      release_slots(self, idx);
-      if (st.halting) {
-        try_complete_halt(self);
-      } else if (s.status == step_status::running && s.planning) {
-        planned(self, idx, out);
-        pump(self);
-      } else if (s.status == step_status::running) {
-        if (out.error.empty())
-          complete_step(self, idx, std::move(out.result));
-        else
-          fail_attempt(self, idx, out.error, std::move(out.result));
-        pump(self);
-      }
-      flush(self);
+      on_done(self, idx, attempt, out);
     },
     [=](started_atom, uint64_t idx, int attempt, int64_t pid, uint64_t pid_start) {
       auto& st = self->state;
       if (!current(st, idx, attempt))
         return;
+      if (st.steps[idx].node_actor)
+        return; // a pid on another host: recovery here must never signal it
       st.steps[idx].pid = pid;
       st.steps[idx].pid_start = pid_start;
       put_step(self, idx);
       flush(self);
     },
-    [=](output_atom, uint64_t idx, int attempt, json& lines) {
+    // A runner on a worker reports in wire form (JSON text).
+    // Handled at once, not re-sent: the runner's down follows its result.
+    [=](output_atom, uint64_t idx, int attempt, const std::string& text) {
+      auto lines = json::parse(text, nullptr, false);
+      if (!lines.is_discarded())
+        on_output(self, idx, attempt, lines);
+    },
+    [=](done_atom, uint64_t idx, int attempt, const std::string& result,
+        const std::string& error) {
+      auto parsed = json::parse(result, nullptr, false);
+      step_outcome out{parsed.is_discarded() ? json{} : std::move(parsed), error};
+      on_done(self, idx, attempt, out);
+    },
+    [=](lost_atom, const std::string& node) {
       auto& st = self->state;
-      if (!current(st, idx, attempt))
-        return;
-      for (auto& l : lines)
-        emit(self, "step.output", st.g->steps[idx].id, {}, {}, std::move(l));
+      for (size_t i = 0; i < st.steps.size(); ++i) {
+        auto& s = st.steps[i];
+        if (s.node == node && (s.node_actor || s.placing)
+            && (s.status == step_status::running || s.status == step_status::queued))
+          node_lost(self, i, "node '" + node + "' lost");
+      }
+      pump(self);
       flush(self);
+    },
+    [=](output_atom, uint64_t idx, int attempt, json& lines) {
+      on_output(self, idx, attempt, lines);
     },
     [=](grant_atom, uint64_t ticket) {
       auto& st = self->state;
@@ -1372,6 +1577,9 @@ parse_options run_time_parse_options(const execution_services& svc, int depth, i
   if (svc.tools)
     for (auto& kv : *svc.tools)
       opts.tools.insert(kv.first);
+  if (svc.cluster_tools)
+    for (auto& name : svc.cluster_tools->names())
+      opts.tools.insert(name);
   opts.depth = depth;
   opts.max_depth = max_depth;
   return opts;

@@ -62,6 +62,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/fwd.hpp>
 
+#include "actors/cluster.hpp"
 #include "actors/fn_registry.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
@@ -104,6 +105,13 @@ struct execution_services {
   /// Remembers a root started by an actor (an agent's run), so that the
   /// node's shutdown stops it. May be null.
   std::function<void(const caf::actor&)> track_root;
+  /// The cluster actor (SPEC §10); null without a cluster. With one, `run`
+  /// and `tool` attempts are placed through it, on this node or a worker.
+  caf::actor cluster;
+  /// The tools the cluster's members announce (null without a cluster).
+  std::shared_ptr<member_tools> cluster_tools;
+  /// This node's name in step records (`local` without a cluster).
+  std::string node_name = "local";
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
 };

@@ -53,9 +53,23 @@ void flush_lines(runner_actor* self) {
   auto& st = self->state;
   if (st.lines.empty())
     return;
-  self->send(st.parent, output_atom::value, st.spec.step, st.spec.attempt,
-             std::move(st.lines));
+  if (st.spec.wire)
+    self->send(st.parent, output_atom::value, st.spec.step, st.spec.attempt,
+               dump_json(st.lines));
+  else
+    self->send(st.parent, output_atom::value, st.spec.step, st.spec.attempt,
+               std::move(st.lines));
   st.lines = json::array();
+}
+
+/// Sends the attempt's outcome to the parent (in wire form to a remote one).
+void report(runner_actor* self, step_outcome outcome) {
+  auto& st = self->state;
+  if (st.spec.wire)
+    self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt,
+               dump_json(outcome.result), outcome.error);
+  else
+    self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt, std::move(outcome));
 }
 
 void finish(runner_actor* self) {
@@ -88,7 +102,7 @@ void finish(runner_actor* self) {
     outcome.error = "killed by signal " + std::to_string(st.proc.term_signal());
   else if (st.proc.exit_code() != 0)
     outcome.error = "exit code " + std::to_string(st.proc.exit_code());
-  self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt, std::move(outcome));
+  report(self, std::move(outcome));
   self->quit();
 }
 
@@ -123,14 +137,19 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
     std::string reason;
     bool force = false;
     if (!is_stop(msg.reason, reason, force))
-      force = false; // the parent died: escalate gracefully all the same
+      // The parent died: escalate gracefully all the same, unless it was on
+      // another node (lost supervisor: kill at once, SPEC §10).
+      force = st.spec.wire;
     st.stop_reason = msg.reason;
     escalate(self, force);
   });
+  if (st.spec.wire)
+    // Linked to the remote parent: a stop arrives as its exit, and a lost
+    // parent ends the runner.
+    self->link_to(st.parent);
   auto proc = subprocess::start(st.spec.process);
   if (!proc) {
-    self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt,
-               step_outcome{nullptr, message_of(proc.error())});
+    report(self, step_outcome{nullptr, message_of(proc.error())});
     self->quit();
     return {};
   }
@@ -162,6 +181,12 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
 }
 
 } // namespace
+
+caf::actor spawn_remote_step_runner(caf::event_based_actor* node, caf::actor parent,
+                                    runner_spec spec) {
+  spec.wire = true;
+  return node->spawn<caf::monitored>(step_runner, parent, std::move(spec));
+}
 
 caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec) {
   return parent->spawn<caf::linked + caf::monitored>(step_runner, caf::actor_cast<caf::actor>(parent), std::move(spec));

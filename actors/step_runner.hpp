@@ -37,10 +37,23 @@ struct runner_spec {
   grace_periods grace;
   /// At most this many output lines per attempt are reported as events.
   size_t max_output_events = 1000;
+  /// The parent is on another node (a worker runs this for the supervisor):
+  /// output and results travel as JSON text, and losing the parent kills
+  /// the process group at once.
+  bool wire = false;
 };
 
 /// Spawns a runner linked to and monitored by `parent`.
 /// Threading: call from `parent`'s handlers.
 caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec);
+
+/// Spawns a runner (with `spec.wire` set) for a remote `parent`, monitored by
+/// `node` (a worker's node actor); the runner links itself to `parent`.
+/// Its messages to `parent` take the wire form:
+///   (output_atom, step, attempt, string lines_json)
+///   (done_atom, step, attempt, string result_json, string error)
+/// Threading: call from `node`'s handlers.
+caf::actor spawn_remote_step_runner(caf::event_based_actor* node, caf::actor parent,
+                                    runner_spec spec);
 
 } // namespace canopy

@@ -771,7 +771,7 @@ private:
   }
 
   void check_tool(const std::string& name, const std::string& path) {
-    if (opts_.tools.count(name) > 0)
+    if (opts_.any_tool || opts_.tools.count(name) > 0)
       return;
     if (opts_.tools.empty())
       fail(path, "unknown tool '" + name + "' (no tools are registered on this node)");

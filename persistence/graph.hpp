@@ -136,6 +136,9 @@ struct parse_options {
   std::set<std::string> fns;
   /// Registered tool names; `tool`/`plan` steps naming another are an error.
   std::set<std::string> tools;
+  /// Accept any tool name (resuming on a cluster node: the workers that have
+  /// a stored graph's tools may not have joined yet; its steps wait for them).
+  bool any_tool = false;
   /// False on a server whose config does not allow inline commands: `run`
   /// steps and `plan` steps with an argv are errors (code
   /// `inline_commands_disabled`), in child graphs too.

@@ -28,6 +28,7 @@
 #include "runtime/render.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/server.hpp"
+#include "runtime/worker.hpp"
 
 extern char** environ;
 
@@ -431,6 +432,29 @@ int cmd_show(const global_options& g, const std::string& id, bool as_json) {
   return print_document(load_document(**db, id), as_json);
 }
 
+// -- cluster nodes (SPEC §10) ------------------------------------------------------------
+
+/// Prints node documents: the JSON array, or the table.
+void print_nodes(const json& docs, bool as_json) {
+  if (as_json)
+    std::cout << docs.dump() << "\n";
+  else
+    std::cout << render_nodes(docs);
+}
+
+/// `canopy ls --nodes` on the local home: this process's runtime alone (the
+/// node `local`); a cluster's members are listed by its server (`--server`).
+int cmd_ls_nodes(const global_options& g, bool as_json) {
+  auto rt = open_runtime(g);
+  if (!rt)
+    return fail(rt.error());
+  json out = json::array();
+  for (auto& n : (*rt)->nodes())
+    out.push_back(node_document(n));
+  print_nodes(out, as_json);
+  return exit_completed;
+}
+
 int cmd_ls(const global_options& g, const std::string& status, bool all, bool as_json) {
   execution_filter f;
   f.roots_only = !all;
@@ -589,6 +613,20 @@ int remote_stop(const remote_options& r, const std::string& id, bool force, doub
   std::cout << status << "\n";
   std::cerr << "still " << status << " after " << wait_s << " s\n";
   return 1;
+}
+
+int remote_ls_nodes(const remote_options& r, bool as_json) {
+  auto api = open_client(r);
+  if (!api)
+    return fail(api.error());
+  auto items = api->nodes();
+  if (!items)
+    return fail(items.error());
+  json out = json::array();
+  for (auto& item : *items)
+    out.push_back(std::move(item));
+  print_nodes(out, as_json);
+  return exit_completed;
 }
 
 int remote_show(const remote_options& r, const std::string& id, bool as_json) {
@@ -1087,6 +1125,16 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
       cfg.cluster.emplace();
     cfg.cluster->listen = f.cluster;
   }
+  // A cluster port needs the cluster secret (SPEC §13 rule 22).
+  if (cfg.cluster && !cfg.cluster->listen.empty() && cfg.cluster->secret.empty()) {
+    if (auto env = std::getenv("CANOPY_CLUSTER_SECRET"); env && *env)
+      cfg.cluster->secret = env;
+    else
+      return usage_error("the cluster port " + cfg.cluster->listen
+                         + " needs a secret that workers present: put \"cluster\": "
+                           "{\"secret\": \"...\"} in the file of --config FILE, or set "
+                           "$CANOPY_CLUSTER_SECRET");
+  }
   if (max_parallel_given)
     cfg.max_parallel = g.max_parallel;
   // --home, else the file's home, else $CANOPY_HOME, else ./.canopy.
@@ -1169,6 +1217,8 @@ int cli_main(int argc, char** argv) {
   ls->add_option("--status", status, "only this status");
   ls->add_flag("--all", all, "include child executions");
   ls->add_flag("--json", as_json, "print a JSON array");
+  bool nodes = false;
+  ls->add_flag("--nodes", nodes, "list the cluster's nodes instead of executions");
   add_remote(ls);
 
   bool follow_live = false;
@@ -1185,6 +1235,15 @@ int cli_main(int argc, char** argv) {
   serve->add_option("--config", sf.config, "node configuration file (JSON)");
   serve->add_flag("--resume-interrupted", sf.resume_interrupted,
                   "resume the executions a dead process left interrupted");
+
+  worker_flags wf;
+  auto worker = app.add_subcommand("worker", "run a node that runs steps for a supervisor");
+  worker->add_option("--join", wf.join, "HOST:PORT of the supervisor's cluster port")
+    ->required();
+  auto slots_opt = worker->add_option("--slots", wf.slots, "subprocess steps at once (default 4)")
+                     ->check(CLI::Range(1, 4096));
+  worker->add_option("--tools", wf.tools_file, "tools file (JSON: tools, cluster.secret)");
+  worker->add_option("--name", wf.name, "node name (default: the host name)");
 
   agent_options ao;
   auto agent = app.add_subcommand("agent", "named agents: create, send, cancel, history, ls");
@@ -1242,6 +1301,11 @@ int cli_main(int argc, char** argv) {
     return on_server ? remote_stop(remote, id, force, wait_s) : cmd_stop(g, id, force, wait_s);
   if (show->parsed())
     return on_server ? remote_show(remote, id, as_json) : cmd_show(g, id, as_json);
+  if (ls->parsed() && nodes) {
+    if (!status.empty() || all)
+      return usage_error("--nodes lists nodes: it takes no --status or --all");
+    return on_server ? remote_ls_nodes(remote, as_json) : cmd_ls_nodes(g, as_json);
+  }
   if (ls->parsed())
     return on_server ? remote_ls(remote, status, all, as_json)
                      : cmd_ls(g, status, all, as_json);
@@ -1262,6 +1326,17 @@ int cli_main(int argc, char** argv) {
     return cmd_serve(g, max_parallel_opt->count() > 0, sf);
   if (validate->parsed())
     return cmd_validate(file);
+  if (worker->parsed()) {
+    // `--max-parallel` is an alias of `--slots` (SPEC §13 rule 15).
+    if (max_parallel_opt->count() > 0) {
+      if (slots_opt->count() > 0 && wf.slots != g.max_parallel)
+        return usage_error("--slots " + std::to_string(wf.slots) + " and --max-parallel "
+                           + std::to_string(g.max_parallel) + " disagree (one is an alias "
+                           "of the other)");
+      wf.slots = g.max_parallel;
+    }
+    return run_worker(wf);
+  }
   return exit_usage;
 }
 

@@ -474,6 +474,30 @@ caf::expected<std::vector<json>> api_client::agents() const {
   }
 }
 
+caf::expected<std::vector<json>> api_client::nodes() const {
+  std::vector<json> out;
+  std::string cursor;
+  for (;;) {
+    std::string target = "/v1/nodes";
+    if (!cursor.empty())
+      target += "?cursor=" + url_encode(cursor);
+    auto a = get(target);
+    if (!a)
+      return a.error();
+    auto& body = a->body;
+    if (!body.is_object() || !body.contains("items") || !body["items"].is_array())
+      return unexpected("the node listing is not {\"items\": [...], \"next\": ...}");
+    for (auto& item : body["items"])
+      out.push_back(std::move(item));
+    auto next = body.value("next", json());
+    if (!next.is_string() || next.get<std::string>().empty())
+      return out;
+    if (next.get<std::string>() == cursor)
+      return unexpected("the node listing's cursor does not advance");
+    cursor = next.get<std::string>();
+  }
+}
+
 caf::expected<json> api_client::agent(const std::string& name) const {
   auto a = get("/v1/agents/" + url_encode(name));
   if (!a)

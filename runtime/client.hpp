@@ -217,6 +217,12 @@ public:
   caf::expected<std::string> cancel_agent(const std::string& name,
                                           millis wait = millis{30000}) const;
 
+  // -- cluster (SPEC §10) --------------------------------------------------------
+
+  /// `GET /v1/nodes`, following `next` cursors. @returns the node documents,
+  /// the supervisor first.
+  caf::expected<std::vector<nlohmann::json>> nodes() const;
+
   const client_options& options() const { return opts_; }
 
 private:

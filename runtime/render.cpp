@@ -292,4 +292,42 @@ std::string render_history(const nlohmann::json& docs) {
   return out;
 }
 
+// -- cluster ------------------------------------------------------------------------------
+
+std::string render_nodes(const nlohmann::json& docs) {
+  auto number = [](const nlohmann::json& doc, const char* key) {
+    auto i = doc.find(key);
+    return i != doc.end() && i->is_number_unsigned() ? std::to_string(i->get<uint64_t>())
+           : i != doc.end() && i->is_number_integer() ? std::to_string(i->get<int64_t>())
+                                                      : std::string{"-"};
+  };
+  std::string out;
+  char buf[1024];
+  std::snprintf(buf, sizeof(buf), "%-24s  %5s  %7s  %-40s  %s\n", "NAME", "SLOTS", "RUNNING",
+                "TOOLS", "SUPERVISOR");
+  out += buf;
+  if (!docs.is_array())
+    return out;
+  for (auto& d : docs) {
+    if (!d.is_object())
+      continue;
+    auto name = d.value("name", nlohmann::json());
+    std::string tools;
+    if (auto i = d.find("tools"); i != d.end() && i->is_array())
+      for (auto& t : *i)
+        if (t.is_string())
+          tools += (tools.empty() ? "" : ",") + t.get<std::string>();
+    auto sup = d.value("supervisor", nlohmann::json());
+    std::snprintf(buf, sizeof(buf), "%-24s  %5s  %7s  %-40s  %s\n",
+                  name.is_string() && !name.get<std::string>().empty()
+                    ? name.get<std::string>().c_str()
+                    : "-",
+                  number(d, "slots").c_str(), number(d, "running").c_str(),
+                  tools.empty() ? "-" : shorten(tools, 40).c_str(),
+                  sup.is_boolean() && sup.get<bool>() ? "yes" : "no");
+    out += buf;
+  }
+  return out;
+}
+
 } // namespace canopy

@@ -74,4 +74,11 @@ std::string render_agents(const nlohmann::json& docs);
 /// `user: TEXT` or `agent: TEXT` (trailing newlines of TEXT dropped).
 std::string render_history(const nlohmann::json& docs);
 
+// -- cluster (SPEC §10) ------------------------------------------------------------------
+
+/// Renders node documents (`ls --nodes`): a header `NAME SLOTS RUNNING TOOLS
+/// SUPERVISOR`, then one line per node; tools comma-separated (`-` for none),
+/// SUPERVISOR `yes` or `no`.
+std::string render_nodes(const nlohmann::json& docs);
+
 } // namespace canopy

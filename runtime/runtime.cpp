@@ -410,6 +410,10 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   // up to 10 ms on every hop between actors once the system idles, e.g. on each
   // commit acknowledgement. 1 ms keeps step latency low at negligible CPU.
   rt->cfg_->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds{1}});
+  if (opts.cluster) {
+    add_cluster_types(*rt->cfg_);
+    configure_middleman(*rt->cfg_, opts.cluster->heartbeat, opts.cluster->timeout);
+  }
   rt->sys_ = std::make_unique<caf::actor_system>(*rt->cfg_);
   if (opts.on_commit)
     rt->db_->on_commit(opts.on_commit);
@@ -454,8 +458,37 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->track_root = [raw](const caf::actor& root) { raw->track(root); };
   svc->owner_pid = ::getpid();
   svc->owner_start = process_start_time(::getpid());
+  if (opts.cluster) {
+    // Steps are placed through the cluster actor, on this node or a worker.
+    auto& c = *opts.cluster;
+    cluster_options co;
+    co.secret = c.secret;
+    co.heartbeat = c.heartbeat;
+    co.timeout = c.timeout;
+    co.self.name = c.name;
+    co.self.slots = static_cast<uint32_t>(opts.max_parallel);
+    for (auto& kv : opts.tools)
+      co.self.tools.push_back(kv.first);
+    co.self.supervisor = true;
+    co.self.joined_at = co.self.last_seen = now_ms();
+    co.log = c.log;
+    co.tools = std::make_shared<member_tools>();
+    svc->cluster_tools = co.tools;
+    rt->cluster_ = spawn_cluster(*rt->sys_, std::move(co));
+    svc->cluster = rt->cluster_;
+    svc->node_name = c.name;
+  }
   rt->svc_ = std::move(svc);
   rt->watcher_ = rt->sys_->spawn(stop_watcher, rt->svc_);
+  if (opts.cluster) {
+    auto& c = *opts.cluster;
+    auto port = rt->sys_->middleman().publish(rt->cluster_, c.port, c.host.c_str(), true);
+    if (!port)
+      return make_error(persistence_errc::io_error,
+                        "cannot open the cluster port " + c.host + ":" + std::to_string(c.port)
+                          + ": " + rt->sys_->render(port.error()));
+    rt->cluster_port_ = *port;
+  }
   return rt;
 }
 
@@ -489,6 +522,8 @@ runtime::~runtime() {
     for (auto& kv : agents)
       self->send_exit(kv.second, caf::exit_reason::user_shutdown);
     self->send_exit(watcher_, caf::exit_reason::user_shutdown);
+    if (cluster_)
+      self->send_exit(cluster_, caf::exit_reason::user_shutdown);
     if (admission_)
       self->send_exit(admission_, caf::exit_reason::user_shutdown);
     self->send_exit(slots_, caf::exit_reason::user_shutdown);
@@ -498,6 +533,7 @@ runtime::~runtime() {
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
   }
   watcher_ = nullptr;
+  cluster_ = nullptr;
   timer_ = nullptr;
   writer_ = nullptr;
   slots_ = nullptr;
@@ -620,6 +656,10 @@ parse_options runtime::graph_options() const {
   opts.fns = fns_->names();
   for (auto& kv : opts_.tools)
     opts.tools.insert(kv.first);
+  // With a cluster, a tool that a worker announces is known too.
+  if (svc_ && svc_->cluster_tools)
+    for (auto& name : svc_->cluster_tools->names())
+      opts.tools.insert(name);
   opts.allow_inline = opts_.allow_inline_commands;
   if (!opts_.allow_graph_files)
     opts.load_file = [](const std::string&) -> caf::expected<json> {
@@ -677,6 +717,19 @@ bool runtime::wait_settled(const std::string& id, millis timeout) {
       return false;
     std::this_thread::sleep_for(pause);
   }
+}
+
+std::vector<node_info> runtime::nodes() {
+  if (cluster_)
+    if (auto members = blocking_ask<std::vector<node_info>>(*sys_, cluster_, nodes_atom::value))
+      return std::move(*members);
+  node_info self;
+  self.name = "local";
+  self.slots = static_cast<uint32_t>(opts_.max_parallel);
+  for (auto& kv : opts_.tools)
+    self.tools.push_back(kv.first);
+  self.supervisor = true;
+  return {self};
 }
 
 size_t runtime::live_executions() const {
@@ -739,6 +792,7 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
     return stored.error();
   auto opts = graph_options();
   opts.depth = rec->depth;
+  opts.any_tool = svc_->cluster != nullptr;
   auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files, opts);
   if (!parsed) {
     std::string msg = "stored graph no longer validates:";

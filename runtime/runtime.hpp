@@ -22,6 +22,7 @@
 #include <caf/expected.hpp>
 
 #include "actors/agent_actor.hpp"
+#include "actors/cluster.hpp"
 #include "actors/fn_registry.hpp"
 #include "actors/subprocess.hpp"
 #include "persistence/graph.hpp"
@@ -35,6 +36,18 @@ class actor_system_config;
 } // namespace caf
 
 namespace canopy {
+
+/// Where and how a supervisor accepts workers.
+struct cluster_listen {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;          ///< 0: any free port (see `runtime::cluster_port`)
+  std::string secret;         ///< workers must present it
+  millis heartbeat{1000};
+  millis timeout{5000};
+  std::string name = "supervisor"; ///< the supervisor's node name
+  /// Log lines about members: (event, node, detail).
+  std::function<void(const std::string&, const std::string&, const std::string&)> log;
+};
 
 /// Options of `runtime::open`.
 struct runtime_options {
@@ -59,6 +72,10 @@ struct runtime_options {
   bool allow_graph_files = true;
   /// Called with the duration in seconds of every store commit (metrics).
   std::function<void(double)> on_commit;
+  /// The cluster port (SPEC §10); unset: no cluster. `open` loads CAF's
+  /// middleman (heartbeat and connection timeout set) and publishes the
+  /// cluster actor there.
+  std::optional<cluster_listen> cluster;
 };
 
 /// Options of `runtime::start`.
@@ -187,6 +204,13 @@ public:
   /// `timeout` passed. @returns true when it settled.
   bool wait_settled(const std::string& id, millis timeout);
 
+  /// The port the cluster actor is published on (0: no cluster).
+  uint16_t cluster_port() const { return cluster_port_; }
+
+  /// The members of the cluster, the supervisor first; without a cluster,
+  /// this node alone (named `local`).
+  std::vector<node_info> nodes();
+
   /// Number of execution actors alive in this process.
   size_t live_executions() const;
 
@@ -267,6 +291,8 @@ private:
   caf::actor timer_;
   caf::actor watcher_;
   caf::actor admission_;
+  caf::actor cluster_;
+  uint16_t cluster_port_ = 0;
   std::mutex roots_mtx_;
   std::vector<caf::actor> roots_;
   std::vector<std::string> recovered_;

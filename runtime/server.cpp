@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "runtime/error.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/worker.hpp"
 
 namespace canopy {
 
@@ -279,6 +281,7 @@ public:
         &api_server::message_agent);
     add("POST", "/v1/agents/([^/]+)/cancel", "/v1/agents/{name}/cancel", true,
         &api_server::cancel_agent);
+    add("GET", "/v1/nodes", "/v1/nodes", true, &api_server::list_nodes);
   }
 
   /// Waits for the agent messages in flight to end (after the runtime, which
@@ -1001,6 +1004,17 @@ private:
     reply(c.res, 200, {{"items", std::move(items)}, {"next", nullptr}});
   }
 
+  // -- cluster (SPEC §10, §13 rule 22) -------------------------------------------------
+
+  /// `GET /v1/nodes`: the members of the cluster, the supervisor first (this
+  /// node alone, named `local`, without a cluster). Any user may read it.
+  void list_nodes(call& c) {
+    json items = json::array();
+    for (auto& n : rt_.nodes())
+      items.push_back(node_document(n));
+    reply(c.res, 200, {{"items", std::move(items)}, {"next", nullptr}});
+  }
+
   void get_agent(call& c) {
     auto ag = owned_agent(c, c.match[1]);
     if (!ag)
@@ -1184,9 +1198,47 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   ro.allow_inline_commands = cfg.allow_inline_commands;
   ro.allow_graph_files = false;
   ro.on_commit = [m](double s) { m->observe_commit(s); };
+  std::string cluster_host;
+  if (cfg.cluster && !cfg.cluster->listen.empty()) {
+    auto& cc = *cfg.cluster;
+    int cluster_port = 0;
+    if (!split_host_port(cc.listen, cluster_host, cluster_port)) {
+      spdlog::error("event=config error=\"cluster.listen: expected HOST:PORT, got '{}'\"",
+                    cc.listen);
+      return fatal(2);
+    }
+    cluster_listen cl;
+    cl.host = cluster_host;
+    cl.port = static_cast<uint16_t>(cluster_port);
+    cl.secret = cc.secret;
+    if (cl.secret.empty())
+      if (auto env = std::getenv("CANOPY_CLUSTER_SECRET"); env && *env)
+        cl.secret = env;
+    if (cl.secret.empty()) {
+      spdlog::error("event=config error=\"the cluster needs a secret: cluster.secret in the "
+                    "config, or $CANOPY_CLUSTER_SECRET\"");
+      return fatal(2);
+    }
+    cl.heartbeat = cc.heartbeat;
+    cl.timeout = cc.timeout;
+    cl.log = [](const std::string& event, const std::string& node, const std::string& detail) {
+      auto level = event == "joined" ? spdlog::level::info : spdlog::level::warn;
+      spdlog::log(level, "event=node.{} node={} detail={}", log_value(event), log_value(node),
+                  log_value(detail));
+    };
+    ro.cluster = std::move(cl);
+  }
   auto rt = runtime::open(ro);
   if (!rt) {
-    spdlog::error("event=store.open home={} error=\"{}\"", ro.home, message_of(rt.error()));
+    auto msg = message_of(rt.error());
+    // A cluster port that cannot be opened is the node's address, not its
+    // store: an unusable configuration, as an HTTP port that cannot be bound.
+    if (ro.cluster && msg.find("cluster port") != std::string::npos) {
+      spdlog::error("event=cluster.listen address={} error={}", cfg.cluster->listen,
+                    log_value(msg));
+      return fatal(2);
+    }
+    spdlog::error("event=store.open home={} error=\"{}\"", ro.home, msg);
     return fatal(5);
   }
   for (auto& id : (*rt)->recovered())
@@ -1246,6 +1298,13 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   std::thread http{[&svr] { svr.listen_after_bind(); }};
   std::cout << "listening on " << host << ":" << bound << std::endl;
   spdlog::info("event=listening address={}:{} home={}", host, bound, ro.home);
+  if (ro.cluster) {
+    auto address = (cluster_host.find(':') != std::string::npos ? "[" + cluster_host + "]"
+                                                                 : cluster_host)
+                   + ":" + std::to_string((*rt)->cluster_port());
+    std::cout << "cluster on " << address << std::endl;
+    spdlog::info("event=cluster.listening address={} name={}", address, ro.cluster->name);
+  }
   {
     std::unique_lock<std::mutex> lock{mtx};
     cv.wait(lock, [&] { return stop_requested.load(); });

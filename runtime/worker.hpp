@@ -1,0 +1,53 @@
+#pragma once
+
+// `canopy worker --join HOST:PORT` (SPEC §6, §10, §12, §13 rule 22): a node
+// that joins a supervisor's cluster and runs the steps placed on it. A worker
+// opens no store: the supervisor owns it and every execution.
+//
+// Also the node document of `GET /v1/nodes` and `canopy ls --nodes`.
+
+#include <cstddef>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/cluster.hpp"
+#include "persistence/duration.hpp"
+
+namespace canopy {
+
+/// The command line of `canopy worker`.
+struct worker_flags {
+  std::string join;       ///< the supervisor's cluster port, HOST:PORT
+  size_t slots = 4;       ///< subprocess steps run at once (`--slots`, `--max-parallel`)
+  std::string tools_file; ///< empty: no tools (and no secret from a file)
+  std::string name;       ///< empty: the host name
+  millis heartbeat{1000}; ///< pings and CAF's middleman heartbeat
+  millis timeout{5000};   ///< the supervisor is lost after this much silence
+};
+
+/// Runs a worker until SIGTERM or SIGINT (exit 0; the steps it runs are
+/// killed first). Prints `joined HOST:PORT as NAME` on stdout each time it
+/// joins the supervisor; logs `event=joined|refused|lost ...` lines on stderr.
+/// Keeps retrying while the supervisor is unreachable.
+/// @returns the exit code: 0 after a signal; 2 for a usage error (bad
+///          `--join`, an unusable tools file, no cluster secret) or when the
+///          supervisor refused the secret.
+/// Threading: call from the main thread before any other thread starts (it
+/// blocks SIGINT/SIGTERM/SIGUSR1 in every thread).
+int run_worker(const worker_flags& flags);
+
+/// A value of a `key=value` log line: as it is when it is one word, else
+/// quoted (`"..."`, with `"` and `\` escaped, newlines as spaces).
+std::string log_value(const std::string& v);
+
+/// The host name of this machine (`--name`'s default); "worker" when it
+/// cannot be read.
+std::string host_name();
+
+/// A member as `GET /v1/nodes` shows it: `{name, slots, tools, running,
+/// supervisor, joined_at, last_seen}`, times in RFC 3339 (null when unknown,
+/// i.e. 0).
+nlohmann::json node_document(const node_info& n);
+
+} // namespace canopy

@@ -1,0 +1,693 @@
+// The cluster's membership (SPEC §10, §12, §13 rule 22): a real `canopy serve
+// --cluster 127.0.0.1:0` supervisor and real `canopy worker --join`
+// processes on loopback; `GET /v1/nodes` and `canopy ls --nodes`. Every wait
+// is an event wait with a deadline (an output line, a process exit, a node
+// listing polled until it shows the change), never a fixed sleep.
+//
+// The supervisors here run with heartbeat 500ms and timeout 2s to keep the
+// tests fast.
+
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tests/integration/helpers.hpp"
+#include "tests/integration/server_process.hpp"
+
+using namespace canopy::test;
+using canopy::subprocess;
+using canopy::subprocess_options;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string cluster_secret = "test-cluster-secret";
+
+/// The cluster timeout of the test supervisors.
+constexpr auto cluster_timeout = 2s;
+
+/// Slack over the cluster timeout for a loaded test machine.
+constexpr auto slack = 3s;
+
+/// The supervisor's config patch: the cluster secret (unless `with_secret`
+/// is false), a fast heartbeat and timeout, and one tool of its own.
+json supervisor_config(bool with_secret = true) {
+  json cluster = {{"heartbeat", "500ms"}, {"timeout", "2s"}};
+  if (with_secret)
+    cluster["secret"] = cluster_secret;
+  return {{"cluster", cluster}, {"tools", {{"sup_tool", {{"argv", {"true"}}}}}}};
+}
+
+/// A supervisor on an ephemeral cluster port (and `home`, when given).
+server_process::options supervisor_options(const std::string& home = {},
+                                           const std::string& cluster = "127.0.0.1:0") {
+  server_process::options o;
+  o.config = supervisor_config();
+  o.args = {"--cluster", cluster};
+  o.home = home;
+  return o;
+}
+
+/// Polls `pred()` until it holds or `timeout` passes. @returns whether it held.
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred())
+      return true;
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+/// The port of the server's `cluster on HOST:PORT` line (printed after
+/// `listening on`); 0 when it did not come within 10 s.
+int cluster_port_of(const server_process& s) {
+  int port = 0;
+  eventually(
+    [&] {
+      std::istringstream in{s.out()};
+      const std::string prefix = "cluster on ";
+      for (std::string line; std::getline(in, line);) {
+        if (in.eof())
+          break; // an incomplete last line
+        auto colon = line.rfind(':');
+        if (line.compare(0, prefix.size(), prefix) == 0 && colon != std::string::npos) {
+          port = std::stoi(line.substr(colon + 1));
+          return true;
+        }
+      }
+      return false;
+    },
+    10s);
+  return port;
+}
+
+/// `GET /v1/nodes` as `token`; the items (an empty array when the answer is
+/// not a listing).
+json nodes_of(const server_process& s, const std::string& token = alice_token) {
+  auto c = s.client(token);
+  auto a = get_json(c, "/v1/nodes");
+  if (a.status != 200 || !a.body.is_object() || !a.body.contains("items"))
+    return json::array();
+  return a.body["items"];
+}
+
+/// The node named `name` in `items`; null when absent.
+json node_named(const json& items, const std::string& name) {
+  for (auto& n : items)
+    if (n.value("name", "") == name)
+      return n;
+  return nullptr;
+}
+
+std::set<std::string> names_of(const json& items) {
+  std::set<std::string> out;
+  for (auto& n : items)
+    out.insert(n.value("name", ""));
+  return out;
+}
+
+/// Number of occurrences of `needle` in `text`.
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto pos = text.find(needle); pos != std::string::npos;
+       pos = text.find(needle, pos + needle.size()))
+    ++n;
+  return n;
+}
+
+/// A tools file for a worker: `tools` names (each runs `true`) and the
+/// cluster secret (none when empty).
+std::string tools_file(const temp_dir& dir, const std::string& file,
+                       const std::vector<std::string>& tools, const std::string& secret) {
+  json doc = {{"tools", json::object()}};
+  for (auto& t : tools)
+    doc["tools"][t] = {{"argv", {"true"}}};
+  if (!secret.empty())
+    doc["cluster"] = {{"secret", secret}};
+  return dir.write(file, doc.dump(2));
+}
+
+/// One `canopy worker --join ...` process (in its own process group), run in
+/// a folder of its own. A reader thread drains its stdout and stderr the
+/// whole time. The destructor ends a worker still running (SIGTERM, then
+/// SIGKILL) and reaps it.
+class worker_process {
+public:
+  worker_process(const std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env = {}) {
+    subprocess_options so;
+    so.argv = {canopy_binary(), "worker"};
+    so.argv.insert(so.argv.end(), args.begin(), args.end());
+    so.env = env;
+    so.cwd = cwd_.path;
+    auto p = subprocess::start(so);
+    if (!p)
+      throw std::runtime_error("cannot start " + canopy_binary());
+    proc_ = std::move(*p);
+    pid_ = proc_.pid();
+    reader_ = std::thread{[this] {
+      while (!quit_) {
+        bool done;
+        {
+          std::lock_guard<std::mutex> guard{mtx_};
+          done = proc_.poll();
+          exited_ = done;
+        }
+        cv_.notify_all();
+        if (done)
+          return;
+        std::this_thread::sleep_for(2ms);
+      }
+    }};
+  }
+
+  ~worker_process() {
+    for (int sig : {SIGTERM, SIGKILL}) {
+      {
+        std::lock_guard<std::mutex> guard{mtx_};
+        if (exited_)
+          break;
+        ::kill(pid_, sig);
+      }
+      wait_exit(10s);
+    }
+    quit_ = true;
+    if (reader_.joinable())
+      reader_.join();
+  }
+
+  worker_process(const worker_process&) = delete;
+  worker_process& operator=(const worker_process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  /// The folder it runs in.
+  const std::string& cwd() const { return cwd_.path; }
+
+  std::string out() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return proc_.out().data;
+  }
+  std::string err() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return proc_.err().data;
+  }
+
+  bool running() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return !exited_;
+  }
+
+  /// Waits until `pred(stdout, stderr)` holds; false on timeout or when the
+  /// process exited without it holding.
+  bool wait_for(const std::function<bool(const std::string&, const std::string&)>& pred,
+                std::chrono::milliseconds timeout = 30s) {
+    std::unique_lock<std::mutex> lock{mtx_};
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (pred(proc_.out().data, proc_.err().data))
+        return true;
+      if (exited_ || std::chrono::steady_clock::now() > deadline)
+        return false;
+      cv_.wait_for(lock, 10ms);
+    }
+  }
+
+  /// Waits until stdout holds `n` lines `joined HOST:PORT as NAME`.
+  bool wait_joined(int port, const std::string& name, size_t n = 1,
+                   std::chrono::milliseconds timeout = 30s) {
+    auto line = "joined 127.0.0.1:" + std::to_string(port) + " as " + name + "\n";
+    return wait_for([&](const std::string& out, const std::string&) {
+      return count_of(out, line) >= n;
+    }, timeout);
+  }
+
+  /// Waits for the exit; false on timeout.
+  bool wait_exit(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock{mtx_};
+    return cv_.wait_for(lock, timeout, [&] { return exited_; });
+  }
+
+  /// Sends `sig`. @returns the exit code once it exited (-1: not in 30 s).
+  int stop(int sig) {
+    ::kill(pid_, sig);
+    if (!wait_exit(30s))
+      return -1;
+    std::lock_guard<std::mutex> guard{mtx_};
+    return proc_.exit_code();
+  }
+
+  int exit_code() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return exited_ ? proc_.exit_code() : -1;
+  }
+
+private:
+  temp_dir cwd_;
+  subprocess proc_;
+  pid_t pid_ = -1;
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  bool exited_ = false;
+  std::atomic<bool> quit_{false};
+  std::thread reader_;
+};
+
+std::string join_arg(int port) {
+  return "127.0.0.1:" + std::to_string(port);
+}
+
+/// A worker's tools file with one tool, `sleeper`, that writes its pid to
+/// `pid_file` and sleeps a minute.
+std::string sleeper_tools(const temp_dir& dir, const std::string& file,
+                          const std::string& pid_file) {
+  json doc = {{"tools",
+               {{"sleeper", {{"argv", {"sh", "-c", "echo $$ > " + pid_file + "; exec sleep 60"}},
+                             {"grace", {{"interrupt", "1s"}, {"terminate", "1s"}}}}}}},
+              {"cluster", {{"secret", cluster_secret}}}};
+  return dir.write(file, doc.dump(2));
+}
+
+/// Registers a graph with one `sleeper` tool step on `sup` and starts it.
+/// @returns the execution id (empty on failure, with the answers in the log).
+std::string start_sleeper(const server_process& sup) {
+  auto c = sup.client(alice_token);
+  auto g = post_json(c, "/v1/graphs",
+                     {{"name", "sleepy"}, {"steps", {{"s", {{"tool", "sleeper"}}}}}});
+  INFO("POST /v1/graphs: " << g.status << " " << g.text);
+  REQUIRE(g.status == 201);
+  auto e = post_json(c, "/v1/graphs/sleepy/executions", {{"inputs", json::object()}});
+  INFO("POST executions: " << e.status << " " << e.text);
+  REQUIRE(e.status == 201);
+  return e.body.value("id", "");
+}
+
+/// The pid written to `pid_file`, once it is there (0 after 30 s).
+long pid_in(const std::string& pid_file) {
+  long pid = 0;
+  eventually(
+    [&] {
+      auto text = read_file(pid_file);
+      if (text.empty() || text.back() != '\n')
+        return false;
+      pid = std::stol(text);
+      return true;
+    },
+    30s);
+  return pid;
+}
+
+} // namespace
+
+TEST_CASE("a supervisor and two workers join and GET /v1/nodes lists all three with their "
+          "slots and tools",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = cluster_port_of(sup);
+  INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
+  REQUIRE(port > 0);
+  temp_dir dir;
+  // w1 takes the secret from its tools file, w2 from the environment and its
+  // slots from --max-parallel (the alias of --slots).
+  worker_process w1{{"--join", join_arg(port), "--name", "w1", "--slots", "2", "--tools",
+                     tools_file(dir, "w1.json", {"alpha"}, cluster_secret)}};
+  worker_process w2{{"--join", join_arg(port), "--name", "w2", "--max-parallel", "3",
+                     "--tools", tools_file(dir, "w2.json", {"beta", "gamma"}, "")},
+                    {{"CANOPY_CLUSTER_SECRET", cluster_secret}}};
+  INFO("w1 stderr: " << w1.err() << "\nw2 stderr: " << w2.err());
+  REQUIRE(w1.wait_joined(port, "w1"));
+  REQUIRE(w2.wait_joined(port, "w2"));
+  CHECK(w1.err().find("event=joined supervisor=127.0.0.1:" + std::to_string(port) + " name=w1")
+        != std::string::npos);
+
+  // Any user may read the listing; the supervisor comes first.
+  json items;
+  REQUIRE(eventually([&] { return (items = nodes_of(sup, bob_token)).size() == 3; }, 10s));
+  INFO("nodes: " << items.dump());
+  auto& head = items.at(0);
+  CHECK(head["name"] == "supervisor");
+  CHECK(head["supervisor"] == true);
+  CHECK(head["slots"] == 4);
+  CHECK(head["tools"] == json::array({"sup_tool"}));
+  auto n1 = node_named(items, "w1");
+  auto n2 = node_named(items, "w2");
+  REQUIRE(n1.is_object());
+  REQUIRE(n2.is_object());
+  CHECK(n1["slots"] == 2);
+  CHECK(n1["tools"] == json::array({"alpha"}));
+  CHECK(n1["supervisor"] == false);
+  CHECK(n1["running"] == 0);
+  CHECK(n2["slots"] == 3);
+  auto tools2 = n2["tools"].get<std::vector<std::string>>();
+  std::sort(tools2.begin(), tools2.end());
+  CHECK(tools2 == std::vector<std::string>{"beta", "gamma"});
+  for (auto& n : items) {
+    REQUIRE(n.contains("joined_at"));
+    REQUIRE(n.contains("last_seen"));
+    auto joined = ms_of(n["joined_at"]);
+    auto seen = ms_of(n["last_seen"]);
+    CHECK(seen >= joined);
+  }
+  // The supervisor logs the joins.
+  CHECK(eventually([&] { return sup.log().find("w2") != std::string::npos; }, 5s));
+
+  // The route needs a token like every other /v1 route.
+  {
+    auto anonymous = sup.client();
+    CHECK(get_json(anonymous, "/v1/nodes").status == 401);
+  }
+
+  // `canopy ls --nodes --server URL`: the same members.
+  temp_dir home;
+  auto listed = run_canopy(home.path, {"ls", "--nodes", "--json", "--server", sup.url(),
+                                       "--token", alice_token});
+  INFO("ls --nodes --json: " << listed.out << listed.err);
+  REQUIRE(listed.exit_code == 0);
+  auto docs = listed.out_json();
+  REQUIRE(docs.is_array());
+  CHECK(names_of(docs) == std::set<std::string>{"supervisor", "w1", "w2"});
+  auto table = run_canopy(home.path, {"ls", "--nodes", "--server", sup.url(), "--token",
+                                      alice_token});
+  INFO("ls --nodes: " << table.out << table.err);
+  REQUIRE(table.exit_code == 0);
+  CHECK(table.out.find("NAME") != std::string::npos);
+  CHECK(table.out.find("SUPERVISOR") != std::string::npos);
+  CHECK(table.out.find("beta,gamma") != std::string::npos);
+
+  // A worker opens no store.
+  CHECK(!std::filesystem::exists(w1.cwd() + "/.canopy"));
+
+  // SIGTERM: the worker exits 0 and leaves the listing.
+  CHECK(w1.stop(SIGTERM) == 0);
+  CHECK(eventually([&] { return !node_named(nodes_of(sup), "w1").is_object(); },
+                   cluster_timeout + slack));
+  CHECK(node_named(nodes_of(sup), "w2").is_object());
+  CHECK(w2.stop(SIGINT) == 0);
+}
+
+TEST_CASE("a worker with a wrong secret exits 2, the supervisor logs the refusal and does not "
+          "list it",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = cluster_port_of(sup);
+  REQUIRE(port > 0);
+  temp_dir dir;
+  worker_process intruder{{"--join", join_arg(port), "--name", "intruder", "--tools",
+                           tools_file(dir, "bad.json", {"alpha"}, "not-the-secret")}};
+  REQUIRE(intruder.wait_exit(30s));
+  INFO("worker stdout: " << intruder.out() << "\nstderr: " << intruder.err()
+                         << "\nsupervisor log: " << sup.log());
+  CHECK(intruder.exit_code() == 2);
+  CHECK(intruder.err().find("event=refused") != std::string::npos);
+  CHECK(intruder.out().find("joined") == std::string::npos);
+  // The supervisor's log names the refusal and the node.
+  CHECK(eventually(
+    [&] {
+      auto log = sup.log();
+      return log.find("refused") != std::string::npos
+             && log.find("intruder") != std::string::npos;
+    },
+    5s));
+  CHECK(names_of(nodes_of(sup)) == std::set<std::string>{"supervisor"});
+}
+
+TEST_CASE("a worker killed with SIGKILL leaves GET /v1/nodes within the cluster timeout",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = cluster_port_of(sup);
+  REQUIRE(port > 0);
+  temp_dir dir;
+  worker_process w1{{"--join", join_arg(port), "--name", "w1", "--tools",
+                     tools_file(dir, "w1.json", {"alpha"}, cluster_secret)}};
+  worker_process w2{{"--join", join_arg(port), "--name", "w2", "--tools",
+                     tools_file(dir, "w2.json", {"beta"}, cluster_secret)}};
+  INFO("w1 stderr: " << w1.err() << "\nsupervisor log: " << sup.log());
+  REQUIRE(w1.wait_joined(port, "w1"));
+  REQUIRE(w2.wait_joined(port, "w2"));
+  REQUIRE(eventually([&] { return nodes_of(sup).size() == 3; }, 10s));
+
+  auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(w1.stop(SIGKILL) == 128 + SIGKILL);
+  REQUIRE(eventually([&] { return !node_named(nodes_of(sup), "w1").is_object(); },
+                     cluster_timeout + slack));
+  auto took = std::chrono::steady_clock::now() - killed_at;
+  CHECK(took <= cluster_timeout + slack);
+  // The other worker stays a member, and the loss is logged.
+  CHECK(names_of(nodes_of(sup)) == std::set<std::string>{"supervisor", "w2"});
+  CHECK(eventually([&] { return sup.log().find("lost") != std::string::npos; }, 5s));
+}
+
+TEST_CASE("a worker that loses its supervisor logs it and rejoins a new supervisor on the same "
+          "port without restarting",
+          "[integration][cluster]") {
+  temp_dir dir;
+  auto tools = tools_file(dir, "w1.json", {"alpha"}, cluster_secret);
+  auto first = std::make_unique<server_process>(supervisor_options());
+  int port = cluster_port_of(*first);
+  REQUIRE(port > 0);
+  worker_process w1{{"--join", join_arg(port), "--name", "w1", "--tools", tools}};
+  INFO("w1 stdout: " << w1.out() << "\nw1 stderr: " << w1.err());
+  REQUIRE(w1.wait_joined(port, "w1"));
+  REQUIRE(eventually([&] { return node_named(nodes_of(*first), "w1").is_object(); }, 10s));
+
+  // SIGKILL the supervisor: the worker notices and stays up.
+  auto home = first->home();
+  first->kill();
+  REQUIRE(w1.wait_for([](const std::string&, const std::string& err) {
+    return err.find("event=lost") != std::string::npos;
+  }, cluster_timeout + slack + 5s));
+  REQUIRE(w1.running());
+
+  // A new supervisor on the same port and home, this time with the secret
+  // from the environment: the same worker process joins it.
+  server_process::options o = supervisor_options(home, join_arg(port));
+  o.config["cluster"].erase("secret");
+  o.env = {{"CANOPY_CLUSTER_SECRET", cluster_secret}};
+  server_process second{o};
+  INFO("second supervisor log: " << second.log());
+  REQUIRE(cluster_port_of(second) == port);
+  REQUIRE(w1.wait_joined(port, "w1", 2, 30s));
+  REQUIRE(eventually([&] { return node_named(nodes_of(second), "w1").is_object(); }, 10s));
+  CHECK(w1.running());
+  CHECK(w1.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("a worker started before its supervisor keeps retrying and joins once it is up",
+          "[integration][cluster]") {
+  temp_dir dir;
+  int port = closed_port();
+  worker_process w1{{"--join", join_arg(port), "--name", "early", "--tools",
+                     tools_file(dir, "w.json", {}, cluster_secret)}};
+  // Unreachable is not a reason to give up.
+  REQUIRE(w1.running());
+  server_process sup{supervisor_options({}, join_arg(port))};
+  REQUIRE(cluster_port_of(sup) == port);
+  INFO("worker stderr: " << w1.err());
+  REQUIRE(w1.wait_joined(port, "early", 1, 30s));
+  REQUIRE(eventually([&] { return node_named(nodes_of(sup), "early").is_object(); }, 10s));
+  CHECK(node_named(nodes_of(sup), "early")["tools"] == json::array());
+}
+
+TEST_CASE("canopy ls --nodes on a home without a cluster prints the single local node",
+          "[integration][cluster]") {
+  temp_dir home;
+  auto r = run_canopy(home.path, {"--max-parallel", "3", "ls", "--nodes", "--json"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto docs = r.out_json();
+  REQUIRE(docs.is_array());
+  REQUIRE(docs.size() == 1);
+  CHECK(docs[0]["name"] == "local");
+  CHECK(docs[0]["supervisor"] == true);
+  CHECK(docs[0]["slots"] == 3);
+  CHECK(docs[0]["running"] == 0);
+  CHECK(docs[0]["tools"] == json::array());
+  auto table = run_canopy(home.path, {"ls", "--nodes"});
+  REQUIRE(table.exit_code == 0);
+  CHECK(table.out.find("NAME") != std::string::npos);
+  CHECK(table.out.find("local") != std::string::npos);
+  CHECK(run_canopy(home.path, {"ls", "--nodes", "--all"}).exit_code == 2);
+}
+
+TEST_CASE("GET /v1/nodes on a server without a cluster lists the local node",
+          "[integration][cluster]") {
+  server_process sup;
+  auto items = nodes_of(sup);
+  INFO("nodes: " << items.dump());
+  REQUIRE(items.size() == 1);
+  CHECK(items[0]["name"] == "local");
+  CHECK(items[0]["supervisor"] == true);
+  CHECK(sup.out().find("cluster on") == std::string::npos);
+}
+
+TEST_CASE("a cluster without a secret, a worker without one and bad worker arguments are "
+          "usage errors",
+          "[integration][cluster]") {
+  temp_dir dir;
+  std::map<std::string, std::string> no_secret{{"CANOPY_CLUSTER_SECRET", ""}};
+
+  // serve: the message names both places a secret can come from.
+  auto config = default_server_config();
+  config.merge_patch(supervisor_config(false));
+  auto config_file = dir.write("server.json", config.dump());
+  auto serve = run_canopy_env(dir.path + "/home",
+                              {"serve", "--config", config_file, "--cluster", "127.0.0.1:0"},
+                              no_secret, 60s);
+  INFO("serve stderr: " << serve.err);
+  CHECK(serve.exit_code == 2);
+  CHECK(serve.err.find("\"secret\"") != std::string::npos);
+  CHECK(serve.err.find("$CANOPY_CLUSTER_SECRET") != std::string::npos);
+
+  // worker: no secret in the tools file nor the environment.
+  auto plain = tools_file(dir, "plain.json", {"alpha"}, "");
+  auto worker = run_canopy_env(dir.path + "/h2", {"worker", "--join", "127.0.0.1:1", "--tools",
+                                                  plain},
+                               no_secret, 60s);
+  INFO("worker stderr: " << worker.err);
+  CHECK(worker.exit_code == 2);
+  CHECK(worker.err.find("$CANOPY_CLUSTER_SECRET") != std::string::npos);
+
+  // A bad tools file: exit 2 naming the key's path.
+  auto bad = dir.write("bad.json",
+                       json{{"tools", {{"alpha", {{"argv", {"true"}}, {"bogus", 1}}}}},
+                            {"cluster", {{"secret", "x"}}}}
+                         .dump());
+  auto bad_tools = run_canopy(dir.path + "/h3", {"worker", "--join", "127.0.0.1:1", "--tools",
+                                                 bad});
+  INFO("bad tools stderr: " << bad_tools.err);
+  CHECK(bad_tools.exit_code == 2);
+  CHECK(bad_tools.err.find("/tools/alpha/bogus") != std::string::npos);
+  auto missing = run_canopy(dir.path + "/h3", {"worker", "--join", "127.0.0.1:1", "--tools",
+                                               dir.path + "/nope.json"});
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("nope.json") != std::string::npos);
+
+  // --join is required and must be HOST:PORT; --slots is at least 1.
+  CHECK(run_canopy(dir.path + "/h3", {"worker"}).exit_code == 2);
+  CHECK(run_canopy(dir.path + "/h3", {"worker", "--join", "nowhere"}).exit_code == 2);
+  CHECK(run_canopy(dir.path + "/h3", {"worker", "--join", "127.0.0.1:1", "--slots", "0"})
+          .exit_code
+        == 2);
+  // No store was opened anywhere by the workers.
+  CHECK(!std::filesystem::exists(dir.path + "/h2"));
+  CHECK(!std::filesystem::exists(dir.path + "/h3"));
+}
+
+TEST_CASE("a frozen worker leaves GET /v1/nodes within the cluster timeout though its "
+          "connection stays open",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = cluster_port_of(sup);
+  REQUIRE(port > 0);
+  temp_dir dir;
+  worker_process w1{{"--join", join_arg(port), "--name", "w1", "--tools",
+                     tools_file(dir, "w1.json", {"alpha"}, cluster_secret)}};
+  INFO("w1 stderr: " << w1.err() << "\nsupervisor log: " << sup.log());
+  REQUIRE(w1.wait_joined(port, "w1"));
+  REQUIRE(eventually([&] { return node_named(nodes_of(sup), "w1").is_object(); }, 10s));
+
+  // SIGSTOP: the socket stays open, only the heartbeats and pings stop.
+  auto frozen_at = std::chrono::steady_clock::now();
+  REQUIRE(::kill(w1.pid(), SIGSTOP) == 0);
+  bool gone = eventually([&] { return !node_named(nodes_of(sup), "w1").is_object(); },
+                         cluster_timeout + slack);
+  auto took = std::chrono::steady_clock::now() - frozen_at;
+  ::kill(w1.pid(), SIGCONT);
+  REQUIRE(gone);
+  CHECK(took >= cluster_timeout - 500ms); // not before the timeout (heartbeat-driven)
+  CHECK(eventually([&] { return sup.log().find("lost") != std::string::npos; }, 5s));
+  // Thawed, the worker notices it was dropped and joins again.
+  CHECK(w1.wait_joined(port, "w1", 2, 30s));
+  CHECK(eventually([&] { return node_named(nodes_of(sup), "w1").is_object(); }, 10s));
+}
+
+TEST_CASE("a worker whose supervisor is frozen logs that it lost it within its timeout and "
+          "rejoins when it thaws",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = cluster_port_of(sup);
+  REQUIRE(port > 0);
+  temp_dir dir;
+  worker_process w1{{"--join", join_arg(port), "--name", "w1", "--tools",
+                     tools_file(dir, "w1.json", {"alpha"}, cluster_secret)}};
+  INFO("w1 stderr: " << w1.err() << "\nsupervisor log: " << sup.log());
+  REQUIRE(w1.wait_joined(port, "w1"));
+
+  // The worker's timeout is the default, 5 s.
+  auto frozen_at = std::chrono::steady_clock::now();
+  REQUIRE(::kill(sup.pid(), SIGSTOP) == 0);
+  bool lost = w1.wait_for([](const std::string&, const std::string& err) {
+    return err.find("event=lost") != std::string::npos;
+  }, 5s + slack);
+  auto took = std::chrono::steady_clock::now() - frozen_at;
+  ::kill(sup.pid(), SIGCONT);
+  REQUIRE(lost);
+  CHECK(took >= 4500ms);
+  CHECK(w1.running());
+  CHECK(w1.wait_joined(port, "w1", 2, 30s));
+  CHECK(eventually([&] { return node_named(nodes_of(sup), "w1").is_object(); }, 10s));
+}
+
+TEST_CASE("a worker stopped with SIGTERM kills the step it runs and exits 0",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = cluster_port_of(sup);
+  REQUIRE(port > 0);
+  temp_dir dir;
+  auto pid_file = dir.path + "/sleeper.pid";
+  worker_process w1{{"--join", join_arg(port), "--name", "w1", "--tools",
+                     sleeper_tools(dir, "w1.json", pid_file)}};
+  INFO("w1 stderr: " << w1.err() << "\nsupervisor log: " << sup.log());
+  REQUIRE(w1.wait_joined(port, "w1"));
+  REQUIRE(eventually([&] { return node_named(nodes_of(sup), "w1").is_object(); }, 10s));
+  // The tool exists on w1 only: the step runs there.
+  auto id = start_sleeper(sup);
+  REQUIRE(!id.empty());
+  auto pid = pid_in(pid_file);
+  REQUIRE(pid > 0);
+  CHECK(node_named(nodes_of(sup), "w1")["running"] == 1);
+  CHECK(w1.stop(SIGTERM) == 0);
+  CHECK(eventually([&] { return process_gone(pid); }, 2s));
+}
+
+TEST_CASE("a worker whose supervisor is killed kills the steps it runs for it",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = cluster_port_of(sup);
+  REQUIRE(port > 0);
+  temp_dir dir;
+  auto pid_file = dir.path + "/sleeper.pid";
+  worker_process w1{{"--join", join_arg(port), "--name", "w1", "--tools",
+                     sleeper_tools(dir, "w1.json", pid_file)}};
+  INFO("w1 stderr: " << w1.err() << "\nsupervisor log: " << sup.log());
+  REQUIRE(w1.wait_joined(port, "w1"));
+  REQUIRE(eventually([&] { return node_named(nodes_of(sup), "w1").is_object(); }, 10s));
+  REQUIRE(!start_sleeper(sup).empty());
+  auto pid = pid_in(pid_file);
+  REQUIRE(pid > 0);
+  sup.kill();
+  // No orphans: the worker kills the step within its timeout (5 s).
+  CHECK(eventually([&] { return process_gone(pid); }, 5s + slack));
+  CHECK(w1.wait_for([](const std::string&, const std::string& err) {
+    return err.find("event=lost") != std::string::npos;
+  }, 5s));
+  CHECK(w1.running());
+}
