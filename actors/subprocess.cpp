@@ -1,5 +1,7 @@
 #include "actors/subprocess.hpp"
 
+#include <sys/resource.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -602,6 +604,18 @@ int subprocess::term_signal() const {
   if (reaped_ && WIFSIGNALED(status_))
     return WTERMSIG(status_);
   return 0;
+}
+
+uint64_t raise_open_files_limit() {
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 0;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void) ::setrlimit(RLIMIT_NOFILE, &rl);
+    (void) ::getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  return static_cast<uint64_t>(rl.rlim_cur);
 }
 
 uint64_t process_start_time(int64_t pid) {

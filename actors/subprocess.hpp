@@ -25,6 +25,12 @@ constexpr size_t max_captured_output = 1024u * 1024u;
 /// process even after the pid is reused. Thread-safe.
 uint64_t process_start_time(int64_t pid);
 
+/// Raises this process's soft limit of open files to its hard limit: every
+/// running subprocess step holds pipes, and the usual soft limit (1024)
+/// would cap a node at about 500 steps. @returns the new soft limit.
+/// Threading: call once at start, before subprocesses are spawned.
+uint64_t raise_open_files_limit();
+
 /// What to start.
 struct subprocess_options {
   std::vector<std::string> argv;              ///< argv[0] is looked up in PATH

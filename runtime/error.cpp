@@ -18,6 +18,7 @@ const char* to_string(runtime_errc x) {
     case runtime_errc::invalid_input: return "invalid_input";
     case runtime_errc::wrong_state: return "wrong_state";
     case runtime_errc::shutting_down: return "shutting_down";
+    case runtime_errc::cluster_port: return "cluster_port";
   }
   return "unknown";
 }
@@ -39,10 +40,13 @@ int exit_code_of(const caf::error& err) {
         return 5;
     }
   }
-  if (err.category() == runtime_category
-      && static_cast<runtime_errc>(err.code()) == runtime_errc::invalid_input)
+  if (is(err, runtime_errc::invalid_input) || is(err, runtime_errc::cluster_port))
     return 2;
   return 1;
+}
+
+bool is(const caf::error& err, runtime_errc x) {
+  return err.category() == runtime_category && err.code() == static_cast<uint8_t>(x);
 }
 
 } // namespace canopy

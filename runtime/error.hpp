@@ -16,6 +16,8 @@ enum class runtime_errc : uint8_t {
   wrong_state,
   /// The runtime is shutting down.
   shutting_down,
+  /// The cluster port could not be opened (address in use, not local).
+  cluster_port,
 };
 
 constexpr caf::atom_value runtime_category = caf::atom("runtime");
@@ -23,6 +25,9 @@ constexpr caf::atom_value runtime_category = caf::atom("runtime");
 caf::error make_error(runtime_errc x, std::string message);
 
 const char* to_string(runtime_errc x);
+
+/// True when `err` is `runtime_errc` `x` (whatever its message).
+bool is(const caf::error& err, runtime_errc x);
 
 /// Maps any canopy error to the CLI exit code of SPEC §6: 2 usage or invalid
 /// input, 4 not found, 5 store unavailable, 1 otherwise.

@@ -391,6 +391,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     opts.home = default_home();
   // A step that closes its stdin must not kill us with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  raise_open_files_limit();
   auto db = store::open({opts.home});
   if (!db)
     return db.error();
@@ -484,7 +485,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     auto& c = *opts.cluster;
     auto port = rt->sys_->middleman().publish(rt->cluster_, c.port, c.host.c_str(), true);
     if (!port)
-      return make_error(persistence_errc::io_error,
+      return make_error(runtime_errc::cluster_port,
                         "cannot open the cluster port " + c.host + ":" + std::to_string(c.port)
                           + ": " + rt->sys_->render(port.error()));
     rt->cluster_port_ = *port;

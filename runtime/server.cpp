@@ -85,6 +85,7 @@ http_error from_error(const caf::error& err) {
       case runtime_errc::invalid_input: return bad_request(msg, "/inputs", "invalid_input");
       case runtime_errc::wrong_state: return {409, "wrong_state", msg, ""};
       case runtime_errc::shutting_down: return {503, "shutting_down", msg, ""};
+      case runtime_errc::cluster_port: return {503, "unavailable", msg, ""};
     }
   }
   return {503, "unavailable", msg, ""};
@@ -1233,7 +1234,7 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
     auto msg = message_of(rt.error());
     // A cluster port that cannot be opened is the node's address, not its
     // store: an unusable configuration, as an HTTP port that cannot be bound.
-    if (ro.cluster && msg.find("cluster port") != std::string::npos) {
+    if (is(rt.error(), runtime_errc::cluster_port)) {
       spdlog::error("event=cluster.listen address={} error={}", cfg.cluster->listen,
                     log_value(msg));
       return fatal(2);

@@ -1,5 +1,7 @@
 #include "runtime/worker.hpp"
 
+#include "actors/subprocess.hpp"
+
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -108,6 +110,7 @@ nlohmann::json node_document(const node_info& n) {
 }
 
 int run_worker(const worker_flags& f) {
+  raise_open_files_limit(); // each running step holds pipes
   // -- usage: everything is checked before a thread or a socket exists -------------
   std::string host;
   int port = 0;

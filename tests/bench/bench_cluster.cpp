@@ -1,0 +1,395 @@
+// bench_cluster: stop latency of 1,000 running tool steps spread over two
+// workers, beside the same stop with all 1,000 steps local (SPEC §10, §13
+// rules 9 and 22; issue 6).
+//
+// Scenario `local`: one `canopy serve` (max_parallel 1000) whose own tool
+// `holder` runs `sh -c 'echo $$ >> PIDS; exec sleep 3600'`.
+// Scenario `cluster`: `canopy serve --cluster 127.0.0.1:0` without tools
+// (max_parallel 4) and two `canopy worker --slots 500` processes that hold
+// `holder`; every step goes to a worker.
+//
+// Each run registers a graph of 1,000 independent `holder` steps, starts it,
+// waits until the PIDS file has 1,000 lines (every step's process started),
+// then times `POST /v1/executions/{id}/stop {"mode": "graceful", "wait": 60}`
+// until its answer, which must be 200 `stopped`. Then every pid in the file
+// must be gone (checked at the answer, and again up to 10 s later).
+//
+// Prints a Markdown table. Exits 1 when a stop did not answer `stopped` or a
+// process outlived it, 2 when a scenario could not be set up.
+//
+//   usage: bench_cluster [--steps N] [--scenario local|cluster|both]
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/server_process.hpp"
+
+using namespace canopy::test;
+using canopy::subprocess;
+using canopy::subprocess_options;
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string secret = "bench-cluster-secret";
+
+std::string cpu_model() {
+  std::ifstream in{"/proc/cpuinfo"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      return pos == std::string::npos ? line : line.substr(pos + 2);
+    }
+  return "unknown";
+}
+
+std::string today() {
+  auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", std::localtime(&t));
+  return buf;
+}
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+bool poll_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
+                std::chrono::milliseconds every = 10ms) {
+  auto deadline = clock_type::now() + timeout;
+  for (;;) {
+    if (pred())
+      return true;
+    if (clock_type::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(every);
+  }
+}
+
+/// `canopy worker ...` in its own process group; a reader thread drains its
+/// output. The destructor ends it (SIGTERM, then SIGKILL).
+class worker {
+public:
+  explicit worker(const std::vector<std::string>& args) {
+    subprocess_options so;
+    so.argv = {canopy_binary(), "worker"};
+    so.argv.insert(so.argv.end(), args.begin(), args.end());
+    so.cwd = dir_.path;
+    auto p = subprocess::start(so);
+    if (!p)
+      throw std::runtime_error("cannot start " + canopy_binary());
+    proc_ = std::move(*p);
+    pid_ = proc_.pid();
+    reader_ = std::thread{[this] {
+      while (!quit_) {
+        bool done;
+        {
+          std::lock_guard<std::mutex> guard{mtx_};
+          done = proc_.poll();
+          exited_ = done;
+        }
+        cv_.notify_all();
+        if (done)
+          return;
+        std::this_thread::sleep_for(2ms);
+      }
+    }};
+  }
+  ~worker() {
+    for (int sig : {SIGTERM, SIGKILL}) {
+      {
+        std::lock_guard<std::mutex> guard{mtx_};
+        if (exited_)
+          break;
+        ::kill(pid_, sig);
+      }
+      std::unique_lock<std::mutex> lock{mtx_};
+      cv_.wait_for(lock, 20s, [&] { return exited_; });
+    }
+    quit_ = true;
+    if (reader_.joinable())
+      reader_.join();
+  }
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+
+  std::string out() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return proc_.out().data;
+  }
+  std::string err() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return proc_.err().data;
+  }
+  bool running() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return !exited_;
+  }
+
+private:
+  temp_dir dir_;
+  subprocess proc_;
+  pid_t pid_ = -1;
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  bool exited_ = false;
+  std::atomic<bool> quit_{false};
+  std::thread reader_;
+};
+
+int cluster_port(const server_process& s) {
+  int port = 0;
+  poll_until(
+    [&] {
+      std::istringstream in{s.out()};
+      const std::string prefix = "cluster on ";
+      for (std::string line; std::getline(in, line);) {
+        if (in.eof())
+          break;
+        auto colon = line.rfind(':');
+        if (line.compare(0, prefix.size(), prefix) == 0 && colon != std::string::npos) {
+          port = std::stoi(line.substr(colon + 1));
+          return true;
+        }
+      }
+      return false;
+    },
+    10s);
+  return port;
+}
+
+/// The pids in `file` (one a line; an incomplete last line is skipped).
+std::vector<long> pids_in(const std::string& file) {
+  std::vector<long> out;
+  auto text = read_file(file);
+  std::istringstream in{text};
+  for (std::string line; std::getline(in, line);) {
+    if (in.eof() && (text.empty() || text.back() != '\n'))
+      break;
+    if (!line.empty())
+      out.push_back(std::stol(line));
+  }
+  return out;
+}
+
+size_t alive(const std::vector<long>& pids) {
+  return static_cast<size_t>(
+    std::count_if(pids.begin(), pids.end(), [](long p) { return !process_gone(p); }));
+}
+
+json holder_tool(const std::string& pid_file) {
+  return {{"argv", {"sh", "-c", "echo $$ >> " + pid_file + "; exec sleep 3600"}},
+          {"grace", {{"interrupt", "5s"}, {"terminate", "5s"}}}};
+}
+
+struct outcome {
+  std::string scenario;
+  int steps = 0;
+  bool ok = false;
+  std::string failure;
+  double to_running_ms = 0;
+  double stop_ms = 0;
+  std::string stop_result;
+  bool dead_at_answer = false;
+  double all_dead_ms = -1; ///< after the answer; -1: not within 10 s
+  std::string placement;
+};
+
+/// Runs one scenario: `workers` 0 (local) or 2.
+outcome run(const std::string& scenario, int steps, int workers) {
+  outcome r;
+  r.scenario = scenario;
+  r.steps = steps;
+  temp_dir dir;
+  auto pid_file = dir.path + "/pids";
+  server_process::options o;
+  if (workers == 0) {
+    o.config = {{"max_parallel", steps}, {"tools", {{"holder", holder_tool(pid_file)}}}};
+  } else {
+    o.config = {{"max_parallel", 4},
+                {"cluster", {{"secret", secret}, {"heartbeat", "1s"}, {"timeout", "5s"}}}};
+    o.args = {"--cluster", "127.0.0.1:0"};
+  }
+  std::unique_ptr<server_process> sup;
+  try {
+    sup = std::make_unique<server_process>(o);
+  } catch (const std::exception& ex) {
+    r.failure = std::string{"cannot start the server: "} + ex.what();
+    return r;
+  }
+  std::vector<std::unique_ptr<worker>> pool;
+  if (workers > 0) {
+    int port = cluster_port(*sup);
+    if (port == 0) {
+      r.failure = "no `cluster on` line: " + sup->log();
+      return r;
+    }
+    auto tools = dir.write("tools.json",
+                           json{{"tools", {{"holder", holder_tool(pid_file)}}},
+                                {"cluster", {{"secret", secret}}}}
+                             .dump());
+    int slots = (steps + workers - 1) / workers;
+    for (int i = 1; i <= workers; ++i)
+      pool.push_back(std::make_unique<worker>(std::vector<std::string>{
+        "--join", "127.0.0.1:" + std::to_string(port), "--name", "w" + std::to_string(i),
+        "--slots", std::to_string(slots), "--tools", tools}));
+    auto c = sup->client(alice_token);
+    bool joined = poll_until(
+      [&] {
+        auto a = get_json(c, "/v1/nodes");
+        return a.status == 200 && a.body["items"].size() == static_cast<size_t>(workers + 1);
+      },
+      30s, 50ms);
+    if (!joined) {
+      r.failure = "the workers did not join: " + pool.front()->err();
+      return r;
+    }
+  }
+
+  auto c = sup->client(alice_token);
+  json g = {{"name", "wide"}, {"steps", json::object()}};
+  for (int i = 0; i < steps; ++i)
+    g["steps"]["h" + std::to_string(i)] = {{"tool", "holder"}};
+  auto reg = post_json(c, "/v1/graphs", g);
+  if (reg.status != 201) {
+    r.failure = "POST /v1/graphs: " + std::to_string(reg.status) + " " + reg.text;
+    return r;
+  }
+  auto t0 = clock_type::now();
+  auto started = post_json(c, "/v1/graphs/wide/executions", {{"inputs", json::object()}});
+  if (started.status != 201) {
+    r.failure = "POST executions: " + std::to_string(started.status) + " " + started.text;
+    return r;
+  }
+  auto id = started.body.value("id", "");
+  bool all_running = poll_until([&] { return line_count(pid_file) >= static_cast<size_t>(steps); },
+                                90s, 20ms);
+  r.to_running_ms = ms_since(t0);
+  if (!all_running) {
+    r.failure = "only " + std::to_string(line_count(pid_file)) + " of " + std::to_string(steps)
+                + " steps started within 90 s";
+    // Leave nothing behind.
+    post_json(c, "/v1/executions/" + id + "/stop", {{"mode", "force"}, {"wait", 60}});
+    for (auto p : pids_in(pid_file))
+      ::kill(static_cast<pid_t>(p), SIGKILL);
+    return r;
+  }
+  // Where they run (from the execution's steps).
+  {
+    auto doc = get_json(c, "/v1/executions/" + id);
+    std::map<std::string, int> by_node;
+    for (auto& kv : doc.body["steps"].items())
+      ++by_node[kv.value().value("node", "?") + "/" + kv.value().value("status", "?")];
+    for (auto& [node, n] : by_node)
+      r.placement += (r.placement.empty() ? "" : ", ") + node + ": " + std::to_string(n);
+  }
+
+  auto pids = pids_in(pid_file);
+  auto s0 = clock_type::now();
+  auto stop = post_json(c, "/v1/executions/" + id + "/stop", {{"mode", "graceful"}, {"wait", 60}});
+  r.stop_ms = ms_since(s0);
+  r.stop_result = std::to_string(stop.status) + " " + stop.body.value("result", "?");
+  r.dead_at_answer = alive(pids) == 0;
+  auto d0 = clock_type::now();
+  if (poll_until([&] { return alive(pids) == 0; }, 10s))
+    r.all_dead_ms = ms_since(d0);
+  if (stop.status == 200 && stop.body.value("result", "") == "stopped" && r.dead_at_answer
+      && pids.size() == static_cast<size_t>(steps))
+    r.ok = true;
+  else if (stop.status != 200)
+    r.failure = "stop answered " + stop.text.substr(0, 300);
+  for (auto p : pids)
+    if (!process_gone(p))
+      ::kill(static_cast<pid_t>(p), SIGKILL);
+  pool.clear();
+  try {
+    sup->terminate(60s);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "%s\n", ex.what());
+  }
+  return r;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int steps = 1000;
+  std::string which = "both";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--steps" && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (a == "--scenario" && i + 1 < argc)
+      which = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_cluster [--steps N] [--scenario local|cluster|both]\n");
+      return 2;
+    }
+  }
+  // 1,000 subprocesses with two pipes each: lift the descriptor limit the
+  // servers and workers inherit as far as allowed.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+
+  std::vector<outcome> results;
+  if (which == "local" || which == "both")
+    results.push_back(run("local (supervisor only)", steps, 0));
+  if (which == "cluster" || which == "both")
+    results.push_back(run("cluster (2 workers)", steps, 2));
+
+  auto date = today();
+  auto machine = std::to_string(std::thread::hardware_concurrency()) + " CPUs, " + cpu_model();
+  std::printf("| date | machine | scenario | steps | time to all running (ms) | stop latency (ms) "
+              "| stop answer | every process dead | placement (node/status: steps) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  bool bad = false;
+  for (auto& r : results) {
+    std::string dead = r.dead_at_answer ? "yes"
+                       : r.all_dead_ms >= 0
+                         ? "no (all dead " + std::to_string(static_cast<long>(r.all_dead_ms))
+                             + " ms after the answer)"
+                         : "no";
+    if (!r.failure.empty() && r.stop_result.empty()) {
+      std::printf("| %s | %s | %s | %d | failed: %s | | | | |\n", date.c_str(), machine.c_str(),
+                  r.scenario.c_str(), r.steps, r.failure.c_str());
+    } else {
+      std::printf("| %s | %s | %s | %d | %.0f | %.0f | %s | %s | %s |\n", date.c_str(),
+                  machine.c_str(), r.scenario.c_str(), r.steps, r.to_running_ms, r.stop_ms,
+                  r.stop_result.c_str(), dead.c_str(), r.placement.c_str());
+    }
+    if (!r.failure.empty())
+      std::fprintf(stderr, "%s: %s\n", r.scenario.c_str(), r.failure.c_str());
+    if (!r.ok)
+      bad = true;
+  }
+  bool setup_failed = std::any_of(results.begin(), results.end(), [](const outcome& r) {
+    return r.stop_result.empty();
+  });
+  return setup_failed ? 2 : bad ? 1 : 0;
+}
