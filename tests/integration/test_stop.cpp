@@ -622,7 +622,9 @@ TEST_CASE("a second stop while the execution is stopping is answered with the sa
           "[integration][stop]") {
   temp_dir home, g;
   auto file = g.write(
-    "trap.json", json{{"steps", {{"t", trapping_step(g.path + "/gc.pid", "400ms", "400ms")}}}}.dump());
+    "trap.json", json{{"steps", {{"t", trapping_step(g.path + "/gc.pid", "4s", "400ms")}}}}.dump());
+  // The step ignores SIGINT for 4 s: the second stop below arrives while the
+  // execution is still stopping, even on a loaded machine.
   auto run = start_canopy(home.path, {"run", file});
   REQUIRE(wait_for_count(run, "| ready"));
   auto id = only_root(home.path);
