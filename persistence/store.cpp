@@ -325,17 +325,20 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
   return out;
 }
 
-caf::expected<std::vector<event_record>>
-store::tree_events(const std::string& root_id, uint64_t after, size_t limit) const {
-  std::vector<event_record> out;
+/// Reads a sequence log (`prefix` + 8-byte seq keys): the records with seq >
+/// `after`, in seq order, at most `limit` (0: all), decoded by `decode`.
+template <class T, class Decode>
+caf::expected<std::vector<T>> store::read_log(unsigned dbi, const std::string& prefix,
+                                              uint64_t after, size_t limit,
+                                              Decode decode) const {
+  std::vector<T> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
     caf::error bad;
-    auto prefix = root_id + '\0';
-    scan_prefix(txn, events_, prefix, prefix + seq_key(after + 1),
+    scan_prefix(txn, dbi, prefix, prefix + seq_key(after + 1),
                 [&](const MDB_val& k, const MDB_val& v) {
                   if (k.mv_size != prefix.size() + 8)
                     return true;
-                  auto rec = event_from_json(json::parse(as_string(v), nullptr, false));
+                  auto rec = decode(json::parse(as_string(v), nullptr, false));
                   if (!rec) {
                     bad = rec.error();
                     return false;
@@ -348,6 +351,11 @@ store::tree_events(const std::string& root_id, uint64_t after, size_t limit) con
   if (err)
     return err;
   return out;
+}
+
+caf::expected<std::vector<event_record>>
+store::tree_events(const std::string& root_id, uint64_t after, size_t limit) const {
+  return read_log<event_record>(events_, root_id + '\0', after, limit, event_from_json);
 }
 
 caf::expected<stop_record> store::stop(const std::string& id) const {
@@ -540,29 +548,10 @@ store::agents(const std::optional<std::string>& owner) const {
 caf::expected<std::vector<history_entry>> store::history(const std::string& owner,
                                                          const std::string& name,
                                                          uint64_t after, size_t limit) const {
-  std::vector<history_entry> out;
   if (after == ~uint64_t{0})
-    return out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    caf::error bad;
-    auto prefix = agent_prefix(owner, name);
-    scan_prefix(txn, history_, prefix, prefix + seq_key(after + 1),
-                [&](const MDB_val& k, const MDB_val& v) {
-                  if (k.mv_size != prefix.size() + 8)
-                    return true;
-                  auto rec = history_from_json(json::parse(as_string(v), nullptr, false));
-                  if (!rec) {
-                    bad = rec.error();
-                    return false;
-                  }
-                  out.push_back(std::move(*rec));
-                  return limit == 0 || out.size() < limit;
-                });
-    return bad;
-  });
-  if (err)
-    return err;
-  return out;
+    return std::vector<history_entry>{};
+  return read_log<history_entry>(history_, agent_prefix(owner, name), after, limit,
+                                 history_from_json);
 }
 
 caf::expected<std::vector<std::pair<std::string, std::string>>>

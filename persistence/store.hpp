@@ -204,6 +204,10 @@ private:
   template <class T, class Decode>
   caf::expected<T> get_record(unsigned dbi, const std::string& key, const std::string& missing,
                               Decode decode) const;
+  /// Reads records of a sequence log (`prefix` + 8-byte seq keys).
+  template <class T, class Decode>
+  caf::expected<std::vector<T>> read_log(unsigned dbi, const std::string& prefix, uint64_t after,
+                                         size_t limit, Decode decode) const;
   caf::error grow();
 
   std::string home_;

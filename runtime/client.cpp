@@ -450,11 +450,12 @@ caf::expected<api_answer> api_client::create_agent(const std::string& name, cons
   return a;
 }
 
-caf::expected<std::vector<json>> api_client::agents() const {
+caf::expected<std::vector<json>> api_client::all_items(const std::string& path,
+                                                      const std::string& what) const {
   std::vector<json> out;
   std::string cursor;
   for (;;) {
-    std::string target = "/v1/agents";
+    std::string target = path;
     if (!cursor.empty())
       target += "?cursor=" + url_encode(cursor);
     auto a = get(target);
@@ -462,40 +463,24 @@ caf::expected<std::vector<json>> api_client::agents() const {
       return a.error();
     auto& body = a->body;
     if (!body.is_object() || !body.contains("items") || !body["items"].is_array())
-      return unexpected("the agent listing is not {\"items\": [...], \"next\": ...}");
+      return unexpected("the " + what + " listing is not {\"items\": [...], \"next\": ...}");
     for (auto& item : body["items"])
       out.push_back(std::move(item));
     auto next = body.value("next", json());
     if (!next.is_string() || next.get<std::string>().empty())
       return out;
     if (next.get<std::string>() == cursor)
-      return unexpected("the agent listing's cursor does not advance");
+      return unexpected("the " + what + " listing's cursor does not advance");
     cursor = next.get<std::string>();
   }
 }
 
+caf::expected<std::vector<json>> api_client::agents() const {
+  return all_items("/v1/agents", "agent");
+}
+
 caf::expected<std::vector<json>> api_client::nodes() const {
-  std::vector<json> out;
-  std::string cursor;
-  for (;;) {
-    std::string target = "/v1/nodes";
-    if (!cursor.empty())
-      target += "?cursor=" + url_encode(cursor);
-    auto a = get(target);
-    if (!a)
-      return a.error();
-    auto& body = a->body;
-    if (!body.is_object() || !body.contains("items") || !body["items"].is_array())
-      return unexpected("the node listing is not {\"items\": [...], \"next\": ...}");
-    for (auto& item : body["items"])
-      out.push_back(std::move(item));
-    auto next = body.value("next", json());
-    if (!next.is_string() || next.get<std::string>().empty())
-      return out;
-    if (next.get<std::string>() == cursor)
-      return unexpected("the node listing's cursor does not advance");
-    cursor = next.get<std::string>();
-  }
+  return all_items("/v1/nodes", "node");
 }
 
 caf::expected<json> api_client::agent(const std::string& name) const {

@@ -234,6 +234,10 @@ private:
                                                       millis extra_wait) const;
   caf::expected<api_answer> finish(int status, const std::string& body) const;
   caf::error unreachable(const std::string& why) const;
+  /// Every item of the listing at `path`, following `next` cursors; `what`
+  /// names the listing in errors.
+  caf::expected<std::vector<nlohmann::json>> all_items(const std::string& path,
+                                                       const std::string& what) const;
 
   client_options opts_;
 };
