@@ -198,6 +198,7 @@ void start_user_run(agent_actor* self, waiter w) {
   r.owner_start = st.svc->owner_start;
   r.owner = st.owner;
   r.agent = st.agent;
+  r.node = ag->node;
   init.graph = parsed.value;
   h.root_id = r.id;
   h.run_id = r.id;

@@ -63,6 +63,7 @@ struct placement_request {
   caf::actor_addr holder;
   uint64_t ticket = 0;
   std::string tool;
+  std::string node; ///< the only member it may go to; empty: any
   caf::response_promise rp;
 };
 
@@ -82,12 +83,14 @@ void log(cluster_actor* self, const std::string& event, const std::string& node,
     self->state.opts.log(event, node, detail);
 }
 
-/// The member a step needing `tool` goes to now, or null when none has a
-/// free slot.
-member* pick(cluster_actor* self, const std::string& tool) {
+/// The member a step needing `tool` (and pinned to `node`, when not empty)
+/// goes to now, or null when none has a free slot.
+member* pick(cluster_actor* self, const std::string& tool, const std::string& node) {
   member* best = nullptr;
   for (auto& kv : self->state.members) {
     auto& m = kv.second;
+    if (!node.empty() && m.info.name != node)
+      continue;
     if (m.info.running >= m.info.slots)
       continue;
     if (!tool.empty()
@@ -105,7 +108,7 @@ member* pick(cluster_actor* self, const std::string& tool) {
 void dispatch(cluster_actor* self) {
   auto& st = self->state;
   for (auto i = st.waiting.begin(); i != st.waiting.end();) {
-    auto m = pick(self, i->tool);
+    auto m = pick(self, i->tool, i->node);
     if (!m) {
       ++i;
       continue;
@@ -241,14 +244,14 @@ caf::behavior cluster(cluster_actor* self, cluster_options opts) {
           out.push_back(kv.second.info);
       return out;
     },
-    [=](place_atom, const std::string& tool,
+    [=](place_atom, const std::string& tool, const std::string& node,
         uint64_t ticket) -> caf::result<std::string, caf::actor> {
       auto& st = self->state;
       auto holder = caf::actor_cast<caf::actor_addr>(self->current_sender());
       if (auto a = caf::actor_cast<caf::actor>(holder))
         self->monitor(a);
       auto rp = self->make_response_promise<std::string, caf::actor>();
-      st.waiting.push_back({holder, ticket, tool, rp});
+      st.waiting.push_back({holder, ticket, tool, node, rp});
       dispatch(self);
       return rp;
     },

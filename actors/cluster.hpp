@@ -19,11 +19,14 @@
 //       admits a worker (true) or refuses it (an error naming the reason)
 //   (alive_atom, string name)                 a member is alive
 //   (nodes_atom) -> std::vector<node_info>    the members, the supervisor first
-//   (place_atom, string tool, uint64_t ticket) -> (string node, actor node_actor)
+//   (place_atom, string tool, string pin, uint64_t ticket)
+//       -> (string node, actor node_actor)
 //       from an execution actor: a node that has `tool` (empty: any node) and
-//       a free slot, least loaded first, the supervisor on ties; answered
-//       when there is one (the step waits `queued`). `node_actor` is null for
-//       the supervisor itself.
+//       a free slot, least loaded first, the supervisor on ties; only the
+//       member named `pin` when it is not empty (an agent's home node);
+//       answered when there is one (the step waits `queued`, also while the
+//       pinned node is not a member). `node_actor` is null for the supervisor
+//       itself.
 //   (release_atom, string node, uint64_t ticket)   the placed attempt ended
 // Sends (lost_atom, string node) to every execution actor holding a slot on
 // a member when that member is lost; the slot is gone with it.

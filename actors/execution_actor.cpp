@@ -222,8 +222,9 @@ const tool_def* tool_of(const execution_state& st, const step_def& def, std::str
 bool current(execution_state& st, uint64_t idx, int attempt);
 void start_runner(exec_actor* self, size_t idx);
 
-/// Asks the cluster for a node for step `idx` (SPEC §10): on this node the
-/// step then takes the local slots as usual; on a worker it runs there.
+/// Asks the cluster for a node for step `idx` (SPEC §10), the execution's
+/// pinned node when it has one: on this node the step then takes the local
+/// slots as usual; on a worker it runs there.
 void place(exec_actor* self, size_t idx, const std::string& tool) {
   auto& st = self->state;
   auto& s = st.steps[idx];
@@ -231,7 +232,7 @@ void place(exec_actor* self, size_t idx, const std::string& tool) {
   auto ticket = s.ticket;
   auto attempt = s.attempt;
   auto cluster = st.svc->cluster;
-  self->request(cluster, caf::infinite, place_atom::value, tool, ticket)
+  self->request(cluster, caf::infinite, place_atom::value, tool, st.rec.node, ticket)
     .then(
       [=](const std::string& node, const caf::actor& node_actor) {
         auto& st = self->state;
@@ -257,6 +258,9 @@ void place(exec_actor* self, size_t idx, const std::string& tool) {
       });
 }
 
+void fail_attempt(exec_actor* self, size_t idx, const std::string& error,
+                  json result = nullptr);
+
 /// Queues step `idx` for a subprocess slot: first one of its tool's pool (when
 /// `tool` has one), then one of the node's pool; the grants arrive as
 /// (grant_atom, ticket).
@@ -265,6 +269,10 @@ void enqueue(exec_actor* self, size_t idx, const tool_def* tool,
   auto& st = self->state;
   auto& s = st.steps[idx];
   release_slots(self, idx);
+  if (!st.rec.node.empty() && !st.svc->cluster && st.rec.node != st.svc->node_name)
+    return fail_attempt(self, idx,
+                        "this step must run on node '" + st.rec.node
+                          + "' (where its agent lives), and this node runs no cluster");
   s.status = step_status::queued;
   s.reason.clear();
   s.ticket = st.next_ticket++;
@@ -308,7 +316,7 @@ millis retry_delay(const step_def& def, int attempt) {
   return std::min(d, std::max(def.retry_delay, millis{60'000}));
 }
 
-void fail_attempt(exec_actor* self, size_t idx, const std::string& error, json result = nullptr) {
+void fail_attempt(exec_actor* self, size_t idx, const std::string& error, json result) {
   auto& st = self->state;
   release_slots(self, idx);
   auto& s = st.steps[idx];
@@ -893,7 +901,7 @@ parse_options child_parse_options(const execution_state& st);
 parse_options stored_parse_options(const execution_state& st);
 
 void spawn_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph,
-                 json inputs, const std::string& agent);
+                 json inputs, const std::string& agent, const std::string& node);
 
 void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph) {
   auto& st = self->state;
@@ -931,14 +939,14 @@ void start_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
     if (std::find(child_graph->inputs.begin(), child_graph->inputs.end(), kv.key())
         == child_graph->inputs.end())
       return fail_attempt(self, idx, "child graph does not declare input '" + kv.key() + "'");
-  spawn_child(self, idx, std::move(child_graph), std::move(*with), {});
+  spawn_child(self, idx, std::move(child_graph), std::move(*with), {}, st.rec.node);
 }
 
 /// Spawns the child execution of step `idx`, linked and monitored: the
 /// existing child (`child_id`, resumed under its id) or a new one with
-/// `inputs` (a run of `agent` when not empty).
+/// `inputs` (a run of `agent` when not empty) pinned to `node` (empty: any).
 void spawn_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> child_graph,
-                 json inputs, const std::string& agent) {
+                 json inputs, const std::string& agent, const std::string& node) {
   auto& st = self->state;
   auto& def = st.g->steps[idx];
   auto& s = st.steps[idx];
@@ -966,6 +974,7 @@ void spawn_child(exec_actor* self, size_t idx, std::shared_ptr<const graph> chil
     r.owner_start = st.svc->owner_start;
     r.owner = st.rec.owner;
     r.agent = agent;
+    r.node = node;
     st.batch.append(make_queued_batch(r, *child_graph));
     if (!agent.empty())
       st.batch.events.push_back(make_agent_event(
@@ -1042,7 +1051,7 @@ void on_turn(exec_actor* self, size_t idx, int attempt, const caf::actor& agent,
       give_back();
       fail_attempt(self, idx, message_of(inputs.error()));
     } else {
-      spawn_child(self, idx, parsed.value, std::move(*inputs), def.target);
+      spawn_child(self, idx, parsed.value, std::move(*inputs), def.target, ag->node);
       if (verdict == "granted")
         self->send(agent, run_atom::value, turn, st.steps[idx].worker, st.steps[idx].child_id);
     }
@@ -1063,7 +1072,7 @@ void start_agent(exec_actor* self, size_t idx) {
       auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files,
                                        stored_parse_options(st));
       if (parsed)
-        return spawn_child(self, idx, parsed.value, json::object(), def.target);
+        return spawn_child(self, idx, parsed.value, json::object(), def.target, {});
     }
     s.child_id.clear();
   }

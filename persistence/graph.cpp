@@ -1198,4 +1198,16 @@ std::string check_agent_name(const std::string& name) {
   return {};
 }
 
+std::string check_node_name(const std::string& name) {
+  if (name.empty())
+    return "a node name must not be empty";
+  if (name.size() > 255)
+    return "a node name has at most 255 characters";
+  for (unsigned char c : name)
+    if (!std::isalnum(c) && c != '_' && c != '.' && c != '-')
+      return "a node name may hold only letters, digits, '_', '.' and '-' (not '"
+             + std::string(1, static_cast<char>(c)) + "')";
+  return {};
+}
+
 } // namespace canopy

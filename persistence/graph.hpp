@@ -190,6 +190,11 @@ std::vector<graph_error> check_agent_graph(const graph& g);
 /// @returns what is wrong, or an empty string.
 std::string check_agent_name(const std::string& name);
 
+/// Checks a cluster node name (a worker's `--name`, an agent's node): 1 to
+/// 255 characters of `A-Z a-z 0-9 _ . -`, as host names are.
+/// @returns what is wrong, or an empty string.
+std::string check_node_name(const std::string& name);
+
 /// Parses `text` as JSON with the nesting limit; throws nothing.
 /// @returns the document or an error message with the byte offset.
 caf::expected<json> parse_json_text(const std::string& text);

@@ -101,6 +101,7 @@ json to_json(const execution_record& x) {
   put_str(j, "owner", x.owner);
   put_int(j, "gver", x.graph_version);
   put_str(j, "agent", x.agent);
+  put_str(j, "node", x.node);
   return j;
 }
 
@@ -128,6 +129,7 @@ caf::expected<execution_record> execution_from_json(const json& j) {
     get_to(j, "owner", x.owner);
     get_to(j, "gver", x.graph_version);
     get_to(j, "agent", x.agent);
+    get_to(j, "node", x.node);
     return x;
   });
 }
@@ -320,6 +322,7 @@ std::string encode(const execution_record& x) {
   w.str_if("owner", x.owner);
   w.num_if("gver", x.graph_version);
   w.str_if("agent", x.agent);
+  w.str_if("node", x.node);
   return w.finish();
 }
 
@@ -489,6 +492,7 @@ std::string encode(const agent_record& x) {
   w.key("graph");
   w.out += encode(x.graph);
   w.str("on_busy", to_string(x.on_busy));
+  w.str_if("node", x.node);
   w.num("created", x.created_at);
   w.num("updated", x.updated_at);
   return w.finish();
@@ -505,6 +509,7 @@ caf::expected<agent_record> agent_from_json(const json& j) {
     x.graph = std::move(*graph);
     if (!from_string(j.at("on_busy").get<std::string>(), x.on_busy))
       throw std::runtime_error("unknown on_busy policy");
+    get_to(j, "node", x.node);
     x.created_at = j.at("created").get<int64_t>();
     x.updated_at = j.at("updated").get<int64_t>();
     return x;
@@ -558,6 +563,7 @@ json agent_document(const agent_record& x) {
   return {{"name", x.name},
           {"graph", std::move(graph)},
           {"on_busy", to_string(x.on_busy)},
+          {"node", x.node.empty() ? json(nullptr) : json(x.node)},
           {"created_at", to_rfc3339(x.created_at)},
           {"updated_at", to_rfc3339(x.updated_at)}};
 }

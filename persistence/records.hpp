@@ -67,6 +67,9 @@ struct execution_record {
   int graph_version = 0;
   /// The agent whose run this is (SPEC §9); empty for other executions.
   std::string agent;
+  /// The cluster node its subprocess steps must run on (its agent's node,
+  /// inherited by `graph` children); empty: any node.
+  std::string node;
 };
 
 /// One step of one execution.
@@ -153,6 +156,9 @@ struct agent_record {
   std::string name;
   stored_graph graph;   ///< the graph of its runs, with the files it included
   busy_policy on_busy = busy_policy::cancel_previous;
+  /// The cluster node it lives on: its runs' subprocess steps run there
+  /// (SPEC §9, §10); empty: any node.
+  std::string node;
   int64_t created_at = 0;
   int64_t updated_at = 0;
 };

@@ -742,6 +742,7 @@ struct agent_options {
   std::string name;
   std::string graph_file;                 ///< create
   std::string on_busy;                    ///< create; empty: not given
+  std::string node;                       ///< create; empty: any node
   std::string text;                       ///< send
   std::optional<double> wait_s;           ///< cancel; nullopt: not given
   bool json = false;
@@ -776,6 +777,9 @@ int check_agent_args(const agent_options& o, std::optional<busy_policy>& policy)
                          + "': expected cancel_previous, queue or reject");
     policy = p;
   }
+  if (!o.node.empty())
+    if (auto why = check_node_name(o.node); !why.empty())
+      return usage_error("--node '" + o.node + "': " + why);
   return 0;
 }
 
@@ -866,7 +870,7 @@ int cmd_agent_create(const global_options& g, const agent_options& o) {
   // Graph and policy are both replaced: without --on-busy, the default (as
   // a server does when the body has no `on_busy`).
   auto res = (*rt)->create_agent(local_owner, o.name, *gr,
-                                 policy.value_or(busy_policy::cancel_previous));
+                                 policy.value_or(busy_policy::cancel_previous), o.node);
   if (!res)
     return fail(res.error());
   if (o.json)
@@ -998,7 +1002,7 @@ int remote_agent_create(const remote_options& r, const agent_options& o) {
   auto api = open_client(r);
   if (!api)
     return fail(api.error());
-  auto res = api->create_agent(o.name, gr->document, o.on_busy);
+  auto res = api->create_agent(o.name, gr->document, o.on_busy, o.node);
   if (!res)
     return fail(res.error());
   if (o.json)
@@ -1242,8 +1246,14 @@ int cli_main(int argc, char** argv) {
     ->required();
   auto slots_opt = worker->add_option("--slots", wf.slots, "subprocess steps at once (default 4)")
                      ->check(CLI::Range(1, 4096));
-  worker->add_option("--tools", wf.tools_file, "tools file (JSON: tools, cluster.secret)");
+  worker->add_option("--tools", wf.tools_file, "tools file (JSON: tools; cluster: secret, heartbeat, timeout)");
   worker->add_option("--name", wf.name, "node name (default: the host name)");
+  worker->add_option("--heartbeat", wf.heartbeat,
+                     "ping interval, e.g. 500ms (default: the tools file's cluster.heartbeat, "
+                     "else 1s)");
+  worker->add_option("--timeout", wf.timeout,
+                     "the supervisor is lost after this much silence (default: the tools "
+                     "file's cluster.timeout, else 5s)");
 
   agent_options ao;
   auto agent = app.add_subcommand("agent", "named agents: create, send, cancel, history, ls");
@@ -1253,6 +1263,9 @@ int cli_main(int argc, char** argv) {
   agent_create->add_option("--graph", ao.graph_file, "the agent's graph file")->required();
   agent_create->add_option("--on-busy", ao.on_busy,
                            "cancel_previous (default), queue or reject");
+  agent_create->add_option("--node", ao.node,
+                           "the cluster node it lives on: its steps run there "
+                           "(default: any node)");
   agent_create->add_flag("--json", ao.json, "print the agent document");
   add_remote(agent_create);
   auto agent_send = agent->add_subcommand("send", "send a message and print the reply");

@@ -438,10 +438,13 @@ caf::expected<std::vector<json>> api_client::events(const std::string& id) const
 // -- agents ------------------------------------------------------------------------------
 
 caf::expected<api_answer> api_client::create_agent(const std::string& name, const json& graph,
-                                                   const std::string& on_busy) const {
+                                                   const std::string& on_busy,
+                                                   const std::string& node) const {
   json body = {{"name", name}, {"graph", graph}};
   if (!on_busy.empty())
     body["on_busy"] = on_busy;
+  if (!node.empty())
+    body["node"] = node;
   auto a = post("/v1/agents", body);
   if (!a)
     return a.error();

@@ -192,11 +192,12 @@ public:
 
   // -- agents (SPEC §9, §13 rule 21) -------------------------------------------
 
-  /// `POST /v1/agents` with `{name, graph, on_busy}` (`on_busy` left out
-  /// when empty). @returns the answer: 201 created, 200 updated; the body is
-  /// the agent document.
+  /// `POST /v1/agents` with `{name, graph, on_busy, node}` (`on_busy` and
+  /// `node` left out when empty). @returns the answer: 201 created, 200
+  /// updated; the body is the agent document.
   caf::expected<api_answer> create_agent(const std::string& name, const nlohmann::json& graph,
-                                         const std::string& on_busy) const;
+                                         const std::string& on_busy,
+                                         const std::string& node = {}) const;
 
   /// `GET /v1/agents`, following `next` cursors. @returns the agent documents.
   caf::expected<std::vector<nlohmann::json>> agents() const;

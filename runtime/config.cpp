@@ -184,8 +184,10 @@ private:
     }
   }
 
+  /// A config's `cluster` section; a tools file's (`in_tools_file`) has no
+  /// `listen`: a worker listens on nothing.
   std::optional<cluster_config> cluster(const json& v, const std::string& path,
-                                        bool secret_only) {
+                                        bool in_tools_file) {
     if (!v.is_object()) {
       fail(path, "expected an object such as {\"secret\": \"...\"}, " + got(v));
       return std::nullopt;
@@ -198,8 +200,9 @@ private:
       if (key == "secret") {
         if (auto s = non_empty_string(val, kpath, "a secret"))
           c.secret = *s;
-      } else if (secret_only) {
-        fail(kpath, "unknown key '" + key + "' (a tools file's cluster holds only: secret)");
+      } else if (in_tools_file && key == "listen") {
+        fail(kpath, "unknown key 'listen' (a tools file's cluster holds only: secret, "
+                    "heartbeat, timeout)");
       } else if (key == "listen") {
         if (auto s = host_port(val, kpath))
           c.listen = *s;

@@ -48,7 +48,8 @@ json execution_summary(const execution_record& rec) {
           {"started_at", time_or_null(rec.started_at)},
           {"ended_at", time_or_null(rec.ended_at)},
           {"graph_version", rec.graph_version > 0 ? json(rec.graph_version) : json(nullptr)},
-          {"agent", str_or_null(rec.agent)}};
+          {"agent", str_or_null(rec.agent)},
+          {"node", str_or_null(rec.node)}};
 }
 
 caf::expected<json> load_document(const store& db, const std::string& id,

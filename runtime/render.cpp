@@ -263,13 +263,15 @@ std::string render_agents(const nlohmann::json& docs) {
   };
   std::string out;
   char buf[512];
-  std::snprintf(buf, sizeof(buf), "%-24s  %-16s  %s\n", "NAME", "ON_BUSY", "GRAPH");
+  std::snprintf(buf, sizeof(buf), "%-24s  %-16s  %-16s  %s\n", "NAME", "ON_BUSY", "NODE",
+                "GRAPH");
   out += buf;
   if (!docs.is_array())
     return out;
   for (auto& d : docs) {
-    std::snprintf(buf, sizeof(buf), "%-24s  %-16s  %s\n", text(d, "name").c_str(),
-                  text(d, "on_busy").c_str(), shorten(text(d, "graph"), 40).c_str());
+    std::snprintf(buf, sizeof(buf), "%-24s  %-16s  %-16s  %s\n", text(d, "name").c_str(),
+                  text(d, "on_busy").c_str(), text(d, "node").c_str(),
+                  shorten(text(d, "graph"), 40).c_str());
     out += buf;
   }
   return out;

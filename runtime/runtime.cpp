@@ -572,7 +572,8 @@ caf::expected<caf::actor> runtime::agent_actor(const std::string& owner,
 caf::expected<std::pair<agent_record, bool>> runtime::create_agent(const std::string& owner,
                                                                    const std::string& name,
                                                                    const graph& g,
-                                                                   busy_policy on_busy) {
+                                                                   busy_policy on_busy,
+                                                                   const std::string& node) {
   // Creations of this process are serialised, so `created` is exact.
   std::lock_guard<std::mutex> guard{register_mtx_};
   agent_record x;
@@ -580,6 +581,7 @@ caf::expected<std::pair<agent_record, bool>> runtime::create_agent(const std::st
   x.name = name;
   x.graph = to_stored(g);
   x.on_busy = on_busy;
+  x.node = node;
   x.created_at = x.updated_at = now_ms();
   auto old = db_->agent(owner, name);
   bool created = !old;

@@ -224,16 +224,19 @@ public:
 
   // -- agents (SPEC §9) --------------------------------------------------------
 
-  /// Creates agent `name` of `owner` running `g` with policy `on_busy`, or
-  /// replaces the graph and policy of the existing agent (its history is
-  /// kept). Committed before this returns. Validate `g` with
-  /// `check_agent_graph` and `name` with `check_agent_name` first.
+  /// Creates agent `name` of `owner` running `g` with policy `on_busy`, living
+  /// on cluster node `node` (empty: its runs' subprocess steps go to any
+  /// node), or replaces the graph, policy and node of the existing agent (its
+  /// history is kept). Committed before this returns. Validate `g` with
+  /// `check_agent_graph`, `name` with `check_agent_name` and `node` with
+  /// `check_node_name` first.
   /// @returns the stored record and true when the agent is new, or a store
   ///          error. Threading: any thread.
   caf::expected<std::pair<agent_record, bool>> create_agent(const std::string& owner,
                                                             const std::string& name,
                                                             const graph& g,
-                                                            busy_policy on_busy);
+                                                            busy_policy on_busy,
+                                                            const std::string& node = {});
 
   /// Sends `message` to agent `name` of `owner` and blocks until the run it
   /// started ended, following the agent's `on_busy` policy.

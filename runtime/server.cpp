@@ -963,7 +963,7 @@ private:
 
   void post_agent(call& c) {
     http_error err;
-    auto body = body_object(c.req, {"name", "graph", "on_busy"}, err);
+    auto body = body_object(c.req, {"name", "graph", "on_busy", "node"}, err);
     if (!body)
       return reply(c.res, err);
     auto name = body->find("name");
@@ -978,6 +978,14 @@ private:
         return reply(c.res, bad_request("on_busy must be \"cancel_previous\", \"queue\" or "
                                         "\"reject\"",
                                         "/on_busy"));
+    std::string node;
+    if (auto n = body->find("node"); n != body->end() && !n->is_null()) {
+      if (!n->is_string())
+        return reply(c.res, bad_request("node must be a node name (a string)", "/node"));
+      node = n->get<std::string>();
+      if (auto why = check_node_name(node); !why.empty())
+        return reply(c.res, bad_request(why, "/node"));
+    }
     auto field = body->find("graph");
     if (field == body->end())
       return reply(c.res, bad_request("an agent needs a \"graph\": a graph document or the id "
@@ -986,12 +994,12 @@ private:
     auto g = agent_graph(c, *field);
     if (!g)
       return;
-    auto stored = rt_.create_agent(c.user, agent, *g, policy);
+    auto stored = rt_.create_agent(c.user, agent, *g, policy, node);
     if (!stored)
       return reply(c.res, from_error(stored.error()));
-    spdlog::info("event=agent.{} user={} agent={} on_busy={}",
+    spdlog::info("event=agent.{} user={} agent={} on_busy={} node={}",
                  stored->second ? "created" : "replaced", c.user, stored->first.name,
-                 to_string(policy));
+                 to_string(policy), node.empty() ? "-" : node);
     reply(c.res, stored->second ? 201 : 200, agent_document(stored->first));
   }
 

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <caf/actor_system.hpp>
 #include <caf/after.hpp>
@@ -27,6 +28,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "persistence/graph.hpp"
 #include "runtime/config.hpp"
 
 namespace canopy {
@@ -136,6 +138,28 @@ int run_worker(const worker_flags& f) {
     return usage_error("the cluster needs a secret: put \"cluster\": {\"secret\": \"...\"} in "
                        "the file of --tools FILE, or set $CANOPY_CLUSTER_SECRET");
   auto name = f.name.empty() ? host_name() : f.name;
+  if (auto why = check_node_name(name); !why.empty())
+    return usage_error((f.name.empty() ? "the host name '" + name + "' is no node name, pass "
+                                         "--name NAME: "
+                                       : "--name '" + name + "': ")
+                       + why);
+  // Timing: the flags, else the tools file's cluster section, else 1 s / 5 s.
+  millis heartbeat = tools.cluster ? tools.cluster->heartbeat : millis{1000};
+  millis timeout = tools.cluster ? tools.cluster->timeout : millis{5000};
+  for (auto [flag, text, out] : {std::make_tuple("--heartbeat", &f.heartbeat, &heartbeat),
+                                 std::make_tuple("--timeout", &f.timeout, &timeout)}) {
+    if (text->empty())
+      continue;
+    auto d = parse_duration(*text);
+    if (!d || d->count() <= 0)
+      return usage_error(std::string{flag} + " '" + *text
+                         + "': expected a positive duration such as 500ms, 1s or 2m");
+    *out = *d;
+  }
+  if (heartbeat >= timeout)
+    return usage_error("the heartbeat (" + to_duration_string(heartbeat)
+                       + ") must be shorter than the timeout (" + to_duration_string(timeout)
+                       + ")");
   auto supervisor = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":"
                     + std::to_string(port);
 
@@ -169,7 +193,7 @@ int run_worker(const worker_flags& f) {
     cfg.set("work-stealing.relaxed-sleep-duration",
             caf::timespan{std::chrono::milliseconds{1}});
     add_cluster_types(cfg);
-    configure_middleman(cfg, f.heartbeat, f.timeout);
+    configure_middleman(cfg, heartbeat, timeout);
     caf::actor_system sys{cfg};
     worker_options wo;
     wo.host = host;
@@ -180,8 +204,8 @@ int run_worker(const worker_flags& f) {
     for (auto& kv : tools.tools)
       wo.self.tools.push_back(kv.first);
     wo.tools = tools.tools; // the argv templates and limits of `tool` steps placed here
-    wo.heartbeat = f.heartbeat;
-    wo.timeout = f.timeout;
+    wo.heartbeat = heartbeat;
+    wo.timeout = timeout;
     wo.log = [&, name, supervisor](const std::string& event, const std::string& detail) {
       if (event == "joined") {
         spdlog::info("event=joined supervisor={} name={}", log_value(supervisor),

@@ -22,8 +22,12 @@ struct worker_flags {
   size_t slots = 4;       ///< subprocess steps run at once (`--slots`, `--max-parallel`)
   std::string tools_file; ///< empty: no tools (and no secret from a file)
   std::string name;       ///< empty: the host name
-  millis heartbeat{1000}; ///< pings and CAF's middleman heartbeat
-  millis timeout{5000};   ///< the supervisor is lost after this much silence
+  /// Pings and CAF's middleman heartbeat (`--heartbeat`, else the tools
+  /// file's `cluster.heartbeat`, else 1 s).
+  std::string heartbeat;
+  /// The supervisor is lost after this much silence (`--timeout`, else the
+  /// tools file's `cluster.timeout`, else 5 s).
+  std::string timeout;
 };
 
 /// Runs a worker until SIGTERM or SIGINT (exit 0; the steps it runs are

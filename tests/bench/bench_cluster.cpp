@@ -25,9 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,9 +34,7 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,8 +42,6 @@
 #include "tests/integration/server_process.hpp"
 
 using namespace canopy::test;
-using canopy::subprocess;
-using canopy::subprocess_options;
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -87,98 +81,6 @@ bool poll_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
       return false;
     std::this_thread::sleep_for(every);
   }
-}
-
-/// `canopy worker ...` in its own process group; a reader thread drains its
-/// output. The destructor ends it (SIGTERM, then SIGKILL).
-class worker {
-public:
-  explicit worker(const std::vector<std::string>& args) {
-    subprocess_options so;
-    so.argv = {canopy_binary(), "worker"};
-    so.argv.insert(so.argv.end(), args.begin(), args.end());
-    so.cwd = dir_.path;
-    auto p = subprocess::start(so);
-    if (!p)
-      throw std::runtime_error("cannot start " + canopy_binary());
-    proc_ = std::move(*p);
-    pid_ = proc_.pid();
-    reader_ = std::thread{[this] {
-      while (!quit_) {
-        bool done;
-        {
-          std::lock_guard<std::mutex> guard{mtx_};
-          done = proc_.poll();
-          exited_ = done;
-        }
-        cv_.notify_all();
-        if (done)
-          return;
-        std::this_thread::sleep_for(2ms);
-      }
-    }};
-  }
-  ~worker() {
-    for (int sig : {SIGTERM, SIGKILL}) {
-      {
-        std::lock_guard<std::mutex> guard{mtx_};
-        if (exited_)
-          break;
-        ::kill(pid_, sig);
-      }
-      std::unique_lock<std::mutex> lock{mtx_};
-      cv_.wait_for(lock, 20s, [&] { return exited_; });
-    }
-    quit_ = true;
-    if (reader_.joinable())
-      reader_.join();
-  }
-  worker(const worker&) = delete;
-  worker& operator=(const worker&) = delete;
-
-  std::string out() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return proc_.out().data;
-  }
-  std::string err() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return proc_.err().data;
-  }
-  bool running() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return !exited_;
-  }
-
-private:
-  temp_dir dir_;
-  subprocess proc_;
-  pid_t pid_ = -1;
-  mutable std::mutex mtx_;
-  std::condition_variable cv_;
-  bool exited_ = false;
-  std::atomic<bool> quit_{false};
-  std::thread reader_;
-};
-
-int cluster_port(const server_process& s) {
-  int port = 0;
-  poll_until(
-    [&] {
-      std::istringstream in{s.out()};
-      const std::string prefix = "cluster on ";
-      for (std::string line; std::getline(in, line);) {
-        if (in.eof())
-          break;
-        auto colon = line.rfind(':');
-        if (line.compare(0, prefix.size(), prefix) == 0 && colon != std::string::npos) {
-          port = std::stoi(line.substr(colon + 1));
-          return true;
-        }
-      }
-      return false;
-    },
-    10s);
-  return port;
 }
 
 /// The pids in `file` (one a line; an incomplete last line is skipped).
@@ -240,9 +142,9 @@ outcome run(const std::string& scenario, int steps, int workers) {
     r.failure = std::string{"cannot start the server: "} + ex.what();
     return r;
   }
-  std::vector<std::unique_ptr<worker>> pool;
+  std::vector<std::unique_ptr<worker_process>> pool;
   if (workers > 0) {
-    int port = cluster_port(*sup);
+    int port = sup->cluster_port();
     if (port == 0) {
       r.failure = "no `cluster on` line: " + sup->log();
       return r;
@@ -252,10 +154,13 @@ outcome run(const std::string& scenario, int steps, int workers) {
                                 {"cluster", {{"secret", secret}}}}
                              .dump());
     int slots = (steps + workers - 1) / workers;
-    for (int i = 1; i <= workers; ++i)
-      pool.push_back(std::make_unique<worker>(std::vector<std::string>{
-        "--join", "127.0.0.1:" + std::to_string(port), "--name", "w" + std::to_string(i),
-        "--slots", std::to_string(slots), "--tools", tools}));
+    for (int i = 1; i <= workers; ++i) {
+      worker_process::options wo;
+      wo.args = {"--join", "127.0.0.1:" + std::to_string(port), "--name", "w" + std::to_string(i),
+                 "--slots", std::to_string(slots), "--tools", tools};
+      wo.stop_timeout = 20s; // a worker may hold many steps
+      pool.push_back(std::make_unique<worker_process>(wo));
+    }
     auto c = sup->client(alice_token);
     bool joined = poll_until(
       [&] {

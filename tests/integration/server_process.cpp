@@ -18,9 +18,33 @@ constexpr auto drain_interval = std::chrono::milliseconds{2};
 /// How often wait_until re-reads an execution.
 constexpr auto poll_interval = std::chrono::milliseconds{10};
 
+/// How long kill_group() waits for the worker to be reaped.
+constexpr auto kill_timeout = std::chrono::seconds{30};
+
 json parse_or_null(const std::string& text) {
   auto doc = json::parse(text, nullptr, false);
   return doc.is_discarded() ? json(nullptr) : doc;
+}
+
+/// The port of `line` when it is `PREFIX...:PORT`; 0 otherwise.
+int port_of_line(const std::string& line, const std::string& prefix) {
+  auto colon = line.rfind(':');
+  if (line.compare(0, prefix.size(), prefix) != 0 || colon == std::string::npos)
+    return 0;
+  try {
+    return std::stoi(line.substr(colon + 1));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+/// Number of occurrences of `needle` in `text`.
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto pos = text.find(needle); pos != std::string::npos;
+       pos = text.find(needle, pos + needle.size()))
+    ++n;
+  return n;
 }
 
 } // namespace
@@ -75,15 +99,7 @@ void server_process::launch(const std::string& config_file,
     if (nl != std::string::npos)
       line = out.substr(0, nl);
   }
-  const std::string prefix = "listening on ";
-  auto colon = line.rfind(':');
-  if (line.compare(0, prefix.size(), prefix) == 0 && colon != std::string::npos) {
-    try {
-      port_ = std::stoi(line.substr(colon + 1));
-    } catch (const std::exception&) {
-      port_ = 0;
-    }
-  }
+  port_ = port_of_line(line, "listening on ");
   if (port_ <= 0) {
     ::kill(pid_, SIGKILL);
     wait_exited(std::chrono::seconds{10});
@@ -134,6 +150,21 @@ bool server_process::wait_exited(std::chrono::steady_clock::duration timeout) {
   return cv_.wait_for(lock, timeout, [&] { return exited_; });
 }
 
+int server_process::cluster_port(std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    // Complete lines only: the last one may still be being written.
+    auto text = out();
+    for (size_t start = 0, nl; (nl = text.find('\n', start)) != std::string::npos;
+         start = nl + 1)
+      if (auto port = port_of_line(text.substr(start, nl - start), "cluster on "); port > 0)
+        return port;
+    if (std::chrono::steady_clock::now() > deadline)
+      return 0;
+    std::this_thread::sleep_for(poll_interval);
+  }
+}
+
 httplib::Client server_process::client(const std::string& token) const {
   httplib::Client c{"127.0.0.1", port_};
   c.set_connection_timeout(5, 0);
@@ -179,6 +210,131 @@ std::string server_process::out() const {
 std::string server_process::log() const {
   std::lock_guard<std::mutex> guard{mtx_};
   return proc_.err().data;
+}
+
+// -- worker_process -------------------------------------------------------------------
+
+worker_process::worker_process(std::vector<std::string> args,
+                               std::map<std::string, std::string> env)
+  : worker_process(options{std::move(args), {}, std::move(env)}) {
+}
+
+worker_process::worker_process(options opts) : stop_timeout_(opts.stop_timeout) {
+  subprocess_options so;
+  so.argv = opts.prefix;
+  so.argv.push_back(canopy_binary());
+  so.argv.push_back("worker");
+  so.argv.insert(so.argv.end(), opts.args.begin(), opts.args.end());
+  so.env = std::move(opts.env);
+  so.cwd = cwd_.path;
+  auto p = subprocess::start(so);
+  if (!p)
+    throw std::runtime_error("cannot start " + so.argv.front());
+  proc_ = std::move(*p);
+  pid_ = proc_.pid();
+  reader_ = std::thread{[this] { read_loop(); }};
+}
+
+worker_process::~worker_process() {
+  for (int sig : {SIGTERM, SIGKILL}) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (exited_)
+        break;
+      ::kill(pid_, sig);
+    }
+    wait_exit(stop_timeout_);
+  }
+  quit_ = true;
+  if (reader_.joinable())
+    reader_.join();
+  // proc_'s destructor reaps a leader that is somehow still there.
+}
+
+void worker_process::read_loop() {
+  while (!quit_) {
+    bool done;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      done = proc_.poll();
+      if (done)
+        exited_ = true;
+    }
+    cv_.notify_all();
+    if (done)
+      return;
+    std::this_thread::sleep_for(drain_interval);
+  }
+}
+
+std::string worker_process::out() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return proc_.out().data;
+}
+
+std::string worker_process::err() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return proc_.err().data;
+}
+
+bool worker_process::running() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return !exited_;
+}
+
+int worker_process::exit_code() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return exited_ ? proc_.exit_code() : -1;
+}
+
+bool worker_process::wait_for(
+  const std::function<bool(const std::string&, const std::string&)>& pred,
+  std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock{mtx_};
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred(proc_.out().data, proc_.err().data))
+      return true;
+    if (exited_ || std::chrono::steady_clock::now() > deadline)
+      return false;
+    cv_.wait_for(lock, poll_interval);
+  }
+}
+
+bool worker_process::wait_joined(const std::string& supervisor, const std::string& name,
+                                  size_t n, std::chrono::milliseconds timeout) {
+  auto line = "joined " + supervisor + " as " + name + "\n";
+  return wait_for(
+    [&](const std::string& out, const std::string&) { return count_of(out, line) >= n; },
+    timeout);
+}
+
+bool worker_process::wait_joined(int port, const std::string& name, size_t n,
+                                  std::chrono::milliseconds timeout) {
+  return wait_joined("127.0.0.1:" + std::to_string(port), name, n, timeout);
+}
+
+bool worker_process::wait_exit(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock{mtx_};
+  return cv_.wait_for(lock, timeout, [&] { return exited_; });
+}
+
+int worker_process::stop(int sig, std::chrono::seconds timeout) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (!exited_)
+      ::kill(pid_, sig);
+  }
+  if (!wait_exit(timeout))
+    throw std::runtime_error("canopy worker did not exit within "
+                             + std::to_string(timeout.count()) + " s of signal "
+                             + std::to_string(sig) + "; stderr:\n" + err());
+  return exit_code();
+}
+
+bool worker_process::kill_group() {
+  ::kill(-pid_, SIGKILL);
+  return wait_exit(kill_timeout);
 }
 
 // -- HTTP helpers ----------------------------------------------------------------------

@@ -1,11 +1,11 @@
 #pragma once
 
-// A real `canopy serve` subprocess for tests and benchmarks, and small HTTP
-// helpers around httplib::Client: JSON requests, polling an execution's
-// status, and a Server-Sent Events reader.
+// Real `canopy serve` and `canopy worker` subprocesses for tests and
+// benchmarks, and small HTTP helpers around httplib::Client: JSON requests,
+// polling an execution's status, and a Server-Sent Events reader.
 //
-// Nothing here uses Catch: failures to start or stop a server throw
-// std::runtime_error (with the server's stderr), which a Catch test reports
+// Nothing here uses Catch: failures to start or stop a process throw
+// std::runtime_error (with the process's stderr), which a Catch test reports
 // as a failure and a benchmark as a fatal error.
 
 #include <sys/types.h>
@@ -86,6 +86,11 @@ public:
   /// The config the server was started with.
   const json& config() const { return config_; }
 
+  /// The port of the `cluster on HOST:PORT` line that `serve --cluster`
+  /// prints after its listening line; 0 when it did not come within
+  /// `timeout`.
+  int cluster_port(std::chrono::milliseconds timeout = std::chrono::seconds{10}) const;
+
   /// A client for this server; with a non-empty `token` every request
   /// carries `Authorization: Bearer TOKEN`. Read timeout: 60 s.
   httplib::Client client(const std::string& token = {}) const;
@@ -130,6 +135,94 @@ private:
   bool exited_ = false;
   std::string out_;
   std::string err_;
+  std::atomic<bool> quit_{false};
+  std::thread reader_;
+};
+
+// -- worker_process -------------------------------------------------------------------
+
+/// One `[PREFIX...] canopy worker ARGS...` process in its own process group,
+/// run in a fresh folder of its own. Unlike server_process, the constructor
+/// returns at once (a worker may start before its supervisor, or be meant to
+/// fail): wait_joined() waits for its `joined HOST:PORT as NAME` line. A
+/// reader thread drains the worker's stdout and stderr the whole time. The
+/// destructor stops a worker still running (SIGTERM, then SIGKILL, each
+/// followed by a wait of up to `options::stop_timeout`) and reaps it. Not
+/// copyable, not movable; its members may be called from any thread.
+class worker_process {
+public:
+  struct options {
+    /// Arguments after `worker`, e.g. `--join HOST:PORT --name NAME`.
+    std::vector<std::string> args;
+    /// Words before the canopy binary, e.g. `ip netns exec NS` to run the
+    /// worker in a network namespace (the prefix must exec the binary, so
+    /// that pid() stays the worker's).
+    std::vector<std::string> prefix;
+    /// Environment variables merged over this process's for the worker.
+    std::map<std::string, std::string> env;
+    /// The destructor's wait after SIGTERM, and again after SIGKILL.
+    std::chrono::seconds stop_timeout{10};
+  };
+
+  explicit worker_process(options opts);
+  /// `canopy worker ARGS...` with `env` merged over this process's
+  /// environment.
+  explicit worker_process(std::vector<std::string> args,
+                          std::map<std::string, std::string> env = {});
+  ~worker_process();
+  worker_process(const worker_process&) = delete;
+  worker_process& operator=(const worker_process&) = delete;
+
+  /// The worker's pid (also its process group id).
+  pid_t pid() const { return pid_; }
+  /// The folder it runs in.
+  const std::string& cwd() const { return cwd_.path; }
+
+  /// Everything the worker wrote to stdout / stderr so far (stderr: the
+  /// last MiB).
+  std::string out() const;
+  std::string err() const;
+
+  /// True until the process exited.
+  bool running() const;
+  /// The exit code (128 + signal when it died of a signal); -1 while it runs.
+  int exit_code() const;
+
+  /// Waits until `pred(stdout, stderr)` holds. @returns false on timeout or
+  /// when the process exited without it holding.
+  bool wait_for(const std::function<bool(const std::string&, const std::string&)>& pred,
+                std::chrono::milliseconds timeout = std::chrono::seconds{30});
+
+  /// Waits until stdout holds `n` lines `joined SUPERVISOR as NAME`, where
+  /// `supervisor` is the `--join` argument (HOST:PORT).
+  bool wait_joined(const std::string& supervisor, const std::string& name, size_t n = 1,
+                   std::chrono::milliseconds timeout = std::chrono::seconds{30});
+  /// wait_joined() for the supervisor `127.0.0.1:PORT`.
+  bool wait_joined(int port, const std::string& name, size_t n = 1,
+                   std::chrono::milliseconds timeout = std::chrono::seconds{30});
+
+  /// Waits until the process exited; false on timeout.
+  bool wait_exit(std::chrono::milliseconds timeout);
+
+  /// Sends `sig` to the worker and waits for the exit. @returns the exit
+  /// code. Throws when it does not exit in time.
+  int stop(int sig, std::chrono::seconds timeout = std::chrono::seconds{30});
+
+  /// SIGKILLs the worker's whole process group (the worker alone: the steps
+  /// it started have groups of their own) and waits until it is reaped.
+  /// @returns false when it did not exit within 30 s.
+  bool kill_group();
+
+private:
+  void read_loop();
+
+  temp_dir cwd_;
+  std::chrono::seconds stop_timeout_;
+  subprocess proc_;
+  pid_t pid_ = -1;
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  bool exited_ = false;
   std::atomic<bool> quit_{false};
   std::thread reader_;
 };

@@ -157,6 +157,36 @@ TEST_CASE("a message to an unknown agent is not_found and stores nothing",
   CHECK(rt->db()->list({})->empty());
 }
 
+TEST_CASE("an agent that lives on a cluster node fails its runs on a node without a cluster "
+          "and keeps its node across a replacement",
+          "[integration][agents]") {
+  temp_dir dir;
+  auto rt = open_rt(dir.path + "/home");
+  auto parsed = parse_graph(echo_graph(dir.path), "/tmp", rt->graph_options());
+  REQUIRE(parsed);
+  auto made = rt->create_agent("", "far", *parsed.value, busy_policy::queue, "gpu-1");
+  REQUIRE(made);
+  CHECK(made->first.node == "gpu-1");
+  CHECK(agent_document(made->first)["node"] == "gpu-1");
+  auto stored = rt->db()->agent("", "far");
+  REQUIRE(stored);
+  CHECK(stored->node == "gpu-1");
+  auto r = rt->send_to_agent("", "far", "hello");
+  REQUIRE(r);
+  CHECK(r->status == "failed");
+  CHECK_THAT(r->error, Catch::Contains("node 'gpu-1'"));
+  auto run = rt->db()->execution(r->execution_id);
+  REQUIRE(run);
+  CHECK(run->node == "gpu-1");
+  // Replaced without a node: it runs anywhere again, here.
+  REQUIRE(rt->create_agent("", "far", *parsed.value, busy_policy::queue));
+  CHECK(rt->db()->agent("", "far")->node.empty());
+  auto again = rt->send_to_agent("", "far", "hello");
+  REQUIRE(again);
+  CHECK(again->status == "completed");
+  CHECK(again->reply == "re: hello ([])");
+}
+
 TEST_CASE("cancel stops the run in flight and an idle agent answers no_execution",
           "[integration][agents]") {
   temp_dir dir;

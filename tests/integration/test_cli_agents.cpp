@@ -168,6 +168,11 @@ TEST_CASE("an agent answers messages and its history survives the process",
   CHECK(doc["name"] == "echo");
   CHECK(doc["on_busy"] == "queue");
   CHECK(doc["graph"] == "echoer");
+  CHECK(doc["node"].is_null());
+  r = run_canopy(home.path, {"agent", "create", "echo", "--graph", graph, "--node", "gpu-1",
+                             "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out_json()["node"] == "gpu-1");
   r = run_canopy(home.path, {"agent", "create", "echo", "--graph", graph});
   CHECK(r.out == "updated agent echo\n");
   CHECK(history(home.path, "echo").size() == 4);
@@ -219,6 +224,8 @@ TEST_CASE("agent create rejects bad names, graphs and policies with exit 2 and s
      {files.path + "/missing.json"}},
     {{"agent", "create", "a", "--graph", good, "--on-busy", "later"},
      {"--on-busy 'later'", "cancel_previous, queue or reject"}},
+    {{"agent", "create", "a", "--graph", good, "--node", "gpu 1"},
+     {"--node 'gpu 1'", "a node name may hold only"}},
     {{"agent", "create", "a"}, {"--graph"}},
     {{"agent", "send", "a"}, {"text"}},
     {{"agent"}, {}},

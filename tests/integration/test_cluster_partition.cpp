@@ -19,16 +19,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,8 +33,6 @@
 #include "tests/integration/server_process.hpp"
 
 using namespace canopy::test;
-using canopy::subprocess;
-using canopy::subprocess_options;
 using namespace std::chrono_literals;
 
 namespace {
@@ -63,14 +55,6 @@ bool poll_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
       return false;
     std::this_thread::sleep_for(20ms);
   }
-}
-
-size_t occurrences(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (auto pos = text.find(needle); pos != std::string::npos;
-       pos = text.find(needle, pos + needle.size()))
-    ++n;
-  return n;
 }
 
 /// The `ip` binary of iproute2; empty when there is none.
@@ -137,12 +121,8 @@ public:
   /// Heals the cut.
   bool heal() { return ip_cmd(ip_, {"link", "set", root_if, "up"}).exit_code == 0; }
 
-  /// `ip netns exec NS` followed by `argv`.
-  std::vector<std::string> exec_in(const std::vector<std::string>& argv) const {
-    std::vector<std::string> out = {ip_, "netns", "exec", ns};
-    out.insert(out.end(), argv.begin(), argv.end());
-    return out;
-  }
+  /// `ip netns exec NS`: the words that run a command inside the namespace.
+  std::vector<std::string> exec_prefix() const { return {ip_, "netns", "exec", ns}; }
 
   std::string ns, root_if, ns_if, root_addr, ns_addr;
 
@@ -155,117 +135,6 @@ private:
   }
   std::string ip_;
 };
-
-/// One process (in its own process group) whose stdout and stderr are
-/// drained by a reader thread. The destructor ends it (SIGTERM, then
-/// SIGKILL) and reaps it.
-class node_process {
-public:
-  explicit node_process(const std::vector<std::string>& argv) {
-    subprocess_options so;
-    so.argv = argv;
-    so.cwd = cwd_.path;
-    auto p = subprocess::start(so);
-    if (!p)
-      throw std::runtime_error("cannot start " + argv.at(0));
-    proc_ = std::move(*p);
-    pid_ = proc_.pid();
-    reader_ = std::thread{[this] {
-      while (!quit_) {
-        bool done;
-        {
-          std::lock_guard<std::mutex> guard{mtx_};
-          done = proc_.poll();
-          exited_ = done;
-        }
-        cv_.notify_all();
-        if (done)
-          return;
-        std::this_thread::sleep_for(2ms);
-      }
-    }};
-  }
-
-  ~node_process() {
-    for (int sig : {SIGTERM, SIGKILL}) {
-      {
-        std::lock_guard<std::mutex> guard{mtx_};
-        if (exited_)
-          break;
-        ::kill(pid_, sig);
-      }
-      wait_exit(10s);
-    }
-    quit_ = true;
-    if (reader_.joinable())
-      reader_.join();
-  }
-  node_process(const node_process&) = delete;
-  node_process& operator=(const node_process&) = delete;
-
-  pid_t pid() const { return pid_; }
-  std::string out() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return proc_.out().data;
-  }
-  std::string err() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return proc_.err().data;
-  }
-  bool running() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return !exited_;
-  }
-  bool wait_for(const std::function<bool(const std::string&, const std::string&)>& pred,
-                std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock{mtx_};
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      if (pred(proc_.out().data, proc_.err().data))
-        return true;
-      if (exited_ || std::chrono::steady_clock::now() > deadline)
-        return false;
-      cv_.wait_for(lock, 10ms);
-    }
-  }
-  bool wait_exit(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock{mtx_};
-    return cv_.wait_for(lock, timeout, [&] { return exited_; });
-  }
-
-private:
-  temp_dir cwd_;
-  subprocess proc_;
-  pid_t pid_ = -1;
-  mutable std::mutex mtx_;
-  std::condition_variable cv_;
-  bool exited_ = false;
-  std::atomic<bool> quit_{false};
-  std::thread reader_;
-};
-
-/// The port of the server's `cluster on HOST:PORT` line; 0 when it did not
-/// come within 10 s.
-int cluster_port(const server_process& s) {
-  int port = 0;
-  poll_until(
-    [&] {
-      std::istringstream in{s.out()};
-      const std::string prefix = "cluster on ";
-      for (std::string line; std::getline(in, line);) {
-        if (in.eof())
-          break;
-        auto colon = line.rfind(':');
-        if (line.compare(0, prefix.size(), prefix) == 0 && colon != std::string::npos) {
-          port = std::stoi(line.substr(colon + 1));
-          return true;
-        }
-      }
-      return false;
-    },
-    10s);
-  return port;
-}
 
 bool has_node(const server_process& s, const std::string& name) {
   auto c = s.client(alice_token);
@@ -336,7 +205,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
                            {"timeout", "2s"}}}};
   o.args = {"--cluster", net.root_addr + ":0"};
   server_process sup{o};
-  int port = cluster_port(sup);
+  int port = sup.cluster_port();
   INFO("supervisor stdout: " << sup.out() << "\nsupervisor log: " << sup.log());
   REQUIRE(port > 0);
   auto join = net.root_addr + ":" + std::to_string(port);
@@ -354,9 +223,11 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
              {"grace", {{"interrupt", "1s"}, {"terminate", "1s"}}}}}}},
          {"cluster", {{"secret", partition_secret}}}}
       .dump());
-  node_process wa{net.exec_in({canopy_binary(), "worker", "--join", join, "--name", "wa",
-                               "--slots", "2", "--tools", a_tools})};
-  std::unique_ptr<node_process> wb;
+  worker_process::options wa_options;
+  wa_options.prefix = net.exec_prefix();
+  wa_options.args = {"--join", join, "--name", "wa", "--slots", "2", "--tools", a_tools};
+  worker_process wa{wa_options};
+  std::unique_ptr<worker_process> wb;
   // Everything the processes logged so far, for the message of a failed check.
   auto logs = [&] {
     std::string s = "supervisor log:\n" + sup.log() + "\nwa stdout:\n" + wa.out()
@@ -365,11 +236,8 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
       s += "\nwb stderr:\n" + wb->err();
     return s;
   };
-  auto joined_line = "joined " + join + " as ";
   {
-    bool joined = wa.wait_for([&](const std::string& out, const std::string&) {
-      return out.find(joined_line + "wa\n") != std::string::npos;
-    }, 30s);
+    bool joined = wa.wait_joined(join, "wa", 1, 30s);
     INFO(logs());
     REQUIRE(joined);
   }
@@ -403,12 +271,9 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
                                                          + "; echo ran-on-b"}}}}}},
          {"cluster", {{"secret", partition_secret}}}}
       .dump());
-  wb = std::make_unique<node_process>(std::vector<std::string>{
-    canopy_binary(), "worker", "--join", join, "--name", "wb", "--slots", "2", "--tools",
-    b_tools});
-  REQUIRE(wb->wait_for([&](const std::string& out, const std::string&) {
-    return out.find(joined_line + "wb\n") != std::string::npos;
-  }, 30s));
+  wb = std::make_unique<worker_process>(std::vector<std::string>{
+    "--join", join, "--name", "wb", "--slots", "2", "--tools", b_tools});
+  REQUIRE(wb->wait_joined(join, "wb", 1, 30s));
   REQUIRE(poll_until([&] { return has_node(sup, "wb"); }, 10s));
   // Still running on wa: nothing moved when wb joined.
   auto before_cut = get_json(c, "/v1/executions/" + id);
@@ -470,9 +335,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
 
   // Healed, the worker joins again (its next connect attempt gets through).
   REQUIRE(net.heal());
-  CHECK(wa.wait_for([&](const std::string& out, const std::string&) {
-    return occurrences(out, joined_line + "wa\n") >= 2;
-  }, 90s));
+  CHECK(wa.wait_joined(join, "wa", 2, 90s));
   CHECK(poll_until([&] { return has_node(sup, "wa"); }, 10s));
   CHECK(line_count(a_starts) == 1); // nothing ran twice
 

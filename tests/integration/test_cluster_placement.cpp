@@ -9,7 +9,7 @@
 // Every wait is an event wait with a deadline (an output line, a file, an
 // HTTP document polled until it shows the change), never a fixed sleep. The
 // supervisors run with heartbeat 500ms and timeout 2s; the workers use their
-// defaults (heartbeat 1s, timeout 5s: `canopy worker` has no flag for them).
+// defaults (heartbeat 1s, timeout 5s).
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,18 +18,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,8 +36,6 @@
 #include "tests/integration/server_process.hpp"
 
 using namespace canopy::test;
-using canopy::subprocess;
-using canopy::subprocess_options;
 using namespace std::chrono_literals;
 
 namespace {
@@ -51,7 +45,7 @@ const std::string cluster_secret = "placement-secret";
 /// The supervisors' cluster timeout.
 constexpr auto cluster_timeout = 2s;
 
-/// A worker's timeout (its default: `canopy worker` takes no flag for it).
+/// A worker's timeout (its default).
 constexpr auto worker_timeout = 5s;
 
 /// Slack over a timeout for a loaded test machine.
@@ -83,29 +77,6 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
   }
 }
 
-/// The port of the server's `cluster on HOST:PORT` line; 0 when it did not
-/// come within 10 s.
-int cluster_port_of(const server_process& s) {
-  int port = 0;
-  eventually(
-    [&] {
-      std::istringstream in{s.out()};
-      const std::string prefix = "cluster on ";
-      for (std::string line; std::getline(in, line);) {
-        if (in.eof())
-          break; // an incomplete last line
-        auto colon = line.rfind(':');
-        if (line.compare(0, prefix.size(), prefix) == 0 && colon != std::string::npos) {
-          port = std::stoi(line.substr(colon + 1));
-          return true;
-        }
-      }
-      return false;
-    },
-    10s);
-  return port;
-}
-
 std::string join_arg(int port) {
   return "127.0.0.1:" + std::to_string(port);
 }
@@ -128,14 +99,6 @@ bool lists_all(const server_process& s, const std::vector<std::string>& names) {
                      [&](const json& n) { return n.value("name", "") == name; }))
       return false;
   return true;
-}
-
-size_t count_of(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (auto pos = text.find(needle); pos != std::string::npos;
-       pos = text.find(needle, pos + needle.size()))
-    ++n;
-  return n;
 }
 
 /// The complete lines of the file `path` (none when it does not exist).
@@ -229,124 +192,6 @@ void kill_group(long pgid) {
     ::kill(static_cast<pid_t>(-pgid), SIGKILL);
 }
 
-/// One `canopy worker --join ...` process (in its own process group: the
-/// harness spawns it with setpgid, like every subprocess), run in a folder
-/// of its own. A reader thread drains its stdout and stderr the whole time.
-/// The destructor ends a worker still running (SIGTERM, then SIGKILL) and
-/// reaps it.
-class worker_process {
-public:
-  worker_process(const std::vector<std::string>& args,
-                 const std::map<std::string, std::string>& env = {}) {
-    subprocess_options so;
-    so.argv = {canopy_binary(), "worker"};
-    so.argv.insert(so.argv.end(), args.begin(), args.end());
-    so.env = env;
-    so.cwd = cwd_.path;
-    auto p = subprocess::start(so);
-    if (!p)
-      throw std::runtime_error("cannot start " + canopy_binary());
-    proc_ = std::move(*p);
-    pid_ = proc_.pid();
-    reader_ = std::thread{[this] {
-      while (!quit_) {
-        bool done;
-        {
-          std::lock_guard<std::mutex> guard{mtx_};
-          done = proc_.poll();
-          exited_ = done;
-        }
-        cv_.notify_all();
-        if (done)
-          return;
-        std::this_thread::sleep_for(2ms);
-      }
-    }};
-  }
-
-  ~worker_process() {
-    for (int sig : {SIGTERM, SIGKILL}) {
-      {
-        std::lock_guard<std::mutex> guard{mtx_};
-        if (exited_)
-          break;
-        ::kill(pid_, sig);
-      }
-      wait_exit(10s);
-    }
-    quit_ = true;
-    if (reader_.joinable())
-      reader_.join();
-  }
-
-  worker_process(const worker_process&) = delete;
-  worker_process& operator=(const worker_process&) = delete;
-
-  pid_t pid() const { return pid_; }
-
-  std::string out() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return proc_.out().data;
-  }
-  std::string err() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return proc_.err().data;
-  }
-
-  bool running() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return !exited_;
-  }
-
-  /// Waits until `pred(stdout, stderr)` holds; false on timeout or when the
-  /// process exited without it holding.
-  bool wait_for(const std::function<bool(const std::string&, const std::string&)>& pred,
-                std::chrono::milliseconds timeout = 30s) {
-    std::unique_lock<std::mutex> lock{mtx_};
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      if (pred(proc_.out().data, proc_.err().data))
-        return true;
-      if (exited_ || std::chrono::steady_clock::now() > deadline)
-        return false;
-      cv_.wait_for(lock, 10ms);
-    }
-  }
-
-  /// Waits until stdout holds `n` lines `joined HOST:PORT as NAME`.
-  bool wait_joined(int port, const std::string& name, size_t n = 1,
-                   std::chrono::milliseconds timeout = 30s) {
-    auto line = "joined 127.0.0.1:" + std::to_string(port) + " as " + name + "\n";
-    return wait_for([&](const std::string& out, const std::string&) {
-      return count_of(out, line) >= n;
-    }, timeout);
-  }
-
-  /// Waits for the exit; false on timeout.
-  bool wait_exit(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock{mtx_};
-    return cv_.wait_for(lock, timeout, [&] { return exited_; });
-  }
-
-  /// SIGKILLs the worker's whole process group (the worker alone: the steps
-  /// it started have groups of their own) and waits until it is reaped.
-  /// @returns false when it did not exit in 30 s.
-  bool kill_group() {
-    ::kill(-pid_, SIGKILL);
-    return wait_exit(30s);
-  }
-
-private:
-  temp_dir cwd_;
-  subprocess proc_;
-  pid_t pid_ = -1;
-  mutable std::mutex mtx_;
-  std::condition_variable cv_;
-  bool exited_ = false;
-  std::atomic<bool> quit_{false};
-  std::thread reader_;
-};
-
 /// Writes a worker's tools file `file` in `dir` with `tools` and the
 /// cluster secret. @returns its path.
 std::string tools_file(const temp_dir& dir, const std::string& file, const json& tools) {
@@ -430,7 +275,7 @@ TEST_CASE("an execution whose tools exist only on two workers completes with eac
           "worker that holds its tool",
           "[integration][cluster]") {
   server_process sup{supervisor_options()};
-  int port = cluster_port_of(sup);
+  int port = sup.cluster_port();
   INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
   REQUIRE(port > 0);
   temp_dir dir;
@@ -502,7 +347,7 @@ TEST_CASE("a stop on the root ends the subprocesses on both workers through the 
           "escalation before it answers with the snapshot",
           "[integration][cluster]") {
   server_process sup{supervisor_options()};
-  int port = cluster_port_of(sup);
+  int port = sup.cluster_port();
   INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
   REQUIRE(port > 0);
   temp_dir dir;
@@ -619,7 +464,7 @@ TEST_CASE("a step of a SIGKILLed worker returns to pending with node_lost within
           "runs on the other worker, and no completed step runs twice",
           "[integration][cluster]") {
   server_process sup{supervisor_options()};
-  int port = cluster_port_of(sup);
+  int port = sup.cluster_port();
   INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
   REQUIRE(port > 0);
   temp_dir dir;
@@ -724,7 +569,7 @@ TEST_CASE("a worker kills its step when the supervisor is SIGKILLed, and the sup
   // The home is the test's own: it outlives the first supervisor's object.
   auto home = d + "/home";
   auto first_sup = std::make_unique<server_process>(supervisor_options(home));
-  int port = cluster_port_of(*first_sup);
+  int port = first_sup->cluster_port();
   INFO("first supervisor stdout: " << first_sup->out() << "\nlog: " << first_sup->log());
   REQUIRE(port > 0);
   json tools = {{"once", sh_tool("echo \"$NODE_TAG\" >> " + d + "/once.log")},
@@ -771,7 +616,7 @@ TEST_CASE("a worker kills its step when the supervisor is SIGKILLed, and the sup
   first_sup.reset(); // the dead process's object (its config folder goes too)
   server_process second{supervisor_options(home, join_arg(port), {"--resume-interrupted"})};
   INFO("second supervisor stdout: " << second.out() << "\nlog: " << second.log());
-  REQUIRE(cluster_port_of(second) == port);
+  REQUIRE(second.cluster_port() == port);
   REQUIRE(w1->wait_joined(port, "w1", 2, 30s));
   auto again = wait_lines(d + "/gate.pids", 2);
   INFO("gate.pids: " << read_file(d + "/gate.pids"));
@@ -806,4 +651,93 @@ TEST_CASE("a worker kills its step when the supervisor is SIGKILLed, and the sup
   CHECK(std::any_of(events.begin(), events.end(), [](const json& e) {
     return e.value("type", "") == "execution.resumed";
   }));
+}
+
+TEST_CASE("an agent step on the supervisor messages an agent that lives on a worker, and "
+          "stopping the sender stops the agent's run there",
+          "[integration][cluster][agents]") {
+  server_process sup{supervisor_options()};
+  int port = sup.cluster_port();
+  INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
+  REQUIRE(port > 0);
+  temp_dir dir;
+  const auto& d = dir.path;
+  // Both workers have the agent's tool, the supervisor has none: without
+  // the agent's node, the step would go to w-a (equal load, first by name).
+  json research = sh_tool("if [ \"$1\" = slow ]; then echo $$ > " + d
+                            + "/slow.pid; exec sleep 120; fi; printf '%s from %s' \"$1\" "
+                              "\"$NODE_TAG\"",
+                          {"${with.q}"});
+  auto wa = start_worker(port, "w-a", tools_file(dir, "wa.json", {{"research", research}}));
+  auto wb = start_worker(port, "w-b", tools_file(dir, "wb.json", {{"research", research}}));
+  INFO("w-a stderr: " << wa->err() << "\nw-b stderr: " << wb->err());
+  REQUIRE(wa->wait_joined(port, "w-a"));
+  REQUIRE(wb->wait_joined(port, "w-b"));
+  REQUIRE(eventually([&] { return lists_all(sup, {"supervisor", "w-a", "w-b"}); }, 10s));
+
+  auto c = sup.client(alice_token);
+  json agent_graph = {{"name", "near-data"},
+                      {"inputs", {"message", "history"}},
+                      {"steps", {{"work", {{"tool", "research"}, {"with", {{"q", "${inputs.message}"}}}}}}},
+                      {"outputs", {{"reply", "${steps.work.stdout}"}}}};
+  auto made = post_json(c, "/v1/agents", {{"name", "near"}, {"graph", agent_graph}, {"node", "w-b"}});
+  INFO("POST /v1/agents: " << made.status << " " << made.text);
+  REQUIRE(made.status == 201);
+  CHECK(made.body["node"] == "w-b");
+  json sender = {{"name", "sender"},
+                 {"inputs", {"q"}},
+                 {"steps", {{"ask", {{"agent", "near"}, {"message", "${inputs.q}"}}}}},
+                 {"outputs", {{"reply", "${steps.ask.reply}"}}}};
+
+  // A message that completes: the agent's run ran its step on w-b.
+  auto id = start_graph(sup, sender, {{"q", "hello"}});
+  auto doc = wait_status(c, id, "completed", 60s);
+  INFO("sender: " << doc.dump(2));
+  REQUIRE(doc["status"] == "completed");
+  CHECK(doc["outputs"]["reply"] == "hello from w-b");
+  CHECK(node_of(doc, "ask") == "supervisor"); // the sender's step is on the supervisor
+  auto run_id = doc["steps"]["ask"].value("child_id", "");
+  REQUIRE(!run_id.empty());
+  auto run = execution_of(sup, run_id);
+  INFO("agent run: " << run.dump(2));
+  CHECK(run["agent"] == "near");
+  CHECK(run["node"] == "w-b");
+  CHECK(run["parent_id"] == id);
+  CHECK(node_of(run, "work") == "w-b");
+
+  // A message whose run blocks on w-b; stopping the sender stops it there.
+  auto id2 = start_graph(sup, sender, {{"q", "slow"}});
+  long pid = pid_in(d + "/slow.pid");
+  REQUIRE(pid > 0);
+  auto running = wait_until(c, id2, [](const json& doc) {
+    return doc["steps"]["ask"]["status"] == "running" && doc["steps"]["ask"].contains("child_id");
+  });
+  auto run2_id = running["steps"]["ask"].value("child_id", "");
+  REQUIRE(!run2_id.empty());
+  CHECK(node_of(execution_of(sup, run2_id), "work") == "w-b");
+  auto stop = post_json(c, "/v1/executions/" + id2 + "/stop", {{"mode", "graceful"}, {"wait", 60}});
+  bool dead = step_dead(pid);
+  kill_group(pid); // cleanup, should the check fail
+  INFO("stop: " << stop.status << " " << stop.text);
+  REQUIRE(stop.status == 200);
+  CHECK(stop.body["result"] == "stopped");
+  CHECK(dead); // the answer came after the remote down
+  auto sender_doc = execution_of(sup, id2);
+  CHECK(sender_doc["status"] == "stopped");
+  CHECK(sender_doc["steps"]["ask"]["status"] == "pending");
+  auto run2 = execution_of(sup, run2_id);
+  INFO("stopped agent run: " << run2.dump(2));
+  CHECK(run2["status"] == "stopped");
+  CHECK(run2["reason"] == "parent_stopped");
+  CHECK(run2["steps"]["work"]["status"] == "pending");
+  CHECK(run2["steps"]["work"]["attempt"] == 1);
+  // Both slots went back.
+  CHECK(eventually(
+    [&] {
+      for (auto& n : nodes_of(sup))
+        if (n.value("running", -1) != 0)
+          return false;
+      return true;
+    },
+    10s));
 }

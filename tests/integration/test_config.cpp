@@ -235,11 +235,11 @@ TEST_CASE("errors inside a config file carry their JSON path", "[integration][co
   CHECK(result.errors[0].path == "/tools/writer/timeout");
 }
 
-TEST_CASE("a tools file holds tools and the cluster secret", "[integration][config]") {
+TEST_CASE("a tools file holds tools and the cluster secret and timing", "[integration][config]") {
   test::temp_dir dir;
   auto path = dir.write("tools.json", R"({
     "tools": {"writer": {"argv": ["cat"], "max_parallel": 1}},
-    "cluster": {"secret": "s3cr3t"}
+    "cluster": {"secret": "s3cr3t", "heartbeat": "200ms", "timeout": "2s"}
   })");
   auto result = load_tools_file(path);
   INFO(render(result.errors));
@@ -248,6 +248,8 @@ TEST_CASE("a tools file holds tools and the cluster secret", "[integration][conf
   CHECK(result.value->tools.at("writer").max_parallel == 1);
   REQUIRE(result.value->cluster);
   CHECK(result.value->cluster->secret == "s3cr3t");
+  CHECK(result.value->cluster->heartbeat == millis{200});
+  CHECK(result.value->cluster->timeout == millis{2000});
   auto only_tools = load_tools_file(dir.write("t2.json", R"({"tools": {}})"));
   REQUIRE(only_tools);
   CHECK_FALSE(only_tools.value->cluster);
@@ -264,9 +266,10 @@ TEST_CASE("a tools file rejects every other key at its path", "[integration][con
     {R"({"listen": "127.0.0.1:1"})", "/listen", "a tools file holds only"},
     {R"({"users": {}})", "/users", "a tools file holds only"},
     {R"({"cluster": {"listen": "127.0.0.1:4242"}})", "/cluster/listen",
-     "cluster holds only: secret"},
-    {R"({"cluster": {"heartbeat": "1s", "secret": "s"}})", "/cluster/heartbeat",
-     "cluster holds only: secret"},
+     "cluster holds only: secret, heartbeat, timeout"},
+    {R"({"cluster": {"heartbeat": "5s", "timeout": "2s"}})", "/cluster/heartbeat",
+     "must be shorter than the timeout"},
+    {R"({"cluster": {"heartbeat": "soon"}})", "/cluster/heartbeat", "duration"},
     {R"({"cluster": {"secret": ""}})", "/cluster/secret", "got an empty string"},
     {R"({"tools": {"w": {"argv": [1]}}})", "/tools/w/argv/0", "expected a string"},
     {R"("tools")", "", "must be a JSON object"},

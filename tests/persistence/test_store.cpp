@@ -213,11 +213,15 @@ TEST_CASE("an execution record round-trips with every field", "[persistence][sto
   r.ended_at = 1700000000003;
   r.owner_pid = 4242;
   r.owner_start = 987654321;
+  r.agent = "helper";
+  r.node = "gpu-1";
   write_batch b;
   b.executions.push_back(r);
   commit_ok(*db, b);
   auto back = get(db->execution(r.id));
   CHECK(to_json(back) == to_json(r));
+  CHECK(back.agent == "helper");
+  CHECK(back.node == "gpu-1");
   CHECK(back.id == r.id);
   CHECK(back.status == execution_status::stopped);
   CHECK(back.reason == "requested");
@@ -758,10 +762,12 @@ TEST_CASE("an agent record round-trips through the store", "[persistence][store]
   test::temp_dir dir;
   auto db = open_store(dir.path);
   auto a = make_agent("alice", "helper", busy_policy::queue);
+  a.node = "gpu-1";
   write_batch b;
   b.agents.push_back(a);
   commit_ok(*db, b);
   auto back = get(db->agent("alice", "helper"));
+  CHECK(back.node == "gpu-1");
   CHECK(back.owner == "alice");
   CHECK(back.name == "helper");
   CHECK(back.graph.document == a.graph.document);
@@ -1077,8 +1083,12 @@ TEST_CASE("history and agent documents render as SPEC section 9 describes",
   CHECK(ad == json{{"name", "helper"},
                    {"graph", "chat-helper"},
                    {"on_busy", "queue"},
+                   {"node", nullptr},
                    {"created_at", to_rfc3339(a.created_at)},
                    {"updated_at", to_rfc3339(a.updated_at)}});
+  a.node = "gpu-1";
+  CHECK(agent_document(a)["node"] == "gpu-1");
+  a.node.clear();
   // A document without a name (or not even an object) renders a null graph.
   a.graph.document.erase("name");
   CHECK(agent_document(a)["graph"].is_null());
