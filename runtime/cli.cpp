@@ -784,10 +784,14 @@ int check_agent_args(const agent_options& o, std::optional<busy_policy>& policy)
 }
 
 /// Parses an agent's graph file with the CLI's graph options (as `run`
-/// does) and checks it can be an agent's graph (SPEC §9). Every error is
-/// printed as `FILE: PATH: message`. @returns the graph, or null.
-std::shared_ptr<const graph> load_agent_graph(const std::string& file) {
-  auto parsed = parse_graph_file(file, parse_options{});
+/// does) and checks it can be an agent's graph (SPEC §9). For a server
+/// (`for_server`) any tool name passes: the server checks them against its
+/// tools and its workers'. Every error is printed as `FILE: PATH: message`.
+/// @returns the graph, or null.
+std::shared_ptr<const graph> load_agent_graph(const std::string& file, bool for_server) {
+  parse_options opts;
+  opts.any_tool = for_server;
+  auto parsed = parse_graph_file(file, opts);
   if (!parsed) {
     report_graph_errors(file, parsed);
     return nullptr;
@@ -861,7 +865,7 @@ int cmd_agent_create(const global_options& g, const agent_options& o) {
   std::optional<busy_policy> policy;
   if (int rc = check_agent_args(o, policy))
     return rc;
-  auto gr = load_agent_graph(o.graph_file);
+  auto gr = load_agent_graph(o.graph_file, false);
   if (!gr)
     return exit_usage;
   auto rt = open_runtime(g);
@@ -983,7 +987,7 @@ int remote_agent_create(const remote_options& r, const agent_options& o) {
   std::optional<busy_policy> policy;
   if (int rc = check_agent_args(o, policy))
     return rc;
-  auto gr = load_agent_graph(o.graph_file);
+  auto gr = load_agent_graph(o.graph_file, true);
   if (!gr)
     return exit_usage;
   // A server never reads files from the sender's disk: the graph is sent as

@@ -368,11 +368,20 @@ TEST_CASE("a busy agent with the reject policy refuses a message with exit 1",
 TEST_CASE("agent commands with --server create, message, cancel and read a server's agent",
           "[integration][cli][agents][server]") {
   server_process::options opts;
-  opts.config = {{"allow_inline_commands", true}};
+  opts.config = {{"allow_inline_commands", true},
+                 {"tools", {{"upper", {{"argv", {"sh", "-c", "printf '%s!' \"$1\"", "upper",
+                                                 "${with.text}"}}}}}}};
   server_process srv{opts};
   temp_dir home; // a local home that must stay untouched
   temp_dir files;
   auto graph = files.write("echo.json", echo_agent);
+  // A tool only the server has: the CLI leaves tool names to the server.
+  auto shouter = files.write("shouter.json", R"({"inputs": ["message"],
+    "steps": {"s": {"tool": "upper", "with": {"text": "${inputs.message}"}}},
+    "outputs": {"reply": "${steps.s.stdout}"}})");
+  auto unknown_tool = files.write("unknown_tool.json", R"({"inputs": ["message"],
+    "steps": {"s": {"tool": "nope", "with": {"text": "${inputs.message}"}}},
+    "outputs": {"reply": "${steps.s.stdout}"}})");
   auto pid_file = files.path + "/step.pid";
   auto slow = files.write("slow.json", slow_agent(pid_file));
   files.write("leaf.json", R"({"inputs": ["m"],
@@ -398,6 +407,21 @@ TEST_CASE("agent commands with --server create, message, cancel and read a serve
   CHECK(r.out_json()["on_busy"] == "queue");
   CHECK(r.out_json()["name"] == "echo");
 
+  r = cli({"agent", "create", "shouter", "--graph", shouter, "--node", "supervisor"});
+  INFO("create shouter stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  r = cli({"agent", "send", "shouter", "hey"});
+  INFO("send shouter stderr: " << r.err);
+  CHECK(r.exit_code == 1); // the node has no cluster: its step fails, naming the node
+  CHECK_THAT(r.err + r.out, Catch::Contains("node 'supervisor'"));
+  r = cli({"agent", "create", "shouter", "--graph", shouter});
+  REQUIRE(r.exit_code == 0);
+  r = cli({"agent", "send", "shouter", "hey"});
+  CHECK(r.out == "hey!\n");
+  r = cli({"agent", "create", "other", "--graph", unknown_tool});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/graph/steps/s/tool"));
+
   r = cli({"agent", "send", "echo", "hello"});
   INFO("send stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
@@ -422,7 +446,7 @@ TEST_CASE("agent commands with --server create, message, cancel and read a serve
   CHECK(r.out == "user: hello\nagent: got: hello\nuser: again\nagent: got: again\n");
   r = cli({"agent", "ls", "--json"});
   REQUIRE(r.exit_code == 0);
-  REQUIRE(r.out_json().size() == 1);
+  REQUIRE(r.out_json().size() == 2);
   CHECK(r.out_json()[0]["name"] == "echo");
   CHECK(cli({"agent", "cancel", "echo"}).out == "no_execution\n");
 
