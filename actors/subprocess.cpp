@@ -18,6 +18,7 @@
 #include <cstring>
 #include <utility>
 
+#include "actors/guardian.hpp"
 #include "persistence/error.hpp"
 
 extern char** environ;
@@ -258,6 +259,7 @@ subprocess::subprocess(subprocess&& other) noexcept {
 subprocess& subprocess::operator=(subprocess&& other) noexcept {
   if (this != &other) {
     kill_and_reap();
+    unguard();
     close_all();
     take(other);
   }
@@ -266,6 +268,7 @@ subprocess& subprocess::operator=(subprocess&& other) noexcept {
 
 subprocess::~subprocess() {
   kill_and_reap();
+  unguard();
   close_all();
 }
 
@@ -280,6 +283,7 @@ void subprocess::take(subprocess& other) noexcept {
   reaped_ = std::exchange(other.reaped_, false);
   status_ = std::exchange(other.status_, 0);
   group_gone_ = std::exchange(other.group_gone_, false);
+  guarded_ = std::exchange(other.guarded_, false);
   out_ = std::move(other.out_);
   err_ = std::move(other.err_);
   other.out_ = captured_output{};
@@ -304,6 +308,13 @@ void subprocess::kill_and_reap() noexcept {
   } while (r < 0 && errno == EINTR);
   reaped_ = true;
   status_ = r == pid_ ? status : SIGKILL;
+}
+
+void subprocess::unguard() noexcept {
+  if (!guarded_)
+    return;
+  guarded_ = false;
+  unguard_process_group(pid_);
 }
 
 void subprocess::close_all() {
@@ -450,8 +461,12 @@ caf::expected<subprocess> subprocess::start(const subprocess_options& opts) {
                                  + opts.cwd + "')");
     return start_error(opts, error_text(err));
   }
+  // From here until the registration, a death of this process would leave
+  // the group running (the window guardian.hpp documents).
+  guard_process_group(pid);
   subprocess result;
   result.pid_ = pid;
+  result.guarded_ = true;
   result.out_fd_ = out_r.release();
   result.err_fd_ = err_r.release();
   if (feed_stdin) {
@@ -571,6 +586,13 @@ bool subprocess::poll(const line_callback& on_line) {
     stdin_pending_.clear();
     stdin_pending_.shrink_to_fit();
     stdin_off_ = 0;
+    // A group without members needs no guarding, and its number may be
+    // reused: withdraw it now. One with leftover members stays guarded until
+    // it is seen empty or this object goes.
+    if (!group_gone_ && ::kill(-pid_, 0) < 0 && errno == ESRCH)
+      group_gone_ = true;
+    if (group_gone_)
+      unguard();
   }
   return done();
 }
@@ -585,8 +607,10 @@ bool subprocess::signal_group(int sig) {
   // reaped, the number may belong to someone else: never signal it again.
   if (::kill(-pid_, sig) == 0)
     return true;
-  if (errno == ESRCH && reaped_)
+  if (errno == ESRCH && reaped_) {
     group_gone_ = true;
+    unguard();
+  }
   return false;
 }
 

@@ -47,7 +47,11 @@ struct captured_output {
 
 /// A running (or finished) child process. Move-only. The destructor sends
 /// SIGKILL to the process group of a process that was not reaped, and reaps it
-/// (blocking briefly), so a subprocess object never leaves an orphan.
+/// (blocking briefly), so a subprocess object never leaves an orphan. While
+/// the object owns it, the group is registered with this process's guardian
+/// (guardian.hpp), which SIGKILLs it if this process dies; the registration is
+/// withdrawn once the group is seen empty after the leader was reaped, or by
+/// the destructor (or a move assignment over the object).
 class subprocess {
 public:
   /// Called with each complete line (without the newline) as it is read;
@@ -63,7 +67,8 @@ public:
   ~subprocess();
 
   /// Starts `opts.argv` with posix_spawn in a new process group (pgid = pid),
-  /// stdout and stderr on non-blocking pipes, signal mask and dispositions reset.
+  /// stdout and stderr on non-blocking pipes, signal mask and dispositions
+  /// reset, and registers the group with the guardian (starting it first).
   /// @returns the process, or an error naming the program when it cannot be
   ///          started (not found, not executable, bad cwd).
   /// Thread-safe.
@@ -107,6 +112,8 @@ private:
   void feed_stdin();
   /// SIGKILLs the group of an unreaped leader and reaps it (blocking).
   void kill_and_reap() noexcept;
+  /// Withdraws the group's registration with the guardian, once.
+  void unguard() noexcept;
   /// Moves all state out of `other`, leaving it empty.
   void take(subprocess& other) noexcept;
 
@@ -123,6 +130,7 @@ private:
   std::string out_partial_;
   std::string err_partial_;
   bool group_gone_ = false; ///< kill(-pid) saw ESRCH after the leader was reaped
+  bool guarded_ = false;    ///< the group is registered with the guardian
 };
 
 } // namespace canopy

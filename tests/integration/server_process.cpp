@@ -111,9 +111,9 @@ void server_process::launch(const std::string& config_file,
 }
 
 server_process::~server_process() {
-  // A graceful shutdown first, so the server stops the steps it runs (in
-  // process groups of their own, which a SIGKILL of the server would orphan);
-  // SIGKILL when that takes too long.
+  // A graceful shutdown first, so the server stops the steps it runs and
+  // snapshots them; SIGKILL when that takes too long (its guardian then
+  // kills the steps' groups).
   for (int sig : {SIGTERM, SIGKILL}) {
     {
       std::lock_guard<std::mutex> guard{mtx_};

@@ -103,8 +103,8 @@ public:
   /// code. Throws when it does not exit in time.
   int stop(int sig, std::chrono::seconds timeout = std::chrono::seconds{60});
 
-  /// Sends SIGKILL to the server and waits until it is reaped. Steps it ran
-  /// in process groups of their own survive (as after a real crash).
+  /// Sends SIGKILL to the server and waits until it is reaped, as in a real
+  /// crash (its guardian then kills the steps it ran).
   /// @returns the exit code (137).
   int kill();
 

@@ -602,7 +602,7 @@ TEST_CASE("events --server --follow reconnects after the server restarts and mis
   // the tree interrupted: the follower reconnects from its last seq, gets
   // the events the new server wrote, and ends with the tree.
   first->kill();
-  touch(gate); // let the orphaned gate step end
+  touch(gate); // an orphan would end here (the guardian killed the step)
   auto second = serve_on(home.path, {"--listen", "127.0.0.1:" + std::to_string(port)});
   REQUIRE(wait_exit(*follow, 120s));
   INFO(follow->err().data << second->log());
