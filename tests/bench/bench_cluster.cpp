@@ -71,18 +71,6 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-bool poll_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
-                std::chrono::milliseconds every = 10ms) {
-  auto deadline = clock_type::now() + timeout;
-  for (;;) {
-    if (pred())
-      return true;
-    if (clock_type::now() > deadline)
-      return false;
-    std::this_thread::sleep_for(every);
-  }
-}
-
 /// The pids in `file` (one a line; an incomplete last line is skipped).
 std::vector<long> pids_in(const std::string& file) {
   std::vector<long> out;
@@ -162,7 +150,7 @@ outcome run(const std::string& scenario, int steps, int workers) {
       pool.push_back(std::make_unique<worker_process>(wo));
     }
     auto c = sup->client(alice_token);
-    bool joined = poll_until(
+    bool joined = eventually(
       [&] {
         auto a = get_json(c, "/v1/nodes");
         return a.status == 200 && a.body["items"].size() == static_cast<size_t>(workers + 1);
@@ -190,7 +178,7 @@ outcome run(const std::string& scenario, int steps, int workers) {
     return r;
   }
   auto id = started.body.value("id", "");
-  bool all_running = poll_until([&] { return line_count(pid_file) >= static_cast<size_t>(steps); },
+  bool all_running = eventually([&] { return line_count(pid_file) >= static_cast<size_t>(steps); },
                                 90s, 20ms);
   r.to_running_ms = ms_since(t0);
   if (!all_running) {
@@ -219,7 +207,7 @@ outcome run(const std::string& scenario, int steps, int workers) {
   r.stop_result = std::to_string(stop.status) + " " + stop.body.value("result", "?");
   r.dead_at_answer = alive(pids) == 0;
   auto d0 = clock_type::now();
-  if (poll_until([&] { return alive(pids) == 0; }, 10s))
+  if (eventually([&] { return alive(pids) == 0; }, 10s))
     r.all_dead_ms = ms_since(d0);
   if (stop.status == 200 && stop.body.value("result", "") == "stopped" && r.dead_at_answer
       && pids.size() == static_cast<size_t>(steps))

@@ -154,6 +154,61 @@ bool process_gone(long pid) {
   return pos != std::string::npos && pos + 2 < text.size() && text[pos + 2] == 'Z';
 }
 
+namespace {
+
+/// State and process group of the /proc/PID/stat line `stat`; false when it
+/// cannot be parsed.
+bool stat_fields(const std::string& stat, char& state, long& pgrp) {
+  auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size())
+    return false;
+  std::istringstream rest{stat.substr(close + 2)};
+  long ppid = 0;
+  rest >> state >> ppid >> pgrp;
+  return static_cast<bool>(rest);
+}
+
+} // namespace
+
+long pgid_of(long pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string stat;
+  char state = 0;
+  long pgrp = -1;
+  if (!in || !std::getline(in, stat) || !stat_fields(stat, state, pgrp))
+    return -1;
+  return pgrp;
+}
+
+bool group_alive(long pgid) {
+  std::error_code ec;
+  for (auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    auto name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::ifstream in{entry.path().string() + "/stat"};
+    std::string stat;
+    char state = 0;
+    long pgrp = -1;
+    if (in && std::getline(in, stat) && stat_fields(stat, state, pgrp) && pgrp == pgid
+        && state != 'Z' && state != 'X')
+      return true;
+  }
+  return false;
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
+                std::chrono::milliseconds every) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred())
+      return true;
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(every);
+  }
+}
+
 int64_t ms_of(const json& t) {
   if (!t.is_string())
     throw std::runtime_error("not an RFC 3339 time: " + t.dump());

@@ -75,6 +75,19 @@ bool wait_exit(subprocess& p, std::chrono::seconds timeout = std::chrono::second
 /// True when no process with `pid` exists any more (zombies count as gone).
 bool process_gone(long pid);
 
+/// The process group of `pid` (from /proc/PID/stat); -1 when it is gone.
+long pgid_of(long pid);
+
+/// True while some process that is not a zombie belongs to process group
+/// `pgid` (a step's group: its shell and every child it started).
+bool group_alive(long pgid);
+
+/// Polls `pred()` every `every` until it holds or `timeout` passes: an event
+/// wait with a deadline, never a fixed sleep. @returns whether it held.
+bool eventually(const std::function<bool()>& pred,
+                std::chrono::milliseconds timeout = std::chrono::seconds{30},
+                std::chrono::milliseconds every = std::chrono::milliseconds{5});
+
 /// Parses an RFC 3339 UTC time with milliseconds (as canopy writes them)
 /// into ms since the epoch; throws (failing the test) for anything else.
 int64_t ms_of(const json& t);

@@ -59,18 +59,6 @@ server_process::options supervisor_options(const std::string& home = {},
   return o;
 }
 
-/// Polls `pred()` until it holds or `timeout` passes. @returns whether it held.
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (pred())
-      return true;
-    if (std::chrono::steady_clock::now() > deadline)
-      return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
-
 /// `GET /v1/nodes` as `token`; the items (an empty array when the answer is
 /// not a listing).
 json nodes_of(const server_process& s, const std::string& token = alice_token) {

@@ -46,17 +46,6 @@ constexpr auto worker_timeout = 5s;
 /// Slack over a timeout for a loaded test machine.
 constexpr auto slack = 3s;
 
-bool poll_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (pred())
-      return true;
-    if (std::chrono::steady_clock::now() > deadline)
-      return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
-
 /// The `ip` binary of iproute2; empty when there is none.
 std::string find_ip() {
   for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
@@ -167,7 +156,7 @@ json node_lost_event(const json& events, const std::string& step) {
 
 long pid_from(const std::string& file) {
   long pid = 0;
-  poll_until(
+  eventually(
     [&] {
       auto text = read_file(file);
       if (text.empty() || text.back() != '\n')
@@ -241,7 +230,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
     INFO(logs());
     REQUIRE(joined);
   }
-  REQUIRE(poll_until([&] { return has_node(sup, "wa"); }, 10s));
+  REQUIRE(eventually([&] { return has_node(sup, "wa"); }, 10s));
 
   // The step can only go to wa.
   auto c = sup.client(alice_token);
@@ -274,7 +263,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   wb = std::make_unique<worker_process>(std::vector<std::string>{
     "--join", join, "--name", "wb", "--slots", "2", "--tools", b_tools});
   REQUIRE(wb->wait_joined(join, "wb", 1, 30s));
-  REQUIRE(poll_until([&] { return has_node(sup, "wb"); }, 10s));
+  REQUIRE(eventually([&] { return has_node(sup, "wb"); }, 10s));
   // Still running on wa: nothing moved when wb joined.
   auto before_cut = get_json(c, "/v1/executions/" + id);
   REQUIRE(before_cut.body["steps"]["s"]["status"] == "running");
@@ -291,7 +280,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   // The supervisor: the step is back to pending/node_lost, heartbeat-driven
   // (not before the timeout: the connection was not closed).
   json lost_event;
-  bool lost = poll_until([&] {
+  bool lost = eventually([&] {
     lost_event = node_lost_event(events_of(sup, id), "s");
     return lost_event.is_object();
   }, sup_timeout + slack + 2s);
@@ -326,7 +315,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   INFO("wa logged lost after " << wa_lost_after.count() << " ms");
   CHECK(wa_lost);
   CHECK(wa_lost_after <= worker_timeout + slack);
-  bool killed = poll_until([&] { return process_gone(a_step_pid); }, 2s + 2s);
+  bool killed = eventually([&] { return process_gone(a_step_pid); }, 2s + 2s);
   auto killed_after = since_cut();
   INFO("wa's step gone after " << killed_after.count() << " ms");
   CHECK(killed);
@@ -336,7 +325,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   // Healed, the worker joins again (its next connect attempt gets through).
   REQUIRE(net.heal());
   CHECK(wa.wait_joined(join, "wa", 2, 90s));
-  CHECK(poll_until([&] { return has_node(sup, "wa"); }, 10s));
+  CHECK(eventually([&] { return has_node(sup, "wa"); }, 10s));
   CHECK(line_count(a_starts) == 1); // nothing ran twice
 
   if (!process_gone(a_step_pid))

@@ -65,18 +65,6 @@ server_process::options supervisor_options(const std::string& home = {},
   return o;
 }
 
-/// Polls `pred()` until it holds or `timeout` passes. @returns whether it held.
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (pred())
-      return true;
-    if (std::chrono::steady_clock::now() > deadline)
-      return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
-
 std::string join_arg(int port) {
   return "127.0.0.1:" + std::to_string(port);
 }
@@ -131,54 +119,6 @@ std::vector<std::string> wait_lines(const std::string& path, size_t n,
 long pid_in(const std::string& pid_file) {
   auto lines = wait_lines(pid_file, 1);
   return lines.empty() ? 0 : std::atol(lines[0].c_str());
-}
-
-/// The process group of `pid` (from /proc/PID/stat); -1 when it is gone.
-long pgid_of(long pid) {
-  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
-  std::string stat;
-  if (!in || !std::getline(in, stat))
-    return -1;
-  auto close = stat.rfind(')');
-  if (close == std::string::npos)
-    return -1;
-  std::istringstream fields{stat.substr(close + 1)};
-  std::string state;
-  long ppid = 0, pgrp = -1;
-  fields >> state >> ppid >> pgrp;
-  return pgrp;
-}
-
-/// True while some process that is not a zombie belongs to process group
-/// `pgid` (a step's group: its shell and every child it started).
-bool group_alive(long pgid) {
-  DIR* d = ::opendir("/proc");
-  if (!d)
-    return false;
-  bool alive = false;
-  while (auto* e = ::readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0')
-      continue;
-    std::ifstream in{std::string{"/proc/"} + e->d_name + "/stat"};
-    std::string stat;
-    if (!in || !std::getline(in, stat))
-      continue;
-    auto close = stat.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream fields{stat.substr(close + 1)};
-    std::string state;
-    long ppid = 0, pgrp = -1;
-    fields >> state >> ppid >> pgrp;
-    if (pgrp == pgid && state != "Z" && state != "X") {
-      alive = true;
-      break;
-    }
-  }
-  ::closedir(d);
-  return alive;
 }
 
 /// True when the step process `pid` and its whole group are gone.

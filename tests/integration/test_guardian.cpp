@@ -45,18 +45,6 @@ bool wait_while_running(canopy::subprocess& p, Pred pred) {
   }
 }
 
-/// Polls `pred` until it holds (true) or the deadline passes (false).
-template <class Pred>
-bool eventually(Pred pred) {
-  auto deadline = clock_type::now() + deadline_after;
-  while (!pred()) {
-    if (clock_type::now() > deadline)
-      return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
-
 /// The pid written to `file` (complete: written by `mv`), or 0.
 long pid_in(const std::string& file) {
   std::ifstream in{file};
@@ -128,14 +116,14 @@ TEST_CASE("a SIGKILLed canopy run leaves no step process behind",
   REQUIRE_FALSE(process_gone(step));
   REQUIRE_FALSE(process_gone(background));
   long guard = 0;
-  REQUIRE(eventually([&] { return (guard = guardian_of(p.pid())) > 0; }));
+  REQUIRE(eventually([&] { return (guard = guardian_of(p.pid())) > 0; }, deadline_after));
   // Only the canopy process: not its group, not the step's.
   REQUIRE(::kill(p.pid(), SIGKILL) == 0);
   REQUIRE(wait_exit(p, 30s));
   CHECK(p.term_signal() == SIGKILL);
-  CHECK(eventually([&] { return process_gone(step); }));
-  CHECK(eventually([&] { return process_gone(background); }));
-  CHECK(eventually([&] { return process_gone(guard); }));
+  CHECK(eventually([&] { return process_gone(step); }, deadline_after));
+  CHECK(eventually([&] { return process_gone(background); }, deadline_after));
+  CHECK(eventually([&] { return process_gone(guard); }, deadline_after));
   // Clean up whatever a failure above left.
   ::kill(static_cast<pid_t>(-step), SIGKILL);
 }
@@ -154,9 +142,9 @@ TEST_CASE("the guardian of a canopy run that finishes exits with it",
   auto p = start_run(home.path, file);
   REQUIRE(wait_while_running(p, [&] { return pid_in(step_file) > 0; }));
   long guard = 0;
-  REQUIRE(eventually([&] { return (guard = guardian_of(p.pid())) > 0; }));
+  REQUIRE(eventually([&] { return (guard = guardian_of(p.pid())) > 0; }, deadline_after));
   g.write("go", "");
   REQUIRE(wait_exit(p, 60s));
   CHECK(p.exit_code() == 0);
-  CHECK(eventually([&] { return process_gone(guard); }));
+  CHECK(eventually([&] { return process_gone(guard); }, deadline_after));
 }

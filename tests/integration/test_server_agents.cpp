@@ -130,17 +130,6 @@ json wait_agent(httplib::Client& c, const std::string& name,
   }
 }
 
-/// Polls until `pred()` holds or `timeout` passes.
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline)
-      return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
 /// Waits for the run step to write its pid file; @returns the pid.
 long wait_pid(const std::string& pid_file) {
   REQUIRE(eventually([&] { return !read_file(pid_file).empty(); }));

@@ -135,26 +135,6 @@ std::vector<long> tree_pids(const json& doc) {
   return out;
 }
 
-/// True when some process of group `pgid` is alive (not a zombie).
-bool group_alive(long pgid) {
-  for (auto& entry : fs::directory_iterator("/proc")) {
-    auto name = entry.path().filename().string();
-    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit))
-      continue;
-    auto stat = read_file(entry.path().string() + "/stat");
-    auto close = stat.rfind(')');
-    if (close == std::string::npos || close + 2 >= stat.size())
-      continue;
-    std::istringstream rest{stat.substr(close + 2)};
-    char state = 0;
-    long ppid = 0, pgrp = 0;
-    rest >> state >> ppid >> pgrp;
-    if (pgrp == pgid && state != 'Z' && state != 'X')
-      return true;
-  }
-  return false;
-}
-
 /// Waits (up to `timeout`: a SIGKILLed process takes a moment to disappear)
 /// until process `pid` is gone and no live member of process group `pid`
 /// remains. Zombies count as gone, as in `process_gone`: a grandchild killed
