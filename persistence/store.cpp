@@ -1,7 +1,10 @@
 #include "persistence/store.hpp"
 
+#include <fcntl.h>
 #include <lmdb.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -9,6 +12,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <thread>
 
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
@@ -123,9 +127,66 @@ void write_batch::take_events(std::vector<event_record>& out) {
     n.take_events(out);
 }
 
+// -- opening ------------------------------------------------------------------------
+
 store::~store() {
   if (env_)
     mdb_env_close(env_);
+  if (lock_fd_ >= 0)
+    ::close(lock_fd_);
+}
+
+std::string store::write_lock_path(const std::string& home) {
+  return home + "/write.lock";
+}
+
+int store::open_databases(bool create, std::string& bad_schema) {
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_, nullptr, create ? 0 : MDB_RDONLY, &txn);
+  while (rc == MDB_MAP_RESIZED) {
+    // Another process grew the map since we opened: adopt its size.
+    mdb_env_set_mapsize(env_, 0);
+    rc = mdb_txn_begin(env_, nullptr, create ? 0 : MDB_RDONLY, &txn);
+  }
+  if (rc != 0)
+    return rc;
+  struct {
+    const char* name;
+    unsigned* dbi;
+  } dbs[] = {{"meta", &meta_},         {"executions", &executions_},
+             {"steps", &steps_},       {"children", &children_},
+             {"graphs", &graphs_},     {"events", &events_},
+             {"live", &live_},         {"stops", &stops_},
+             {"pending", &pending_},   {"counters", &counters_},
+             {"registry", &registry_}, {"agents", &agents_},
+             {"history", &history_},   {"agent_runs", &agent_runs_}};
+  for (auto& db : dbs) {
+    MDB_dbi dbi;
+    if ((rc = mdb_dbi_open(txn, db.name, create ? MDB_CREATE : 0, &dbi)) != 0) {
+      mdb_txn_abort(txn);
+      return rc;
+    }
+    *db.dbi = dbi;
+  }
+  std::string key = "schema", val = schema_version;
+  MDB_val k = as_val(key), v;
+  if (mdb_get(txn, meta_, &k, &v) == MDB_NOTFOUND) {
+    if (!create) {
+      mdb_txn_abort(txn);
+      return MDB_NOTFOUND;
+    }
+    v = as_val(val);
+    if ((rc = mdb_put(txn, meta_, &k, &v, 0)) != 0) {
+      mdb_txn_abort(txn);
+      return rc;
+    }
+  } else if (as_string(v) != schema_version) {
+    bad_schema = as_string(v);
+    mdb_txn_abort(txn);
+    return -1;
+  }
+  // Committing (even a read-only transaction) keeps the database handles.
+  return mdb_txn_commit(txn);
 }
 
 caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
@@ -134,6 +195,12 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
                       "cannot create home '" + opts.home + "': " + std::strerror(rc));
   std::shared_ptr<store> s{new store};
   s->home_ = opts.home;
+  s->write_wait_ = std::max(opts.write_wait, std::chrono::milliseconds{0});
+  auto lock_path = write_lock_path(opts.home);
+  s->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (s->lock_fd_ < 0)
+    return make_error(persistence_errc::io_error, "cannot open the writers' lock '" + lock_path
+                                                    + "': " + std::strerror(errno));
   int rc = mdb_env_create(&s->env_);
   if (rc != 0)
     return lmdb_error("mdb_env_create", rc);
@@ -147,48 +214,71 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
   if (rc != 0)
     return make_error(persistence_errc::store_error,
                       "cannot open store in '" + opts.home + "': " + mdb_strerror(rc));
-  MDB_txn* txn = nullptr;
-  rc = mdb_txn_begin(s->env_, nullptr, 0, &txn);
-  while (rc == MDB_MAP_RESIZED) {
-    // Another process grew the map since we opened: adopt its size.
-    mdb_env_set_mapsize(s->env_, 0);
-    rc = mdb_txn_begin(s->env_, nullptr, 0, &txn);
+  // An existing home needs no write: opening it must work while another
+  // process holds the writers' lock (SPEC §13 rule 16).
+  std::string bad_schema;
+  rc = s->open_databases(false, bad_schema);
+  if (rc == MDB_NOTFOUND) {
+    if (auto err = s->lock_writers())
+      return err;
+    rc = s->open_databases(true, bad_schema);
+    s->unlock_writers();
   }
-  if (rc != 0)
-    return lmdb_error("mdb_txn_begin", rc);
-  struct {
-    const char* name;
-    unsigned* dbi;
-  } dbs[] = {{"meta", &s->meta_},         {"executions", &s->executions_},
-             {"steps", &s->steps_},       {"children", &s->children_},
-             {"graphs", &s->graphs_},     {"events", &s->events_},
-             {"live", &s->live_},         {"stops", &s->stops_},
-             {"pending", &s->pending_},   {"counters", &s->counters_},
-             {"registry", &s->registry_}, {"agents", &s->agents_},
-             {"history", &s->history_},   {"agent_runs", &s->agent_runs_}};
-  for (auto& db : dbs) {
-    MDB_dbi dbi;
-    if ((rc = mdb_dbi_open(txn, db.name, MDB_CREATE, &dbi)) != 0) {
-      mdb_txn_abort(txn);
-      return lmdb_error("mdb_dbi_open", rc);
-    }
-    *db.dbi = dbi;
-  }
-  std::string key = "schema", val = schema_version;
-  MDB_val k = as_val(key), v;
-  if (mdb_get(txn, s->meta_, &k, &v) == MDB_NOTFOUND) {
-    v = as_val(val);
-    mdb_put(txn, s->meta_, &k, &v, 0);
-  } else if (as_string(v) != schema_version) {
-    mdb_txn_abort(txn);
+  if (rc == -1)
     return make_error(persistence_errc::store_error,
-                      "store in '" + opts.home + "' has schema " + as_string(v)
+                      "store in '" + opts.home + "' has schema " + bad_schema
                         + ", this canopy reads schema " + schema_version);
-  }
-  if ((rc = mdb_txn_commit(txn)) != 0)
-    return lmdb_error("mdb_txn_commit", rc);
+  if (rc != 0)
+    return lmdb_error("opening the databases", rc);
   return s;
 }
+
+// -- the writers' lock ---------------------------------------------------------------
+
+namespace {
+
+/// `5 s` or `500 ms`.
+std::string describe_wait(std::chrono::milliseconds d) {
+  if (d.count() >= 1000 && d.count() % 1000 == 0)
+    return std::to_string(d.count() / 1000) + " s";
+  return std::to_string(d.count()) + " ms";
+}
+
+/// Back-off between tries for a taken writers' lock: short at first (a
+/// commit takes a few ms), never long enough to matter against the wait.
+constexpr std::chrono::milliseconds first_lock_poll{1};
+constexpr std::chrono::milliseconds max_lock_poll{20};
+
+} // namespace
+
+caf::error store::lock_writers() {
+  auto deadline = std::chrono::steady_clock::now() + write_wait_;
+  auto pause = first_lock_poll;
+  for (;;) {
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0)
+      return caf::none;
+    if (errno == EINTR)
+      continue;
+    if (errno != EWOULDBLOCK)
+      return make_error(persistence_errc::io_error, "cannot lock '" + write_lock_path(home_)
+                                                      + "': " + std::strerror(errno));
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline)
+      return make_error(persistence_errc::store_busy,
+                        "the store at " + home_
+                          + " is busy: another process has held its write lock for over "
+                          + describe_wait(write_wait_));
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause,
+                                                                             deadline - now));
+    pause = std::min(pause * 2, max_lock_poll);
+  }
+}
+
+void store::unlock_writers() {
+  ::flock(lock_fd_, LOCK_UN);
+}
+
+// -- reads ---------------------------------------------------------------------------
 
 size_t store::map_size() const {
   MDB_envinfo info;
@@ -583,6 +673,8 @@ caf::expected<uint64_t> store::last_seq() const {
   return seq;
 }
 
+// -- writes --------------------------------------------------------------------------
+
 caf::error store::grow() {
   std::unique_lock<std::shared_mutex> excl{resize_mtx_};
   MDB_envinfo info;
@@ -595,6 +687,15 @@ caf::error store::grow() {
 
 caf::error store::commit(write_batch& batch) {
   auto began = std::chrono::steady_clock::now();
+  // LMDB's own writer mutex waits without limit: canopy's writers take turns
+  // through the writers' lock first, so that mutex is never contended across
+  // canopy processes, and a stuck holder fails the write after `write_wait_`.
+  if (auto err = lock_writers())
+    return err;
+  struct unlock_at_exit {
+    store* self;
+    ~unlock_at_exit() { self->unlock_writers(); }
+  } unlock{this};
   for (;;) {
     MDB_txn* txn = nullptr;
     int rc;

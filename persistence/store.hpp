@@ -23,8 +23,16 @@
 // open a short read transaction each and may run from any thread at once
 // (MDB_NOTLS). Writes must come from one thread at a time (in canopy: the
 // store writer actor); every write transaction begins and ends inside one call.
-// Several processes may open the same home: LMDB serialises their writers.
+//
+// Several processes may open the same home. Their writers take turns through
+// the writers' lock, `HOME/write.lock` (`flock(LOCK_EX)`, see
+// `write_lock_path`), held for exactly one write transaction: a write that
+// cannot take it within `store_options::write_wait` (5 s, SPEC §13 rule 16)
+// fails with `store_busy` instead of waiting without limit in LMDB. A holder
+// that dies releases it. Reads never take it: they work while another process
+// writes or holds the lock. Opening an existing home only reads.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -100,6 +108,9 @@ struct execution_filter {
 struct store_options {
   std::string home;
   size_t initial_map_bytes = 64u << 20;
+  /// How long a write waits for the writers' lock (another process writing)
+  /// before it fails with `store_busy` (SPEC §13 rule 16: 5 s). Zero: one try.
+  std::chrono::milliseconds write_wait{5000};
 };
 
 class store {
@@ -109,12 +120,28 @@ public:
   store& operator=(const store&) = delete;
 
   /// Opens (creating the folder and databases when missing) the store in `home`.
-  /// @returns the store, or `io_error` when the folder cannot be created,
-  ///          `store_error` when LMDB cannot open it.
+  /// An existing home is opened with a read transaction only, so opening
+  /// works while another process writes; creating the databases is a write
+  /// and takes the writers' lock like `commit`.
+  /// @returns the store, or `io_error` when the folder or its writers' lock
+  ///          file cannot be created, `store_error` when LMDB cannot open it
+  ///          (or its schema differs), `store_busy` when the databases must
+  ///          be created and the writers' lock stayed taken for `write_wait`.
+  /// Threading: any thread; at most one `store` per home per process is
+  /// supported (LMDB's rule; tests may open two to contend for the lock).
   static caf::expected<std::shared_ptr<store>> open(const store_options& opts);
+
+  /// The path of the writers' lock file of `home`: `HOME/write.lock`. A
+  /// process that holds `flock(LOCK_EX)` on it keeps every canopy writer of
+  /// that home waiting (and, after `write_wait`, failing with `store_busy`).
+  /// @returns the path (no error: nothing is touched). Threading: any thread.
+  static std::string write_lock_path(const std::string& home);
 
   /// The home folder.
   const std::string& home() const { return home_; }
+
+  /// How long a write waits for the writers' lock (`store_options::write_wait`).
+  std::chrono::milliseconds write_wait() const { return write_wait_; }
 
   // -- reads (any thread) --------------------------------------------------------
 
@@ -183,9 +210,15 @@ public:
 
   /// Commits `batch` in one durable transaction, assigning event seqs
   /// (strictly increasing per store, across processes) into `batch.events`.
-  /// Grows the map and retries when it is full.
-  /// @returns nothing, or `store_error` (the transaction was aborted: nothing
-  ///          of the batch is stored).
+  /// Holds the writers' lock for the transaction (waiting for it up to
+  /// `write_wait`, polling with a back-off of 1 to 20 ms) and releases it
+  /// right after the commit or abort. Grows the map and retries when it is full.
+  /// @returns nothing, or (nothing of the batch is stored) `store_busy` when
+  ///          another holder kept the writers' lock for `write_wait`,
+  ///          `io_error` when the lock cannot be taken for another reason,
+  ///          `store_error` when LMDB failed (the transaction was aborted).
+  /// Threading: one thread at a time per store (in canopy, the store writer
+  /// actor); blocks that thread for at most `write_wait` plus the commit.
   caf::error commit(write_batch& batch);
 
   /// Current map size in bytes.
@@ -209,9 +242,22 @@ private:
   caf::expected<std::vector<T>> read_log(unsigned dbi, const std::string& prefix, uint64_t after,
                                          size_t limit, Decode decode) const;
   caf::error grow();
+  /// Opens every named database in one transaction: a read-only one unless
+  /// `create`. @returns an LMDB code: MDB_NOTFOUND when, read-only, a
+  /// database or the schema is missing; -1 with `bad_schema` set when the
+  /// stored schema differs.
+  int open_databases(bool create, std::string& bad_schema);
+  /// Takes the writers' lock, waiting up to `write_wait_`.
+  /// @returns nothing, `store_busy` after the wait, or `io_error`.
+  caf::error lock_writers();
+  /// Releases the writers' lock taken by `lock_writers`.
+  void unlock_writers();
 
   std::string home_;
   MDB_env* env_ = nullptr;
+  /// The open writers' lock file (O_CLOEXEC: no subprocess inherits it).
+  int lock_fd_ = -1;
+  std::chrono::milliseconds write_wait_{5000};
   unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
            live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0, agents_ = 0,
            history_ = 0, agent_runs_ = 0;

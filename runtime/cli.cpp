@@ -54,6 +54,12 @@ constexpr std::chrono::milliseconds max_follow_poll{50};
 /// died stays `running` until someone recovers it).
 constexpr std::chrono::milliseconds follow_recovery_interval{250};
 
+/// How long a read command's recovery waits for the store's writers' lock.
+/// Reads must work while another process holds the home (SPEC §13 rule 16):
+/// past this, the command reads without recovering (and says so on stderr).
+/// Long enough for the other process's ordinary commits to finish.
+constexpr std::chrono::milliseconds read_recovery_wait{250};
+
 int exit_code_of(execution_status s) {
   switch (s) {
     case execution_status::completed: return exit_completed;
@@ -214,8 +220,15 @@ int follow(runtime& rt, const execution_handle& h, bool as_json, uint64_t after 
     });
   auto rec = h.wait();
   sub.cancel();
-  if (!rec)
-    return fail(rec.error());
+  if (!rec) {
+    // The execution could not record its end (e.g. the store stayed busy):
+    // once this process is gone, the next command that opens the store makes
+    // it `stopped`/`interrupted`, resumable from its last recorded state.
+    int rc = fail(rec.error());
+    std::cerr << "resume with: canopy --home " << rt.db()->home() << " resume " << h.id()
+              << "\n";
+    return rc;
+  }
   auto doc = load_document(*rt.db(), h.id());
   if (!doc)
     return fail(doc.error());
@@ -361,19 +374,50 @@ int cmd_resume(const global_options& g, const std::string& id, bool as_json,
   return follow(**rt, *h, as_json, *before);
 }
 
-caf::expected<std::shared_ptr<store>> open_store(const global_options& g) {
-  auto db = store::open({home_of(g)});
+/// What a command does with the local store.
+enum class store_use {
+  read,  ///< reads only: recovery is best effort
+  write, ///< writes: a store busy for over 5 s fails it (exit 5)
+};
+
+/// Turns executions of dead owners into `stopped`/`interrupted` (SPEC §13
+/// rule 12). For a reading command a busy store is no error: it warns once on
+/// stderr and reads on without recovering (SPEC §13 rule 16).
+/// @returns nothing, or the error of `recover_interrupted`.
+caf::error recover(store& db, store_use use) {
+  auto r = recover_interrupted(db);
+  if (r)
+    return caf::none;
+  if (use == store_use::read && is(r.error(), persistence_errc::store_busy)) {
+    static bool warned = false; // commands run on one thread
+    if (!warned)
+      std::cerr << "warning: " << message_of(r.error())
+                << "; reading without recovering interrupted executions\n";
+    warned = true;
+    return caf::none;
+  }
+  return r.error();
+}
+
+/// Opens the local store and runs recovery.
+/// @returns the store, or an error of `store::open` or `recover`.
+caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use) {
+  store_options opts;
+  opts.home = home_of(g);
+  if (use == store_use::read)
+    opts.write_wait = read_recovery_wait;
+  auto db = store::open(opts);
   if (!db)
     return db.error();
-  if (auto rec = recover_interrupted(**db); !rec)
-    return rec.error();
+  if (auto err = recover(**db, use))
+    return err;
   return db;
 }
 
 /// `canopy stop`: stores the request, then waits (polling the store: the
 /// execution lives in another process) until the execution is terminal.
 int cmd_stop(const global_options& g, const std::string& id, bool force, double wait_s) {
-  auto db = open_store(g);
+  auto db = open_store(g, store_use::write);
   if (!db)
     return fail(db.error());
   auto rec = (*db)->execution(id);
@@ -426,7 +470,7 @@ int print_document(const caf::expected<json>& doc, bool as_json) {
 }
 
 int cmd_show(const global_options& g, const std::string& id, bool as_json) {
-  auto db = open_store(g);
+  auto db = open_store(g, store_use::read);
   if (!db)
     return fail(db.error());
   return print_document(load_document(**db, id), as_json);
@@ -465,7 +509,7 @@ int cmd_ls(const global_options& g, const std::string& status, bool all, bool as
                          + "' (queued, running, stopping, stopped, completed, failed)");
     f.status = s;
   }
-  auto db = open_store(g);
+  auto db = open_store(g, store_use::read);
   if (!db)
     return fail(db.error());
   auto rows = (*db)->list(f);
@@ -495,7 +539,7 @@ void print_event(const event_record& e, tree_view& view, bool as_json) {
 /// writes it) until `id` is terminal and every event up to that was printed.
 int cmd_events(const global_options& g, const std::string& id, bool follow_live,
                bool as_json) {
-  auto db = open_store(g);
+  auto db = open_store(g, store_use::read);
   if (!db)
     return fail(db.error());
   auto rec = (*db)->execution(id);
@@ -551,8 +595,8 @@ int cmd_events(const global_options& g, const std::string& id, bool follow_live,
     // An owner that died leaves its tree `running`: notice it, now and then.
     if (std::chrono::steady_clock::now() - last_recovery > follow_recovery_interval) {
       last_recovery = std::chrono::steady_clock::now();
-      if (auto again = recover_interrupted(**db); !again)
-        return fail(again.error());
+      if (auto err = recover(**db, store_use::read))
+        return fail(err);
     }
   }
 }
@@ -949,7 +993,7 @@ void print_history(const json& docs, bool as_json) {
 }
 
 int cmd_agent_history(const global_options& g, const agent_options& o) {
-  auto db = open_store(g);
+  auto db = open_store(g, store_use::read);
   if (!db)
     return fail(db.error());
   if (auto ag = (*db)->agent(local_owner, o.name); !ag)
@@ -965,7 +1009,7 @@ int cmd_agent_history(const global_options& g, const agent_options& o) {
 }
 
 int cmd_agent_ls(const global_options& g, bool as_json) {
-  auto db = open_store(g);
+  auto db = open_store(g, store_use::read);
   if (!db)
     return fail(db.error());
   auto rows = (*db)->agents(local_owner);

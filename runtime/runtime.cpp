@@ -196,26 +196,27 @@ caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest, Ts..
 }
 
 /// Blocks until `who` is down or `timeout` passed; @returns true when down.
+/// When down and `reason` is set, stores there the reason `who` quit with.
 bool await_down(caf::actor_system& sys, const caf::actor& who,
-                std::optional<millis> timeout = std::nullopt) {
-  auto done = std::make_shared<std::promise<void>>();
+                std::optional<millis> timeout = std::nullopt, caf::error* reason = nullptr) {
+  auto done = std::make_shared<std::promise<caf::error>>();
   auto down = done->get_future();
   auto watcher = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    self->set_down_handler([=](caf::down_msg&) {
-      done->set_value();
+    self->set_down_handler([=](caf::down_msg& msg) {
+      done->set_value(std::move(msg.reason));
       self->quit();
     });
     self->monitor(who);
     return {[](flush_atom) {}};
   });
-  if (!timeout) {
-    down.wait();
-    return true;
+  if (timeout && down.wait_for(*timeout) != std::future_status::ready) {
+    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+    return false;
   }
-  if (down.wait_for(*timeout) == std::future_status::ready)
-    return true;
-  caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
-  return false;
+  auto why = down.get();
+  if (reason)
+    *reason = std::move(why);
+  return true;
 }
 
 } // namespace
@@ -306,8 +307,14 @@ void subscription::cancel() {
 // -- execution handle --------------------------------------------------------------
 
 caf::expected<execution_record> execution_handle::wait() const {
-  if (actor_)
-    await_down(rt_->system(), actor_);
+  if (actor_) {
+    caf::error reason;
+    await_down(rt_->system(), actor_, std::nullopt, &reason);
+    // An execution quits normally once its end is recorded; any other reason
+    // is what kept it from recording (e.g. `store_busy`).
+    if (reason && reason != caf::exit_reason::normal)
+      return reason;
+  }
   return status();
 }
 

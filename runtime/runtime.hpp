@@ -129,7 +129,10 @@ public:
   const std::string& id() const { return id_; }
 
   /// Blocks until the execution's actor is gone (completed, failed or
-  /// stopped), then @returns the stored record.
+  /// stopped), then @returns the stored record, or the error that ended the
+  /// actor before it could record its end (a failed commit: `store_busy`,
+  /// `store_error`; the record then stays `running` until recovery, once
+  /// this process is gone, makes it `stopped`/`interrupted`).
   caf::expected<execution_record> wait() const;
 
   /// Like `wait`, but gives up after `timeout`: @returns false then.

@@ -1,7 +1,10 @@
 // The `canopy` command line, driven as a user drives it: real processes, a
 // real store in a temp folder, real subprocess steps.
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "persistence/duration.hpp"
+#include "persistence/store.hpp"
 #include "tests/integration/helpers.hpp"
 
 using namespace canopy::test;
@@ -364,4 +368,139 @@ TEST_CASE("a SIGKILLed run leaves a readable store with every completed result",
   CHECK(done["status"] == "completed");
   for (auto& kv : done["steps"].items())
     CHECK(kv.value()["status"] == "completed");
+}
+
+// -- a busy store (SPEC §13 rule 16) ------------------------------------------------------
+
+namespace {
+
+/// Holds the writers' lock of a home as every canopy writer takes it (the
+/// coupling: `flock(LOCK_EX)` on `canopy::store::write_lock_path(home)`, see
+/// persistence/store.hpp), so every canopy process writing that home waits.
+struct home_write_lock {
+  explicit home_write_lock(const std::string& home) {
+    fd = ::open(canopy::store::write_lock_path(home).c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
+                0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  }
+  ~home_write_lock() { release(); }
+  home_write_lock(const home_write_lock&) = delete;
+  home_write_lock& operator=(const home_write_lock&) = delete;
+  void release() {
+    if (fd >= 0)
+      ::close(fd);
+    fd = -1;
+  }
+  int fd = -1;
+};
+
+/// A graph whose step `wait` runs until the file `go` exists, then `after`.
+std::string wait_for_file_graph(const temp_dir& dir, const std::string& go) {
+  json steps = {
+    {"wait", {{"run", {"sh", "-c", "while [ ! -f '" + go + "' ]; do sleep 0.02; done"}}}},
+    {"after", {{"fn", "noop"}, {"needs", {"wait"}}}}};
+  return dir.write("wait.json", json{{"name", "waiter"}, {"steps", steps}}.dump());
+}
+
+/// Starts `canopy run FILE` in the background; returns once its step started.
+canopy::subprocess start_run(const std::string& home, const std::string& file) {
+  canopy::subprocess_options opts;
+  opts.argv = {canopy_binary(), "--home", home, "run", file};
+  auto p = canopy::subprocess::start(opts);
+  REQUIRE(p);
+  REQUIRE(wait_for_output(*p, [](const std::string& out) {
+    return out.find("step.started") != std::string::npos;
+  }));
+  return std::move(*p);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+} // namespace
+
+TEST_CASE("a write kept waiting over 5 s for the store exits 5 while reads keep working",
+          "[integration][cli][busy]") {
+  temp_dir home;
+  temp_dir g;
+  auto go = g.path + "/go";
+  auto run = start_run(home.path, wait_for_file_graph(g, go));
+  auto listed = ls_json(home.path);
+  REQUIRE(listed.size() == 1);
+  auto id = listed[0]["id"].get<std::string>();
+  const std::string busy = "error: the store at " + home.path
+                           + " is busy: another process has held its write lock for over 5 s";
+  {
+    home_write_lock lock{home.path};
+    auto t0 = std::chrono::steady_clock::now();
+    auto stop = run_canopy(home.path, {"stop", id}, 60s);
+    auto took = seconds_since(t0);
+    CHECK(stop.exit_code == 5);
+    CHECK_THAT(stop.err, Catch::Contains(busy));
+    CHECK(took >= 5.0);
+    CHECK(took < 15.0);
+    // Starting an execution is a write too.
+    t0 = std::chrono::steady_clock::now();
+    auto other = run_canopy(home.path, {"run", wait_for_file_graph(g, go)}, 60s);
+    took = seconds_since(t0);
+    CHECK(other.exit_code == 5);
+    CHECK_THAT(other.err, Catch::Contains(busy));
+    CHECK(took < 15.0);
+    // Reads work meanwhile, and nothing of the failed writes was stored.
+    auto ls = run_canopy(home.path, {"ls", "--json"}, 60s);
+    CHECK(ls.exit_code == 0);
+    REQUIRE(ls.out_json().size() == 1);
+    CHECK(ls.out_json()[0]["status"] == "running");
+    auto show = run_canopy(home.path, {"show", id, "--json"}, 60s);
+    CHECK(show.exit_code == 0);
+    CHECK(show.out_json()["steps"]["wait"]["status"] == "running");
+    CHECK(run_canopy(home.path, {"events", id}, 60s).exit_code == 0);
+  }
+  // Once the holder lets go, the same stop goes through.
+  auto stop = run_canopy(home.path, {"stop", id});
+  CHECK(stop.exit_code == 0);
+  CHECK(stop.out == "stopped (requested)\n");
+  REQUIRE(wait_exit(run));
+  CHECK(run.exit_code() == 3);
+}
+
+TEST_CASE("a run whose commit waits over 5 s for the store exits 5 and resumes later",
+          "[integration][cli][busy]") {
+  temp_dir home;
+  temp_dir g;
+  auto go = g.path + "/go";
+  auto run = start_run(home.path, wait_for_file_graph(g, go));
+  auto id = ls_json(home.path)[0]["id"].get<std::string>();
+  {
+    home_write_lock lock{home.path};
+    // The step finishes now; recording it has to wait for the lock.
+    g.write("go", "");
+    auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(wait_exit(run, 60s));
+    auto took = seconds_since(t0);
+    CHECK(run.exit_code() == 5);
+    CHECK_THAT(run.err().data,
+               Catch::Contains("error: the store at " + home.path
+                               + " is busy: another process has held its write lock for "
+                                 "over 5 s"));
+    CHECK_THAT(run.err().data, Catch::Contains("resume " + id));
+    CHECK(took >= 5.0);
+    CHECK(took < 20.0);
+    // The owner is gone but the store cannot be written: a read shows the
+    // last recorded state and says that it did not recover.
+    auto show = run_canopy(home.path, {"show", id, "--json"}, 60s);
+    CHECK(show.exit_code == 0);
+    CHECK(show.out_json()["status"] == "running");
+    CHECK_THAT(show.err, Catch::Contains("without recovering"));
+  }
+  // The next command that can write turns it into stopped/interrupted.
+  auto show = run_canopy(home.path, {"show", id, "--json"});
+  REQUIRE(show.exit_code == 0);
+  CHECK(show.out_json()["status"] == "stopped");
+  CHECK(show.out_json()["reason"] == "interrupted");
+  auto resumed = run_canopy(home.path, {"resume", id, "--json"});
+  CHECK(resumed.exit_code == 0);
+  CHECK(resumed.out_json()["status"] == "completed");
 }

@@ -5,8 +5,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <lmdb.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1427,4 +1429,167 @@ TEST_CASE("make_execution_id is unique and ordered per thread under contention",
     all.insert(xs.begin(), xs.end());
   }
   CHECK(all.size() == threads * per_thread);
+}
+
+// -- the writers' lock (SPEC §13 rule 16) ---------------------------------------------
+
+namespace {
+
+/// Holds the writers' lock of `home` the way canopy's writers take it:
+/// `flock(LOCK_EX)` on `store::write_lock_path(home)` through a descriptor of
+/// its own (flock locks belong to the open file, so this conflicts with every
+/// store, in this process too).
+struct writers_lock_holder {
+  explicit writers_lock_holder(const std::string& home) {
+    fd = ::open(store::write_lock_path(home).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  }
+  ~writers_lock_holder() { release(); }
+  writers_lock_holder(const writers_lock_holder&) = delete;
+  writers_lock_holder& operator=(const writers_lock_holder&) = delete;
+  void release() {
+    if (fd >= 0)
+      ::close(fd);
+    fd = -1;
+  }
+  int fd = -1;
+};
+
+std::shared_ptr<store> open_store_waiting(const std::string& home,
+                                          std::chrono::milliseconds write_wait) {
+  store_options opts;
+  opts.home = home;
+  opts.write_wait = write_wait;
+  auto db = store::open(opts);
+  INFO("open " << home << ": " << (db ? std::string{} : message_of(db.error())));
+  REQUIRE(db);
+  return std::move(*db);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+} // namespace
+
+TEST_CASE("a commit fails with store_busy once the writers' lock stayed taken for write_wait",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store_waiting(dir.path, std::chrono::milliseconds{500});
+  write_batch first;
+  first.executions.push_back(make_exec("e1"));
+  first.events.push_back(make_event("e1", "e1", "execution.queued"));
+  commit_ok(*db, first);
+  writers_lock_holder holder{dir.path};
+  write_batch second;
+  second.executions.push_back(make_exec("e2"));
+  second.events.push_back(make_event("e2", "e2", "execution.queued"));
+  auto t0 = std::chrono::steady_clock::now();
+  auto err = db->commit(second);
+  auto waited = seconds_since(t0);
+  CHECK(is_errc(err, persistence_errc::store_busy));
+  CHECK(message_of(err)
+        == "the store at " + dir.path
+             + " is busy: another process has held its write lock for over 500 ms");
+  CHECK(waited >= 0.5);
+  CHECK(waited < 3.0);
+  // Nothing of the batch is stored, and reads work while the lock is held.
+  CHECK(is_errc(db->execution("e2").error(), persistence_errc::not_found));
+  CHECK(get(db->execution("e1")).id == "e1");
+  CHECK(ids_of(get(db->list({}))) == std::vector<std::string>{"e1"});
+  CHECK(get(db->last_seq()) == 1u);
+  // Opening the existing home needs no write, so it works too.
+  auto again = open_store_waiting(dir.path, std::chrono::milliseconds{0});
+  CHECK(get(again->execution("e1")).id == "e1");
+  again.reset();
+  holder.release();
+  commit_ok(*db, second);
+  CHECK(get(db->execution("e2")).id == "e2");
+  CHECK(get(db->last_seq()) == 2u);
+}
+
+TEST_CASE("a commit waiting for the writers' lock goes through once it is released",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store_waiting(dir.path, std::chrono::seconds{30});
+  writers_lock_holder holder{dir.path};
+  std::atomic<bool> started{false};
+  caf::error err;
+  std::chrono::steady_clock::time_point done, released;
+  std::thread writer([&] {
+    write_batch b;
+    b.executions.push_back(make_exec("e1"));
+    started = true;
+    err = db->commit(b);
+    done = std::chrono::steady_clock::now();
+  });
+  while (!started)
+    std::this_thread::yield();
+  released = std::chrono::steady_clock::now();
+  holder.release();
+  writer.join();
+  INFO("commit: " << message_of(err));
+  CHECK_FALSE(err);
+  // It could only commit after the release.
+  CHECK(done >= released);
+  CHECK(get(db->execution("e1")).id == "e1");
+}
+
+TEST_CASE("a process that dies holding the writers' lock releases it",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  open_store(dir.path).reset(); // the databases exist: opening needs no write
+  // The child takes the lock like a writer would and dies with it (SIGKILL).
+  int locked[2];
+  REQUIRE(::pipe(locked) == 0);
+  pid_t child = fork_child([&]() -> int {
+    ::close(locked[0]);
+    int fd = ::open(store::write_lock_path(dir.path).c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0)
+      return 11;
+    if (::write(locked[1], "l", 1) != 1)
+      return 10;
+    for (;;)
+      ::pause();
+  });
+  // A failed REQUIRE must not leave the child holding the lock forever.
+  struct kill_child {
+    pid_t& pid;
+    ~kill_child() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } guard{child};
+  ::close(locked[1]);
+  char c = 0;
+  REQUIRE(::read(locked[0], &c, 1) == 1);
+  ::close(locked[0]);
+  auto db = open_store_waiting(dir.path, std::chrono::milliseconds{200});
+  write_batch b;
+  b.executions.push_back(make_exec("e1"));
+  CHECK(is_errc(db->commit(b), persistence_errc::store_busy));
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  CHECK(reap(child) == -1);
+  child = -1;
+  commit_ok(*db, b);
+  CHECK(get(db->execution("e1")).id == "e1");
+}
+
+TEST_CASE("creating a home's databases waits for the writers' lock like a commit",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  // The folder exists, the databases do not: opening must write them.
+  writers_lock_holder holder{dir.path};
+  store_options opts;
+  opts.home = dir.path;
+  opts.write_wait = std::chrono::milliseconds{200};
+  auto db = store::open(opts);
+  REQUIRE_FALSE(db);
+  CHECK(is_errc(db.error(), persistence_errc::store_busy));
+  holder.release();
+  auto created = open_store_waiting(dir.path, std::chrono::milliseconds{200});
+  CHECK(get(created->last_seq()) == 0u);
 }
