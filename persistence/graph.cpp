@@ -1186,28 +1186,30 @@ std::vector<graph_error> check_agent_graph(const graph& g) {
   return errors;
 }
 
-std::string check_agent_name(const std::string& name) {
+namespace {
+
+/// Checks a name of 1 to `max` characters of `A-Z a-z 0-9 _ . -`; `what` is
+/// "an agent name" or "a node name". @returns what is wrong, or "".
+std::string check_word(const std::string& name, const char* what, size_t max) {
   if (name.empty())
-    return "an agent name must not be empty";
-  if (name.size() > 128)
-    return "an agent name has at most 128 characters";
+    return std::string{what} + " must not be empty";
+  if (name.size() > max)
+    return std::string{what} + " has at most " + std::to_string(max) + " characters";
   for (unsigned char c : name)
     if (!std::isalnum(c) && c != '_' && c != '.' && c != '-')
-      return "an agent name may hold only letters, digits, '_', '.' and '-' (not '"
+      return std::string{what} + " may hold only letters, digits, '_', '.' and '-' (not '"
              + std::string(1, static_cast<char>(c)) + "')";
   return {};
 }
 
+} // namespace
+
+std::string check_agent_name(const std::string& name) {
+  return check_word(name, "an agent name", 128);
+}
+
 std::string check_node_name(const std::string& name) {
-  if (name.empty())
-    return "a node name must not be empty";
-  if (name.size() > 255)
-    return "a node name has at most 255 characters";
-  for (unsigned char c : name)
-    if (!std::isalnum(c) && c != '_' && c != '.' && c != '-')
-      return "a node name may hold only letters, digits, '_', '.' and '-' (not '"
-             + std::string(1, static_cast<char>(c)) + "')";
-  return {};
+  return check_word(name, "a node name", 255);
 }
 
 } // namespace canopy
