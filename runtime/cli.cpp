@@ -1,3 +1,8 @@
+// The `canopy` command line: `cli_main` wires every command with CLI11 and
+// dispatches; the commands that work on the local home are here. With
+// `--server URL` they run on a server (cli_remote.cpp); `canopy agent` is in
+// cli_agents.cpp; what these files share is in cli_common.hpp.
+
 #include "runtime/cli.hpp"
 
 #include <fcntl.h>
@@ -5,13 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -21,7 +24,7 @@
 
 #include "actors/execution_actor.hpp"
 #include "persistence/error.hpp"
-#include "runtime/client.hpp"
+#include "runtime/cli_common.hpp"
 #include "runtime/config.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
@@ -32,16 +35,9 @@
 
 extern char** environ;
 
-namespace canopy {
+namespace canopy::cli {
 
 namespace {
-
-// -- exit codes (SPEC §6) ------------------------------------------------------
-
-constexpr int exit_completed = 0;
-constexpr int exit_failed = 1;
-constexpr int exit_usage = 2;
-constexpr int exit_stopped = 3;
 
 // -- tunables ---------------------------------------------------------------------------
 
@@ -60,6 +56,9 @@ constexpr std::chrono::milliseconds follow_recovery_interval{250};
 /// Long enough for the other process's ordinary commits to finish.
 constexpr std::chrono::milliseconds read_recovery_wait{250};
 
+// -- helpers of the commands ----------------------------------------------------------
+
+/// The exit code of an execution that ended with status `s` (SPEC §6).
 int exit_code_of(execution_status s) {
   switch (s) {
     case execution_status::completed: return exit_completed;
@@ -68,29 +67,11 @@ int exit_code_of(execution_status s) {
   }
 }
 
-/// Prints `err` and returns its exit code.
-int fail(const caf::error& err) {
-  std::cerr << "error: " << message_of(err) << "\n";
-  return canopy::exit_code_of(err);
-}
-
-int usage_error(const std::string& msg) {
-  std::cerr << "error: " << msg << "\n";
-  return exit_usage;
-}
-
 /// True when `s` names an execution status.
 bool valid_status(const std::string& s) {
   execution_status x;
   return from_string(s, x);
 }
-
-// -- options shared by commands ------------------------------------------------------
-
-struct global_options {
-  std::string home;
-  size_t max_parallel = 4;
-};
 
 std::string home_of(const global_options& g) {
   return g.home.empty() ? default_home() : g.home;
@@ -119,68 +100,124 @@ caf::expected<json> parse_inputs(const std::vector<std::string>& items) {
   return inputs;
 }
 
+/// Turns executions of dead owners into `stopped`/`interrupted` (SPEC §13
+/// rule 12). For a reading command a busy store is no error: it warns once on
+/// stderr and reads on without recovering (SPEC §13 rule 16).
+/// @returns nothing, or the error of `recover_interrupted`.
+caf::error recover(store& db, store_use use) {
+  auto r = recover_interrupted(db);
+  if (r)
+    return caf::none;
+  if (use == store_use::read && is(r.error(), persistence_errc::store_busy)) {
+    static bool warned = false; // commands run on one thread
+    if (!warned)
+      std::cerr << "warning: " << message_of(r.error())
+                << "; reading without recovering interrupted executions\n";
+    warned = true;
+    return caf::none;
+  }
+  return r.error();
+}
+
+} // namespace
+
+// -- shared by the CLI's files (cli_common.hpp) -----------------------------------------
+
+int fail(const caf::error& err) {
+  std::cerr << "error: " << message_of(err) << "\n";
+  return canopy::exit_code_of(err);
+}
+
+int usage_error(const std::string& msg) {
+  std::cerr << "error: " << msg << "\n";
+  return exit_usage;
+}
+
 int report_graph_errors(const std::string& file, const parse_result& r) {
   for (auto& e : r.errors)
     std::cerr << file << ": " << (e.path.empty() ? "" : e.path + ": ") << e.message << "\n";
   return exit_usage;
 }
 
-// -- watching an execution in the foreground ----------------------------------------
+interrupt_guard::interrupt_guard() {
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+}
 
-/// Blocks SIGINT and SIGTERM in every thread (call before any thread starts)
-/// and turns them into stops on a thread of their own: the first is graceful,
-/// the second forces.
-class interrupt_guard {
-public:
-  interrupt_guard() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-  }
-
-  /// Calls `on_signal(n)` on the guard's thread for the n-th SIGINT or
-  /// SIGTERM (from 0). `on_signal` makes its calls into CAF on threads that
-  /// end before it returns: a thread that called into CAF and is still alive
-  /// (blocked in sigwait) when the runtime is destroyed kept ~actor_system
-  /// waiting forever (seen with CAF 0.17).
-  void watch(std::function<void(int)> on_signal) {
-    thread_ = std::thread([this, f = std::move(on_signal)] {
-      for (int n = 0;; ++n) {
-        int sig = 0;
-        if (sigwait(&set_, &sig) != 0 || done_)
-          return;
-        f(n);
-      }
-    });
-  }
-
-  void watch(execution_handle h) {
-    watch([h](int n) {
-      if (n == 0)
-        std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
-      bool force = n > 0; // the second Ctrl-C forces
-      std::thread([h, force] { (void) h.stop(force); }).join();
-    });
-  }
-
-  /// Ends the watch: no signal is handled after this returns. Call it before
-  /// the runtime that `on_signal` uses is destroyed.
-  void finish() {
-    if (thread_.joinable()) {
-      done_ = true;
-      pthread_kill(thread_.native_handle(), SIGINT);
-      thread_.join();
+void interrupt_guard::watch(std::function<void(int)> on_signal) {
+  thread_ = std::thread([this, f = std::move(on_signal)] {
+    for (int n = 0;; ++n) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0 || done_)
+        return;
+      f(n);
     }
+  });
+}
+
+void interrupt_guard::watch(execution_handle h) {
+  watch([h](int n) {
+    if (n == 0)
+      std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
+    bool force = n > 0; // the second Ctrl-C forces
+    std::thread([h, force] { (void) h.stop(force); }).join();
+  });
+}
+
+void interrupt_guard::finish() {
+  if (thread_.joinable()) {
+    done_ = true;
+    pthread_kill(thread_.native_handle(), SIGINT);
+    thread_.join();
   }
+}
 
-  ~interrupt_guard() { finish(); }
+interrupt_guard::~interrupt_guard() {
+  finish();
+}
 
-private:
-  sigset_t set_;
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
+caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g) {
+  runtime_options opts;
+  opts.home = home_of(g);
+  opts.max_parallel = g.max_parallel;
+  return runtime::open(opts);
+}
+
+caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use) {
+  store_options opts;
+  opts.home = home_of(g);
+  if (use == store_use::read)
+    opts.write_wait = read_recovery_wait;
+  auto db = store::open(opts);
+  if (!db)
+    return db.error();
+  if (auto err = recover(**db, use))
+    return err;
+  return db;
+}
+
+int print_document(const caf::expected<json>& doc, bool as_json) {
+  if (!doc)
+    return fail(doc.error());
+  if (as_json)
+    std::cout << doc->dump() << "\n";
+  else
+    std::cout << render_document(*doc);
+  return 0;
+}
+
+void print_nodes(const json& docs, bool as_json) {
+  if (as_json)
+    std::cout << docs.dump() << "\n";
+  else
+    std::cout << render_nodes(docs);
+}
+
+namespace {
+
+// -- watching an execution in the foreground ----------------------------------------
 
 /// Shows progress of `h` until it ends (events after seq `after` only), then
 /// prints the result.
@@ -252,13 +289,6 @@ int follow(runtime& rt, const execution_handle& h, bool as_json, uint64_t after 
     std::cerr << "resume with: canopy --home " << rt.db()->home() << " resume " << h.id()
               << "\n";
   return exit_code_of(rec->status);
-}
-
-caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g) {
-  runtime_options opts;
-  opts.home = home_of(g);
-  opts.max_parallel = g.max_parallel;
-  return runtime::open(opts);
 }
 
 // -- commands --------------------------------------------------------------------------
@@ -374,46 +404,6 @@ int cmd_resume(const global_options& g, const std::string& id, bool as_json,
   return follow(**rt, *h, as_json, *before);
 }
 
-/// What a command does with the local store.
-enum class store_use {
-  read,  ///< reads only: recovery is best effort
-  write, ///< writes: a store busy for over 5 s fails it (exit 5)
-};
-
-/// Turns executions of dead owners into `stopped`/`interrupted` (SPEC §13
-/// rule 12). For a reading command a busy store is no error: it warns once on
-/// stderr and reads on without recovering (SPEC §13 rule 16).
-/// @returns nothing, or the error of `recover_interrupted`.
-caf::error recover(store& db, store_use use) {
-  auto r = recover_interrupted(db);
-  if (r)
-    return caf::none;
-  if (use == store_use::read && is(r.error(), persistence_errc::store_busy)) {
-    static bool warned = false; // commands run on one thread
-    if (!warned)
-      std::cerr << "warning: " << message_of(r.error())
-                << "; reading without recovering interrupted executions\n";
-    warned = true;
-    return caf::none;
-  }
-  return r.error();
-}
-
-/// Opens the local store and runs recovery.
-/// @returns the store, or an error of `store::open` or `recover`.
-caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use) {
-  store_options opts;
-  opts.home = home_of(g);
-  if (use == store_use::read)
-    opts.write_wait = read_recovery_wait;
-  auto db = store::open(opts);
-  if (!db)
-    return db.error();
-  if (auto err = recover(**db, use))
-    return err;
-  return db;
-}
-
 /// `canopy stop`: stores the request, then waits (polling the store: the
 /// execution lives in another process) until the execution is terminal.
 int cmd_stop(const global_options& g, const std::string& id, bool force, double wait_s) {
@@ -458,17 +448,6 @@ int cmd_stop(const global_options& g, const std::string& id, bool force, double 
   }
 }
 
-/// Prints an execution document (`show`): JSON or the rendered tree.
-int print_document(const caf::expected<json>& doc, bool as_json) {
-  if (!doc)
-    return fail(doc.error());
-  if (as_json)
-    std::cout << doc->dump() << "\n";
-  else
-    std::cout << render_document(*doc);
-  return 0;
-}
-
 int cmd_show(const global_options& g, const std::string& id, bool as_json) {
   auto db = open_store(g, store_use::read);
   if (!db)
@@ -477,14 +456,6 @@ int cmd_show(const global_options& g, const std::string& id, bool as_json) {
 }
 
 // -- cluster nodes (SPEC §10) ------------------------------------------------------------
-
-/// Prints node documents: the JSON array, or the table.
-void print_nodes(const json& docs, bool as_json) {
-  if (as_json)
-    std::cout << docs.dump() << "\n";
-  else
-    std::cout << render_nodes(docs);
-}
 
 /// `canopy ls --nodes` on the local home: this process's runtime alone (the
 /// node `local`); a cluster's members are listed by its server (`--server`).
@@ -601,534 +572,6 @@ int cmd_events(const global_options& g, const std::string& id, bool follow_live,
   }
 }
 
-// -- commands against a server (--server URL) --------------------------------------------
-
-/// `--server URL` and `--token TOKEN` of the commands that can use a server.
-struct remote_options {
-  std::string server; ///< empty: the local home
-  std::string token;  ///< empty: `$CANOPY_TOKEN`
-};
-
-/// A client for `r`, or a usage error (bad URL, no token).
-caf::expected<api_client> open_client(const remote_options& r) {
-  auto url = parse_server_url(r.server);
-  if (!url)
-    return url.error();
-  client_options opts;
-  opts.server = *url;
-  opts.token = r.token;
-  if (opts.token.empty())
-    if (auto env = std::getenv("CANOPY_TOKEN"))
-      opts.token = env;
-  if (opts.token.empty())
-    return make_error(runtime_errc::invalid_input,
-                      "--server needs a token: pass --token TOKEN or set $CANOPY_TOKEN");
-  return api_client{std::move(opts)};
-}
-
-/// Prints a final status as `canopy stop` does: `stopped (requested)`.
-void print_status(const json& doc) {
-  auto rec = execution_of(doc);
-  std::cout << to_string(rec.status);
-  if (!rec.reason.empty())
-    std::cout << " (" << rec.reason << ")";
-  std::cout << "\n";
-}
-
-/// `canopy stop ID --server URL`: the server stops and waits; the output and
-/// exit code are the local stop's (SPEC §13 rule 13).
-int remote_stop(const remote_options& r, const std::string& id, bool force, double wait_s) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  auto answer = api->stop(id, force, wait_s);
-  if (!answer)
-    return fail(answer.error());
-  if (answer->result == "no_execution") {
-    std::cout << "no_execution\n";
-    return 0;
-  }
-  if (answer->result == "stopped") {
-    print_status(answer->execution);
-    return 0;
-  }
-  auto status = answer->execution.is_object() ? to_string(execution_of(answer->execution).status)
-                                              : "stopping";
-  std::cout << status << "\n";
-  std::cerr << "still " << status << " after " << wait_s << " s\n";
-  return 1;
-}
-
-int remote_ls_nodes(const remote_options& r, bool as_json) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  auto items = api->nodes();
-  if (!items)
-    return fail(items.error());
-  json out = json::array();
-  for (auto& item : *items)
-    out.push_back(std::move(item));
-  print_nodes(out, as_json);
-  return exit_completed;
-}
-
-int remote_show(const remote_options& r, const std::string& id, bool as_json) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  return print_document(api->tree(id), as_json);
-}
-
-int remote_ls(const remote_options& r, const std::string& status, bool all, bool as_json) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  auto items = api->executions(status, all);
-  if (!items)
-    return fail(items.error());
-  json out = json::array();
-  std::vector<execution_record> rows;
-  for (auto& item : *items) {
-    if (!all && item.contains("parent_id") && !item["parent_id"].is_null())
-      continue; // roots only unless --all (SPEC §13 rule 14)
-    item.erase("steps");
-    item.erase("children");
-    rows.push_back(execution_of(item));
-    out.push_back(std::move(item));
-  }
-  if (as_json)
-    std::cout << out.dump() << "\n";
-  else
-    std::cout << render_list(rows);
-  return 0;
-}
-
-/// Labels of a tree document's executions, as `tree_view::label` makes them:
-/// the top's graph name, and `parent-label/step` below it.
-void collect_labels(const json& doc, const std::string& label,
-                    std::map<std::string, std::string>& out) {
-  auto rec = execution_of(doc);
-  out[rec.id] = label;
-  if (doc.contains("children") && doc["children"].is_array())
-    for (auto& child : doc["children"])
-      collect_labels(child, label + "/" + execution_of(child).parent_step, out);
-}
-
-/// Human labels of the executions of a server's tree, fetched when an
-/// unknown execution shows up (a child created while following).
-class remote_labels {
-public:
-  remote_labels(const api_client& api, std::string id) : api_(api), id_(std::move(id)) {
-    refresh();
-  }
-
-  const std::string& operator()(const std::string& execution_id) {
-    auto i = labels_.find(execution_id);
-    if (i == labels_.end() && refreshed_for_.insert(execution_id).second) {
-      refresh();
-      i = labels_.find(execution_id);
-    }
-    if (i == labels_.end())
-      i = labels_.emplace(execution_id, execution_id.substr(0, 10)).first;
-    return i->second;
-  }
-
-private:
-  void refresh() {
-    if (auto doc = api_.tree(id_)) {
-      auto graph = execution_of(*doc).graph;
-      collect_labels(*doc, graph.empty() ? id_.substr(0, 10) : graph, labels_);
-    }
-  }
-
-  const api_client& api_;
-  std::string id_;
-  std::map<std::string, std::string> labels_;
-  std::set<std::string> refreshed_for_;
-};
-
-int remote_events(const remote_options& r, const std::string& id, bool follow_live,
-                  bool as_json) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  std::optional<remote_labels> labels;
-  auto print = [&](const json& doc) {
-    if (as_json) {
-      std::cout << doc.dump() << "\n";
-    } else {
-      if (!labels)
-        labels.emplace(*api, id);
-      auto e = event_of(doc);
-      std::cout << event_line(e, (*labels)(e.execution_id)) << "\n";
-    }
-    std::cout << std::flush;
-    return true;
-  };
-  if (follow_live) {
-    if (auto err = api->stream_events(id, 0, print))
-      return fail(err);
-    return 0;
-  }
-  auto events = api->events(id);
-  if (!events)
-    return fail(events.error());
-  for (auto& e : *events)
-    print(e);
-  return 0;
-}
-
-// -- agents (SPEC §9, §13 rule 21) ----------------------------------------------------------
-
-/// Arguments of `canopy agent ...`.
-struct agent_options {
-  std::string name;
-  std::string graph_file;                 ///< create
-  std::string on_busy;                    ///< create; empty: not given
-  std::string node;                       ///< create; empty: any node
-  std::string text;                       ///< send
-  std::optional<double> wait_s;           ///< cancel; nullopt: not given
-  bool json = false;
-};
-
-/// The agents of the CLI have no owner (the HTTP API's users own theirs).
-const std::string local_owner;
-
-/// `who` of the requests this process makes, as `canopy stop` writes it.
-std::string cli_who() {
-  return "cli:pid " + std::to_string(::getpid());
-}
-
-/// Prints `err` for agent `name`: an unknown agent in those words (exit 4).
-int agent_fail(const std::string& name, const caf::error& err) {
-  if (is(err, persistence_errc::not_found)) {
-    std::cerr << "error: unknown agent " << name << "\n";
-    return canopy::exit_code_of(err);
-  }
-  return fail(err);
-}
-
-/// The name and `--on-busy` of `agent create`, checked before any file is
-/// read. @returns 0, or the exit code after printing the error.
-int check_agent_args(const agent_options& o, std::optional<busy_policy>& policy) {
-  if (auto why = check_agent_name(o.name); !why.empty())
-    return usage_error("agent name '" + o.name + "': " + why);
-  if (!o.on_busy.empty()) {
-    busy_policy p;
-    if (!from_string(o.on_busy, p))
-      return usage_error("--on-busy '" + o.on_busy
-                         + "': expected cancel_previous, queue or reject");
-    policy = p;
-  }
-  if (!o.node.empty())
-    if (auto why = check_node_name(o.node); !why.empty())
-      return usage_error("--node '" + o.node + "': " + why);
-  return 0;
-}
-
-/// Parses an agent's graph file with the CLI's graph options (as `run`
-/// does) and checks it can be an agent's graph (SPEC §9). For a server
-/// (`for_server`) any tool name passes: the server checks them against its
-/// tools and its workers'. Every error is printed as `FILE: PATH: message`.
-/// @returns the graph, or null.
-std::shared_ptr<const graph> load_agent_graph(const std::string& file, bool for_server) {
-  parse_options opts;
-  opts.any_tool = for_server;
-  auto parsed = parse_graph_file(file, opts);
-  if (!parsed) {
-    report_graph_errors(file, parsed);
-    return nullptr;
-  }
-  parse_result bad;
-  bad.errors = check_agent_graph(*parsed.value);
-  if (!bad.errors.empty()) {
-    report_graph_errors(file, bad);
-    return nullptr;
-  }
-  return parsed.value;
-}
-
-/// How a message ended, from the library (`agent_reply`) or the server.
-struct message_outcome {
-  std::string status;
-  std::string reason;
-  json reply;
-  std::string execution_id;
-  std::string error;
-};
-
-/// Prints the outcome of `agent send` and @returns its exit code: 0
-/// completed, 3 stopped or cancelled, 1 failed or busy. `resume_hint`
-/// gives the command that resumes a run of that id.
-int report_message(const std::string& name, const message_outcome& r, bool as_json,
-                   const std::function<std::string(const std::string&)>& resume_hint) {
-  if (as_json) {
-    json out = {{"reply", r.reply},
-                {"execution_id", r.execution_id.empty() ? json() : json(r.execution_id)},
-                {"status", r.status}};
-    if (!r.reason.empty())
-      out["reason"] = r.reason;
-    if (!r.error.empty())
-      out["error"] = r.error;
-    std::cout << out.dump() << "\n";
-  }
-  auto hint = [&] {
-    if (!r.execution_id.empty())
-      std::cerr << "resume with: " << resume_hint(r.execution_id) << "\n";
-  };
-  if (r.status == "completed") {
-    if (!as_json) {
-      auto text = content_text(r.reply);
-      std::cout << text;
-      if (text.empty() || text.back() != '\n')
-        std::cout << "\n";
-    }
-    return exit_completed;
-  }
-  if (r.status == "busy") {
-    std::cerr << "agent " << name << " is busy\n";
-    return exit_failed;
-  }
-  if (r.status == "cancelled") {
-    std::cerr << "the message to agent " << name << " was cancelled"
-              << (r.error.empty() ? std::string{} : ": " + r.error) << "\n";
-    return exit_stopped;
-  }
-  std::cerr << r.status << (r.reason.empty() ? std::string{} : " (" + r.reason + ")");
-  if (!r.execution_id.empty())
-    std::cerr << ": " << r.execution_id;
-  std::cerr << "\n";
-  if (!r.error.empty())
-    std::cerr << "error: " << r.error << "\n";
-  hint();
-  return r.status == "stopped" ? exit_stopped : exit_failed;
-}
-
-int cmd_agent_create(const global_options& g, const agent_options& o) {
-  std::optional<busy_policy> policy;
-  if (int rc = check_agent_args(o, policy))
-    return rc;
-  auto gr = load_agent_graph(o.graph_file, false);
-  if (!gr)
-    return exit_usage;
-  auto rt = open_runtime(g);
-  if (!rt)
-    return fail(rt.error());
-  // Graph and policy are both replaced: without --on-busy, the default (as
-  // a server does when the body has no `on_busy`).
-  auto res = (*rt)->create_agent(local_owner, o.name, *gr,
-                                 policy.value_or(busy_policy::cancel_previous), o.node);
-  if (!res)
-    return fail(res.error());
-  if (o.json)
-    std::cout << agent_document(res->first).dump() << "\n";
-  else
-    std::cout << (res->second ? "created" : "updated") << " agent " << o.name << "\n";
-  return exit_completed;
-}
-
-int cmd_agent_send(const global_options& g, const agent_options& o) {
-  interrupt_guard guard;
-  auto opened = open_runtime(g);
-  if (!opened)
-    return fail(opened.error());
-  auto& rt = **opened;
-  auto who = cli_who();
-  std::atomic<bool> over{false};
-  // Ctrl-C cancels the agent's run; a second one forces its stop. Every call
-  // into the runtime is made on a thread that ends with it.
-  guard.watch([&](int n) {
-    if (n == 0) {
-      std::cerr << "\ncancelling the run of agent " << o.name << " (Ctrl-C again to force)\n";
-      // The run may not be stored yet: ask again until it was cancelled or
-      // the send is over.
-      while (!over) {
-        caf::expected<std::string> res{std::string{}};
-        std::thread([&] { res = rt.cancel_agent(local_owner, o.name, who, millis{0}); }).join();
-        if (!res || *res == "cancelled")
-          return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      return;
-    }
-    std::thread([&] {
-      if (auto runs = rt.db()->agent_runs(local_owner, o.name))
-        for (auto& run : *runs)
-          (void) rt.stop(run.first, true, who);
-    }).join();
-  });
-  auto reply = rt.send_to_agent(local_owner, o.name, json(o.text), who);
-  over = true;
-  guard.finish();
-  if (!reply)
-    return agent_fail(o.name, reply.error());
-  message_outcome m{reply->status, reply->reason, reply->reply, reply->execution_id,
-                    reply->error};
-  auto home = rt.db()->home();
-  return report_message(o.name, m, o.json, [&](const std::string& id) {
-    return "canopy --home " + home + " resume " + id;
-  });
-}
-
-int cmd_agent_cancel(const global_options& g, const agent_options& o) {
-  auto rt = open_runtime(g);
-  if (!rt)
-    return fail(rt.error());
-  double wait_s = o.wait_s.value_or(30);
-  auto res = (*rt)->cancel_agent(local_owner, o.name, cli_who(),
-                                 millis{static_cast<int64_t>(wait_s * 1000)});
-  if (!res)
-    return agent_fail(o.name, res.error());
-  std::cout << *res << "\n";
-  return exit_completed;
-}
-
-/// Prints history documents: the JSON array, or one line per entry.
-void print_history(const json& docs, bool as_json) {
-  if (as_json)
-    std::cout << docs.dump() << "\n";
-  else
-    std::cout << render_history(docs);
-}
-
-int cmd_agent_history(const global_options& g, const agent_options& o) {
-  auto db = open_store(g, store_use::read);
-  if (!db)
-    return fail(db.error());
-  if (auto ag = (*db)->agent(local_owner, o.name); !ag)
-    return agent_fail(o.name, ag.error());
-  auto entries = (*db)->history(local_owner, o.name);
-  if (!entries)
-    return fail(entries.error());
-  json out = json::array();
-  for (auto& e : *entries)
-    out.push_back(history_document(e));
-  print_history(out, o.json);
-  return exit_completed;
-}
-
-int cmd_agent_ls(const global_options& g, bool as_json) {
-  auto db = open_store(g, store_use::read);
-  if (!db)
-    return fail(db.error());
-  auto rows = (*db)->agents(local_owner);
-  if (!rows)
-    return fail(rows.error());
-  json out = json::array();
-  for (auto& a : *rows)
-    out.push_back(agent_document(a));
-  if (as_json)
-    std::cout << out.dump() << "\n";
-  else
-    std::cout << render_agents(out);
-  return exit_completed;
-}
-
-// -- agents on a server (--server URL) -------------------------------------------------------
-
-int remote_agent_create(const remote_options& r, const agent_options& o) {
-  std::optional<busy_policy> policy;
-  if (int rc = check_agent_args(o, policy))
-    return rc;
-  auto gr = load_agent_graph(o.graph_file, true);
-  if (!gr)
-    return exit_usage;
-  // A server never reads files from the sender's disk: the graph is sent as
-  // one document.
-  if (!gr->files.empty()) {
-    std::cerr << o.graph_file << ": the graph includes other files (";
-    bool first = true;
-    for (auto& kv : gr->files) {
-      std::cerr << (first ? "" : ", ") << kv.first;
-      first = false;
-    }
-    std::cerr << "); a graph sent to a server must be one document: put the included "
-                 "graphs inline\n";
-    return exit_usage;
-  }
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  auto res = api->create_agent(o.name, gr->document, o.on_busy, o.node);
-  if (!res)
-    return fail(res.error());
-  if (o.json)
-    std::cout << res->body.dump() << "\n";
-  else
-    std::cout << (res->status == 201 ? "created" : "updated") << " agent " << o.name << "\n";
-  return exit_completed;
-}
-
-int remote_agent_send(const remote_options& r, const agent_options& o) {
-  interrupt_guard guard;
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  guard.watch([&](int n) {
-    if (n == 0)
-      std::cerr << "\ncancelling the run of agent " << o.name << "\n";
-    auto& client = *api;
-    std::thread([&] {
-      if (auto res = client.cancel_agent(o.name); !res)
-        std::cerr << "error: " << message_of(res.error()) << "\n";
-    }).join();
-  });
-  auto answer = api->send_agent_message(o.name, json(o.text));
-  guard.finish();
-  if (!answer)
-    return fail(answer.error());
-  message_outcome m{answer->status, answer->reason, answer->reply, answer->execution_id,
-                    answer->error};
-  auto url = api->options().server.text();
-  return report_message(o.name, m, o.json, [&](const std::string& id) {
-    return "POST " + url + "/v1/executions/" + id + "/resume";
-  });
-}
-
-int remote_agent_cancel(const remote_options& r, const agent_options& o) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  // The server's cancel takes no wait of its own (it waits up to 30 s):
-  // --wait only bounds how long this waits for its answer.
-  auto wait = millis{static_cast<int64_t>(o.wait_s.value_or(30) * 1000)};
-  auto res = api->cancel_agent(o.name, wait);
-  if (!res)
-    return fail(res.error());
-  std::cout << *res << "\n";
-  return exit_completed;
-}
-
-int remote_agent_history(const remote_options& r, const agent_options& o) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  auto doc = api->agent(o.name);
-  if (!doc)
-    return fail(doc.error());
-  auto history = doc->value("history", json::array());
-  print_history(history.is_array() ? history : json::array(), o.json);
-  return exit_completed;
-}
-
-int remote_agent_ls(const remote_options& r, bool as_json) {
-  auto api = open_client(r);
-  if (!api)
-    return fail(api.error());
-  auto items = api->agents();
-  if (!items)
-    return fail(items.error());
-  json out = json::array();
-  for (auto& item : *items)
-    out.push_back(std::move(item));
-  if (as_json)
-    std::cout << out.dump() << "\n";
-  else
-    std::cout << render_agents(out);
-  return exit_completed;
-}
-
 // -- serve ----------------------------------------------------------------------------------
 
 /// Flags of `canopy serve`; each overrides the config file.
@@ -1216,7 +659,12 @@ int cmd_validate(const std::string& file) {
 
 } // namespace
 
+} // namespace canopy::cli
+
+namespace canopy {
+
 int cli_main(int argc, char** argv) {
+  using namespace cli;
   CLI::App app{"canopy: run agent graphs as supervised actor trees"};
   app.require_subcommand(1);
   app.fallthrough();
@@ -1303,36 +751,8 @@ int cli_main(int argc, char** argv) {
                      "the supervisor is lost after this much silence (default: the tools "
                      "file's cluster.timeout, else 5s)");
 
-  agent_options ao;
-  auto agent = app.add_subcommand("agent", "named agents: create, send, cancel, history, ls");
-  agent->require_subcommand(1);
-  auto agent_create = agent->add_subcommand("create", "create an agent, or replace its graph");
-  agent_create->add_option("name", ao.name, "agent name")->required();
-  agent_create->add_option("--graph", ao.graph_file, "the agent's graph file")->required();
-  agent_create->add_option("--on-busy", ao.on_busy,
-                           "cancel_previous (default), queue or reject");
-  agent_create->add_option("--node", ao.node,
-                           "the cluster node it lives on: its steps run there "
-                           "(default: any node)");
-  agent_create->add_flag("--json", ao.json, "print the agent document");
-  add_remote(agent_create);
-  auto agent_send = agent->add_subcommand("send", "send a message and print the reply");
-  agent_send->add_option("name", ao.name, "agent name")->required();
-  agent_send->add_option("text", ao.text, "the message (a JSON string)")->required();
-  agent_send->add_flag("--json", ao.json, "print {reply, execution_id, status}");
-  add_remote(agent_send);
-  auto agent_cancel = agent->add_subcommand("cancel", "cancel the agent's live run");
-  agent_cancel->add_option("name", ao.name, "agent name")->required();
-  agent_cancel->add_option("--wait", ao.wait_s, "seconds to wait for the run to stop (default 30)")
-    ->check(CLI::Range(0.0, 3600.0));
-  add_remote(agent_cancel);
-  auto agent_history = agent->add_subcommand("history", "the agent's conversation");
-  agent_history->add_option("name", ao.name, "agent name")->required();
-  agent_history->add_flag("--json", ao.json, "print the array of history entries");
-  add_remote(agent_history);
-  auto agent_ls = agent->add_subcommand("ls", "list agents");
-  agent_ls->add_flag("--json", ao.json, "print a JSON array of agent documents");
-  add_remote(agent_ls);
+  agent_commands agents;
+  add_agent_commands(app, agents, add_remote);
 
   std::string file;
   auto validate = app.add_subcommand("validate", "check a graph file");
@@ -1373,16 +793,8 @@ int cli_main(int argc, char** argv) {
   if (events->parsed())
     return on_server ? remote_events(remote, id, follow_live, as_json)
                      : cmd_events(g, id, follow_live, as_json);
-  if (agent_create->parsed())
-    return on_server ? remote_agent_create(remote, ao) : cmd_agent_create(g, ao);
-  if (agent_send->parsed())
-    return on_server ? remote_agent_send(remote, ao) : cmd_agent_send(g, ao);
-  if (agent_cancel->parsed())
-    return on_server ? remote_agent_cancel(remote, ao) : cmd_agent_cancel(g, ao);
-  if (agent_history->parsed())
-    return on_server ? remote_agent_history(remote, ao) : cmd_agent_history(g, ao);
-  if (agent_ls->parsed())
-    return on_server ? remote_agent_ls(remote, ao.json) : cmd_agent_ls(g, ao.json);
+  if (auto rc = run_agent_command(agents, g, remote))
+    return *rc;
   if (serve->parsed())
     return cmd_serve(g, max_parallel_opt->count() > 0, sf);
   if (validate->parsed())

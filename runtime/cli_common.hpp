@@ -1,0 +1,168 @@
+#pragma once
+
+// Internal to the `canopy` binary: what the CLI's files share (cli.cpp,
+// cli_remote.cpp, cli_agents.cpp). Not installed; not part of the library API.
+
+#include <atomic>
+#include <csignal>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "persistence/graph.hpp"
+#include "runtime/client.hpp"
+#include "runtime/runtime.hpp"
+
+/// The command line's internals, shared by its files; nothing outside the
+/// `canopy` binary uses them.
+namespace canopy::cli {
+
+// -- exit codes (SPEC §6) ------------------------------------------------------
+
+constexpr int exit_completed = 0;
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_stopped = 3;
+
+/// Prints `err` and returns its exit code.
+int fail(const caf::error& err);
+
+/// Prints `msg` as an error and returns `exit_usage`.
+int usage_error(const std::string& msg);
+
+/// Prints the errors of a graph file as `FILE: PATH: message`.
+/// @returns `exit_usage`.
+int report_graph_errors(const std::string& file, const parse_result& r);
+
+// -- options shared by commands ------------------------------------------------------
+
+/// `--home` and `--max-parallel`, the options of every command.
+struct global_options {
+  std::string home;
+  size_t max_parallel = 4;
+};
+
+/// `--server URL` and `--token TOKEN` of the commands that can use a server.
+struct remote_options {
+  std::string server; ///< empty: the local home
+  std::string token;  ///< empty: `$CANOPY_TOKEN`
+};
+
+// -- watching an execution in the foreground ----------------------------------------
+
+/// Blocks SIGINT and SIGTERM in every thread (call before any thread starts)
+/// and turns them into stops on a thread of their own: the first is graceful,
+/// the second forces.
+class interrupt_guard {
+public:
+  interrupt_guard();
+
+  /// Calls `on_signal(n)` on the guard's thread for the n-th SIGINT or
+  /// SIGTERM (from 0). `on_signal` makes its calls into CAF on threads that
+  /// end before it returns: a thread that called into CAF and is still alive
+  /// (blocked in sigwait) when the runtime is destroyed kept ~actor_system
+  /// waiting forever (seen with CAF 0.17).
+  void watch(std::function<void(int)> on_signal);
+
+  /// Stops `h` on a signal: gracefully on the first, forced on the second.
+  void watch(execution_handle h);
+
+  /// Ends the watch: no signal is handled after this returns. Call it before
+  /// the runtime that `on_signal` uses is destroyed.
+  void finish();
+
+  ~interrupt_guard();
+
+private:
+  sigset_t set_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// -- the local home and a server ----------------------------------------------------
+
+/// Opens the runtime on the local home with the global options.
+caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g);
+
+/// What a command does with the local store.
+enum class store_use {
+  read,  ///< reads only: recovery is best effort
+  write, ///< writes: a store busy for over 5 s fails it (exit 5)
+};
+
+/// Opens the local store and runs recovery.
+/// @returns the store, or an error of `store::open` or `recover`.
+caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use);
+
+/// A client for `r`, or a usage error (bad URL, no token).
+caf::expected<api_client> open_client(const remote_options& r);
+
+// -- output shared by local and server commands ---------------------------------------
+
+/// Prints an execution document (`show`): JSON or the rendered tree.
+int print_document(const caf::expected<json>& doc, bool as_json);
+
+/// Prints node documents: the JSON array, or the table.
+void print_nodes(const json& docs, bool as_json);
+
+// -- commands against a server (cli_remote.cpp) ---------------------------------------
+
+/// `canopy stop ID --server URL`: the server stops and waits; the output and
+/// exit code are the local stop's (SPEC §13 rule 13).
+int remote_stop(const remote_options& r, const std::string& id, bool force, double wait_s);
+
+/// `canopy ls --nodes --server URL`: the server's cluster nodes.
+int remote_ls_nodes(const remote_options& r, bool as_json);
+
+/// `canopy show ID --server URL`.
+int remote_show(const remote_options& r, const std::string& id, bool as_json);
+
+/// `canopy ls --server URL`: the server's executions, roots only unless `all`.
+int remote_ls(const remote_options& r, const std::string& status, bool all, bool as_json);
+
+/// `canopy events ID [--follow] --server URL`: the events of `id`'s tree;
+/// with `follow_live`, streamed until the tree stops running.
+int remote_events(const remote_options& r, const std::string& id, bool follow_live,
+                  bool as_json);
+
+// -- agents (cli_agents.cpp) ----------------------------------------------------------
+
+/// Arguments of `canopy agent ...`.
+struct agent_options {
+  std::string name;
+  std::string graph_file;                 ///< create
+  std::string on_busy;                    ///< create; empty: not given
+  std::string node;                       ///< create; empty: any node
+  std::string text;                       ///< send
+  std::optional<double> wait_s;           ///< cancel; nullopt: not given
+  bool json = false;
+};
+
+/// The `canopy agent` subcommands and the options they parse into. Not
+/// movable once wired: CLI11 holds references to `options`.
+struct agent_commands {
+  agent_options options;
+  CLI::App* create = nullptr;
+  CLI::App* send = nullptr;
+  CLI::App* cancel = nullptr;
+  CLI::App* history = nullptr;
+  CLI::App* ls = nullptr;
+};
+
+/// Adds `canopy agent create|send|cancel|history|ls` to `app`, wiring them
+/// into `cmds`; `add_remote` adds `--server` and `--token` to a subcommand.
+void add_agent_commands(CLI::App& app, agent_commands& cmds,
+                        const std::function<void(CLI::App*)>& add_remote);
+
+/// Runs the agent subcommand that was parsed, on the local home or, when
+/// `r.server` is set, on a server.
+/// @returns its exit code, or nullopt when no agent subcommand was parsed.
+std::optional<int> run_agent_command(const agent_commands& cmds, const global_options& g,
+                                     const remote_options& r);
+
+} // namespace canopy::cli
