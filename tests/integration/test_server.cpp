@@ -780,7 +780,7 @@ TEST_CASE("an SSE reader that reconnects with Last-Event-ID misses no event and 
 
 // -- signals ---------------------------------------------------------------------------------
 
-TEST_CASE("SIGTERM stops live executions with reason shutdown and exits 0; a restarted "
+TEST_CASE("SIGTERM stops live executions with reason shutdown and exits 0, and a restarted "
           "server resumes them through the API",
           "[integration][server]") {
   temp_dir home;
@@ -1067,7 +1067,7 @@ TEST_CASE("every stop with wait of a running execution answers stopped",
   CHECK(answers["200 stopped stopped"] == threads * per_thread);
 }
 
-TEST_CASE("a graceful stop whose wait runs out answers 202 stopping; a force stop skips the "
+TEST_CASE("a graceful stop whose wait runs out answers 202 stopping, and a force stop skips the "
           "grace periods",
           "[integration][server]") {
   server_process srv{inline_server()};

@@ -504,7 +504,7 @@ TEST_CASE("an agent with the reject policy answers 409 busy while a run is live 
   CHECK(next.body["reply"] == json{{"got", "three"}});
 }
 
-TEST_CASE("cancelling an agent during a long run stops it and kills its process; cancelling "
+TEST_CASE("cancelling an agent during a long run stops it and kills its process, and cancelling "
           "an idle agent answers no_execution",
           "[integration][server][agents]") {
   server_process srv{inline_server()};

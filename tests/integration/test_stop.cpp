@@ -888,7 +888,7 @@ TEST_CASE("max_steps stops the tree after exactly that many started steps",
   CHECK(doc["steps"]["s3"]["attempt"] == 0);
 }
 
-TEST_CASE("a budget stops the tree before the step that would pass it; resume --budget raises "
+TEST_CASE("a budget stops the tree before the step that would pass it, and resume --budget raises "
           "it and spent cost persists",
           "[integration][stop]") {
   temp_dir home, g;
@@ -1138,7 +1138,7 @@ TEST_CASE("a plan step stopped while its graph is being created leaves no trace 
 
 // -- 10. Ctrl-C --------------------------------------------------------------------------
 
-TEST_CASE("Ctrl-C during run stops gracefully, exits 3 and prints the resume command; a second "
+TEST_CASE("Ctrl-C during run stops gracefully, exits 3 and prints the resume command, and a second "
           "Ctrl-C forces",
           "[integration][stop]") {
   temp_dir home, g;
