@@ -377,7 +377,7 @@ void start_remote(exec_actor* self, size_t idx, runner_spec spec, remote_job job
   job.max_output_events = spec.max_output_events;
   s.placing = true;
   auto attempt = s.attempt;
-  self->request(s.node_actor, std::chrono::seconds{30}, run_atom::value, std::move(job),
+  self->request(s.node_actor, st.svc->cluster_timeout, run_atom::value, std::move(job),
                 caf::actor_cast<caf::actor>(self))
     .then(
       [=](caf::actor& runner) {

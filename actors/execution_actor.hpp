@@ -110,6 +110,10 @@ struct execution_services {
   caf::actor cluster;
   /// The tools the cluster's members announce (null without a cluster).
   std::shared_ptr<member_tools> cluster_tools;
+  /// How long a worker may take to start a step placed on it (the cluster's
+  /// timeout): past it the attempt counts as lost (`node_lost`) and is
+  /// placed again.
+  millis cluster_timeout{5000};
   /// This node's name in step records (`local` without a cluster).
   std::string node_name = "local";
   int64_t owner_pid = 0;

@@ -484,6 +484,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     svc->cluster_tools = co.tools;
     rt->cluster_ = spawn_cluster(*rt->sys_, std::move(co));
     svc->cluster = rt->cluster_;
+    svc->cluster_timeout = c.timeout;
     svc->node_name = c.name;
   }
   rt->svc_ = std::move(svc);
