@@ -218,8 +218,14 @@ caf::behavior cluster(cluster_actor* self, cluster_options opts) {
       update_tools(self);
       log(self, "joined", info.name,
           std::to_string(info.slots) + " slots, " + std::to_string(info.tools.size()) + " tools");
+      // The answer goes out before any step is placed on the new member:
+      // a placed execution sends it (run_atom ...) through the same
+      // connection, which must not overtake the answer (the worker refuses
+      // steps before it knows it joined).
+      auto rp = self->make_response_promise<bool>();
+      rp.deliver(true);
       dispatch(self);
-      return true;
+      return rp;
     },
     [=](alive_atom, const std::string& name) -> bool {
       auto& st = self->state;

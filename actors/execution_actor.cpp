@@ -402,7 +402,17 @@ void start_remote(exec_actor* self, size_t idx, runner_spec spec, remote_job job
         if (!current(st, idx, attempt) || !st.steps[idx].placing)
           return;
         st.steps[idx].placing = false;
-        node_lost(self, idx, "the worker did not start the step: " + caf::to_string(err));
+        if (err.category() == actors_category
+            && err.code() == static_cast<uint8_t>(actors_errc::spawn_failed)) {
+          // The worker cannot build or start the command (its tool's argv
+          // template, the program): the attempt fails as it would here.
+          fail_attempt(self, idx, message_of(err));
+        } else {
+          // Not joined (yet), gone, or silent past the timeout: placed again.
+          node_lost(self, idx, "the worker did not start the step: " + caf::to_string(err));
+        }
+        pump(self);
+        flush(self);
       });
 }
 

@@ -677,3 +677,39 @@ TEST_CASE("an agent step on the supervisor messages an agent that lives on a wor
     },
     10s));
 }
+
+TEST_CASE("a step its worker cannot start fails with the worker's reason instead of hanging",
+          "[integration][cluster]") {
+  server_process sup{supervisor_options()};
+  int port = sup.cluster_port();
+  INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
+  REQUIRE(port > 0);
+  temp_dir dir;
+  // The worker's template needs `with.x`, which the step does not give: only
+  // the worker can tell (the supervisor does not know its templates).
+  auto w1 = start_worker(port, "w1",
+                         tools_file(dir, "w1.json", {{"needs_x", sh_tool("echo \"$1\"", {"${with.x}"})}}));
+  INFO("w1 stderr: " << w1->err());
+  REQUIRE(w1->wait_joined(port, "w1"));
+  REQUIRE(eventually([&] { return lists_all(sup, {"supervisor", "w1"}); }, 10s));
+  auto id = start_graph(sup, {{"name", "unstartable"},
+                              {"steps", {{"bad", {{"tool", "needs_x"}, {"with", {{"y", 1}}}}}}}});
+  auto c = sup.client(alice_token);
+  auto doc = wait_status(c, id, "failed", 30s);
+  INFO("execution: " << doc.dump(2));
+  REQUIRE(doc["status"] == "failed");
+  auto& bad = doc["steps"]["bad"];
+  CHECK(bad["status"] == "failed");
+  CHECK(bad["attempt"] == 1);
+  REQUIRE(bad["error"].is_string());
+  CHECK(bad["error"].get<std::string>().find("needs_x") != std::string::npos);
+  // The slot went back.
+  CHECK(eventually(
+    [&] {
+      for (auto& n : nodes_of(sup))
+        if (n.value("running", -1) != 0)
+          return false;
+      return true;
+    },
+    10s));
+}
