@@ -79,6 +79,14 @@ json nodes_of(const server_process& s) {
   return a.body["items"];
 }
 
+/// True when no member of `s` has a step running (every slot went back).
+bool slots_free(const server_process& s) {
+  for (auto& n : nodes_of(s))
+    if (n.value("running", -1) != 0)
+      return false;
+  return true;
+}
+
 /// True when the listing of `s` names every node of `names`.
 bool lists_all(const server_process& s, const std::vector<std::string>& names) {
   auto items = nodes_of(s);
@@ -273,14 +281,7 @@ TEST_CASE("an execution whose tools exist only on two workers completes with eac
   CHECK(!a.contains("pid"));
   CHECK(!b.contains("pid"));
   // Every slot went back.
-  CHECK(eventually(
-    [&] {
-      for (auto& n : nodes_of(sup))
-        if (n.value("running", -1) != 0)
-          return false;
-      return true;
-    },
-    10s));
+  CHECK(eventually([&] { return slots_free(sup); }, 10s));
 }
 
 TEST_CASE("a stop on the root ends the subprocesses on both workers through the signal "
@@ -387,14 +388,7 @@ TEST_CASE("a stop on the root ends the subprocesses on both workers through the 
   auto events = events_of(sup, id);
   CHECK(std::any_of(events.begin(), events.end(),
                     [](const json& e) { return e.value("type", "") == "stop.handled"; }));
-  CHECK(eventually(
-    [&] {
-      for (auto& n : nodes_of(sup))
-        if (n.value("running", -1) != 0)
-          return false;
-      return true;
-    },
-    10s));
+  CHECK(eventually([&] { return slots_free(sup); }, 10s));
   // The workers stay members.
   CHECK(w1->running());
   CHECK(w2->running());
@@ -668,14 +662,7 @@ TEST_CASE("an agent step on the supervisor messages an agent that lives on a wor
   CHECK(run2["steps"]["work"]["status"] == "pending");
   CHECK(run2["steps"]["work"]["attempt"] == 1);
   // Both slots went back.
-  CHECK(eventually(
-    [&] {
-      for (auto& n : nodes_of(sup))
-        if (n.value("running", -1) != 0)
-          return false;
-      return true;
-    },
-    10s));
+  CHECK(eventually([&] { return slots_free(sup); }, 10s));
 }
 
 TEST_CASE("a step its worker cannot start fails with the worker's reason instead of hanging",
@@ -704,12 +691,5 @@ TEST_CASE("a step its worker cannot start fails with the worker's reason instead
   REQUIRE(bad["error"].is_string());
   CHECK(bad["error"].get<std::string>().find("needs_x") != std::string::npos);
   // The slot went back.
-  CHECK(eventually(
-    [&] {
-      for (auto& n : nodes_of(sup))
-        if (n.value("running", -1) != 0)
-          return false;
-      return true;
-    },
-    10s));
+  CHECK(eventually([&] { return slots_free(sup); }, 10s));
 }
