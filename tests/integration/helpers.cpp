@@ -209,6 +209,20 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
   }
 }
 
+long wait_pid_file(const std::string& path, std::chrono::milliseconds timeout) {
+  long pid = 0;
+  eventually(
+    [&] {
+      auto text = read_file(path);
+      if (text.empty() || text.back() != '\n')
+        return false;
+      pid = std::stol(text);
+      return true;
+    },
+    timeout);
+  return pid;
+}
+
 int64_t ms_of(const json& t) {
   if (!t.is_string())
     throw std::runtime_error("not an RFC 3339 time: " + t.dump());

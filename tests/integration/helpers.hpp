@@ -82,6 +82,11 @@ long pgid_of(long pid);
 /// `pgid` (a step's group: its shell and every child it started).
 bool group_alive(long pgid);
 
+/// The pid a step wrote to `path` (the file's whole first line, complete
+/// once it ends in a newline), once it is there; 0 after `timeout`.
+long wait_pid_file(const std::string& path,
+                   std::chrono::milliseconds timeout = std::chrono::seconds{30});
+
 /// Polls `pred()` every `every` until it holds or `timeout` passes: an event
 /// wait with a deadline, never a fixed sleep. @returns whether it held.
 bool eventually(const std::function<bool()>& pred,

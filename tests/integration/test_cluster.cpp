@@ -124,22 +124,6 @@ std::string start_sleeper(const server_process& sup) {
   REQUIRE(e.status == 201);
   return e.body.value("id", "");
 }
-
-/// The pid written to `pid_file`, once it is there (0 after 30 s).
-long pid_in(const std::string& pid_file) {
-  long pid = 0;
-  eventually(
-    [&] {
-      auto text = read_file(pid_file);
-      if (text.empty() || text.back() != '\n')
-        return false;
-      pid = std::stol(text);
-      return true;
-    },
-    30s);
-  return pid;
-}
-
 } // namespace
 
 TEST_CASE("a supervisor and two workers join and GET /v1/nodes lists all three with their "
@@ -502,7 +486,7 @@ TEST_CASE("a worker stopped with SIGTERM kills the step it runs and exits 0",
   // The tool exists on w1 only: the step runs there.
   auto id = start_sleeper(sup);
   REQUIRE(!id.empty());
-  auto pid = pid_in(pid_file);
+  auto pid = wait_pid_file(pid_file);
   REQUIRE(pid > 0);
   CHECK(node_named(nodes_of(sup), "w1")["running"] == 1);
   CHECK(w1.stop(SIGTERM) == 0);
@@ -522,7 +506,7 @@ TEST_CASE("a worker whose supervisor is killed kills the steps it runs for it",
   REQUIRE(w1.wait_joined(port, "w1"));
   REQUIRE(eventually([&] { return node_named(nodes_of(sup), "w1").is_object(); }, 10s));
   REQUIRE(!start_sleeper(sup).empty());
-  auto pid = pid_in(pid_file);
+  auto pid = wait_pid_file(pid_file);
   REQUIRE(pid > 0);
   sup.kill();
   // No orphans: the worker kills the step within its timeout (5 s).

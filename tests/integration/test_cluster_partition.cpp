@@ -153,21 +153,6 @@ json node_lost_event(const json& events, const std::string& step) {
       return e;
   return nullptr;
 }
-
-long pid_from(const std::string& file) {
-  long pid = 0;
-  eventually(
-    [&] {
-      auto text = read_file(file);
-      if (text.empty() || text.back() != '\n')
-        return false;
-      pid = std::stol(text);
-      return true;
-    },
-    30s);
-  return pid;
-}
-
 } // namespace
 
 TEST_CASE("a worker cut off by a network partition loses its step to another worker through "
@@ -243,7 +228,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   REQUIRE(e.status == 201);
   auto id = e.body.value("id", "");
   REQUIRE(!id.empty());
-  auto a_step_pid = pid_from(a_pid_file);
+  auto a_step_pid = wait_pid_file(a_pid_file);
   REQUIRE(a_step_pid > 0);
   auto running = wait_until(c, id, [](const json& d) {
     return d["steps"]["s"]["status"] == "running";
