@@ -8,6 +8,7 @@
 
 #include "actors/execution_actor.hpp"
 #include "actors/messages.hpp"
+#include "actors/stop_protocol.hpp"
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
 
@@ -144,20 +145,11 @@ void cancel_run(agent_actor* self, const std::string& id) {
   if (!rec || !is_stoppable(rec->status))
     return;
   st.cancelled.insert(id);
-  auto [req, batch] = make_stop_request(*rec, false, "agent:" + st.agent);
-  batch.events.push_back(make_agent_event(*rec, "agent.cancelled",
-                                          {{"agent", st.agent}, {"by", "cancel_previous"}}));
-  if (auto token = st.svc->directory->token(id))
-    token->set();
-  if (auto a = st.svc->directory->find(id)) {
-    // Live here: it commits the request itself, then halts.
-    self->request(a, caf::infinite, request_atom::value, req, std::move(batch))
-      .then([](bool) {}, [](caf::error&) {});
-    return;
-  }
-  // Elsewhere: stored; its owner's stop watcher delivers it.
-  self->request(st.svc->writer, caf::infinite, write_atom::value, std::move(batch))
-    .then([](bool) {}, [](caf::error&) {});
+  write_batch cancelled;
+  cancelled.events.push_back(make_agent_event(*rec, "agent.cancelled",
+                                              {{"agent", st.agent}, {"by", "cancel_previous"}}));
+  request_stop_async(self, {st.svc->db, st.svc->writer, st.svc->directory}, *rec,
+                     stop_mode::graceful, "agent:" + st.agent, std::move(cancelled));
 }
 
 void next(agent_actor* self);

@@ -81,7 +81,6 @@ struct execution_state {
   bool admitted = false;       ///< a root holds an admission slot (or needs none)
   int64_t run_started = 0;     ///< when running time last started counting
   bool from_above = false;     ///< stopped by its parent: report, don't commit
-  std::vector<std::string> stop_ids; ///< stop requests this halt answers
   write_batch snapshot;        ///< final batches of children stopped with us
   static const char* name;
 };
@@ -784,24 +783,6 @@ void node_lost(exec_actor* self, size_t idx, const std::string& why) {
   st.ready.push_back(idx);
 }
 
-/// Marks stop request `r` handled, with `result`, in the next batch.
-void answer_stop(exec_actor* self, stop_record r, const char* result) {
-  r.target = self->state.rec.id;
-  r.handled = true;
-  r.result = result;
-  r.handled_at = now_ms();
-  self->state.batch.stops.push_back(std::move(r));
-}
-
-/// The stored stop request `id`, or a bare one when it is not stored.
-stop_record stored_stop(const execution_state& st, const std::string& id) {
-  if (auto r = st.svc->db->stop(id))
-    return std::move(*r);
-  stop_record r;
-  r.id = id;
-  return r;
-}
-
 /// Once no runner, child or function is left: one snapshot, then quit.
 void try_complete_halt(exec_actor* self) {
   auto& st = self->state;
@@ -829,12 +810,9 @@ void try_complete_halt(exec_actor* self) {
                                                           : "execution.stopped";
   emit(self, type, {}, to_string(st.final_status), st.final_reason,
        st.error.empty() ? json(nullptr) : json{{"error", st.error}});
+  // The store answers the stop requests of every execution this snapshot
+  // ends (`stop.handled`), in the same transaction.
   put_execution(self);
-  for (auto& id : st.stop_ids) {
-    answer_stop(self, stored_stop(st, id), "stopped");
-    emit(self, "stop.handled", {}, to_string(st.final_status), st.final_reason,
-         {{"stop_id", id}});
-  }
   // Children stopped with us handed us their final batches: one transaction.
   st.batch.append(std::move(st.snapshot));
   if (st.from_above && st.parent) {
@@ -1369,39 +1347,20 @@ caf::behavior execution(exec_actor* self, execution_init init,
       pump(self);
       flush(self);
     },
-    [=](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
-      auto& st = self->state;
-      bool known = !stop_id.empty()
-                   && std::find(st.stop_ids.begin(), st.stop_ids.end(), stop_id)
-                        != st.stop_ids.end();
-      if (st.finished) {
-        // Too late: the execution already ended. Answer the request anyway,
-        // unless it is one this execution is answering in its snapshot (the
-        // stop watcher re-delivers requests until their answer is committed).
-        if (!stop_id.empty() && !known) {
-          answer_stop(self, stored_stop(st, stop_id), "no_execution");
-          flush(self);
-        }
-        return;
-      }
-      if (!stop_id.empty() && !known)
-        st.stop_ids.push_back(stop_id);
+    [=](stop_atom, const std::string& reason, bool force, const std::string&) {
+      // Too late when finished: the store answers the request once the
+      // final record is committed.
       begin_halt(self, execution_status::stopped, reason, reason, force);
       flush(self);
     },
     [=](request_atom, const stop_record& req, write_batch& batch) -> caf::result<bool> {
       auto& st = self->state;
-      // Our earlier batches reach the writer first: the log shows every step
-      // started before the request, and none after it.
+      // Our earlier records reach the writer first: the log shows every step
+      // started before the request, and none after it. Finished already:
+      // the store answers it (`no_execution`) when the final record lands.
       auto rp = self->make_response_promise();
       st.batch.append(std::move(batch));
       flush(self, [rp]() mutable { rp.deliver(true); });
-      if (st.finished) {
-        answer_stop(self, req, "no_execution");
-        flush(self);
-        return caf::delegated<bool>{};
-      }
-      st.stop_ids.push_back(req.id);
       begin_halt(self, execution_status::stopped, "requested", "requested", req.force);
       flush(self);
       return caf::delegated<bool>{};
@@ -1602,27 +1561,6 @@ parse_options run_time_parse_options(const execution_services& svc, int depth, i
   opts.depth = depth;
   opts.max_depth = max_depth;
   return opts;
-}
-
-std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
-                                                      const std::string& who) {
-  stop_record r;
-  r.id = make_execution_id();
-  r.target = target.id;
-  r.force = force;
-  r.requested_at = now_ms();
-  r.who = who;
-  write_batch b;
-  b.stops.push_back(r);
-  event_record e;
-  e.time = r.requested_at;
-  e.type = "stop.requested";
-  e.execution_id = target.id;
-  e.root_id = target.root_id;
-  e.parent_id = target.parent_id;
-  e.data = {{"stop_id", r.id}, {"mode", force ? "force" : "graceful"}, {"who", who}};
-  b.events.push_back(std::move(e));
-  return {std::move(r), std::move(b)};
 }
 
 stored_graph to_stored(const graph& g) {

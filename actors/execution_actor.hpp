@@ -16,10 +16,13 @@
 //     queued steps back to `pending`, the execution `stopped` with its reason),
 //     then quit.
 //   (stop_atom, reason, force, stop_id)  the same halt, for the target of a stop
-//       request (or a limit); the request is marked `handled` in the snapshot
-//   (request_atom, stop_record, write_batch) -> bool   an in-process stop request:
-//       commits the request (after every record this execution wrote before),
-//       answers, then halts like (stop_atom ...)
+//       request (or a limit); the store answers the request (`handled`) in
+//       the transaction of the snapshot
+//   (request_atom, stop_record, write_batch) -> bool   an in-process stop request
+//       (actors/stop_protocol.hpp): commits the request after every record
+//       this execution wrote before, answers once committed, then halts like
+//       (stop_atom ...); when already finished, the store answers it
+//       `no_execution`
 //   (deadline_atom)                      the graph's deadline passed
 //   (abandon_atom, step, attempt)        a stopped function ignored its stop
 //       token for the step's grace periods: the halt goes on without it
@@ -152,10 +155,5 @@ stored_graph to_stored(const graph& g);
 /// graphs) at `depth` under a scope allowing `max_depth`: the node's rules
 /// (`svc.child_options`) with its functions and tools.
 parse_options run_time_parse_options(const execution_services& svc, int depth, int max_depth);
-
-/// Builds a new stop request for `target` (SPEC §4.1) and the batch that
-/// stores it with its `stop.requested` event. @returns both.
-std::pair<stop_record, write_batch> make_stop_request(const execution_record& target, bool force,
-                                                      const std::string& who);
 
 } // namespace canopy

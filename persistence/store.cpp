@@ -104,6 +104,83 @@ int mkdirs(const std::string& path) {
   return 0;
 }
 
+/// Execution `id` as stored in `txn`, or nothing.
+std::optional<execution_record> load_execution(MDB_txn* txn, unsigned executions,
+                                               const std::string& id) {
+  MDB_val k = as_val(id), v;
+  if (mdb_get(txn, executions, &k, &v) != 0)
+    return std::nullopt;
+  auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
+  if (!rec)
+    return std::nullopt;
+  return std::move(*rec);
+}
+
+/// The `stop.requested` / `stop.handled` event of request `r` on `target`.
+event_record stop_event(const execution_record& target, const stop_record& r, const char* type,
+                        int64_t time) {
+  event_record e;
+  e.time = time;
+  e.type = type;
+  e.execution_id = target.id;
+  e.root_id = target.root_id;
+  e.parent_id = target.parent_id;
+  if (r.handled) {
+    e.status = to_string(target.status);
+    e.reason = target.reason;
+    e.data = {{"stop_id", r.id}};
+  } else {
+    e.data = {{"stop_id", r.id}, {"mode", r.force ? "force" : "graceful"}, {"who", r.who}};
+  }
+  return e;
+}
+
+/// The one rule that answers stop requests (SPEC §4.1, §4.4, §13 rule 10): a
+/// request whose target is terminal, or gone, is `handled` in the same
+/// transaction that made it so, with result `stopped` when the target is
+/// `stopped` and `no_execution` otherwise. So no request stays pending for
+/// an execution that has ended, whatever raced with it. Appends the
+/// `stop.handled` events to `out`. @returns an LMDB code.
+int settle_stops(MDB_txn* txn, unsigned executions, unsigned stops, unsigned pending,
+                 std::vector<event_record>& out) {
+  MDB_cursor* cur;
+  int rc = mdb_cursor_open(txn, pending, &cur);
+  if (rc != 0)
+    return rc;
+  MDB_val k, v;
+  int r = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+  while (r == 0) {
+    auto key = as_string(k);
+    auto sep = key.find('\0');
+    auto target = load_execution(txn, executions, key.substr(0, sep));
+    if (sep == std::string::npos || (target && !is_terminal(target->status))) {
+      r = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      continue;
+    }
+    auto sid = key.substr(sep + 1);
+    MDB_val sk = as_val(sid), sv;
+    if (mdb_get(txn, stops, &sk, &sv) == 0) {
+      if (auto req = stop_from_json(json::parse(as_string(sv), nullptr, false))) {
+        req->handled = true;
+        req->handled_at = now_ms();
+        req->result = target && target->status == execution_status::stopped ? "stopped"
+                                                                            : "no_execution";
+        auto text = encode(*req);
+        MDB_val nv = as_val(text);
+        if ((rc = mdb_put(txn, stops, &sk, &nv, 0)) != 0)
+          break;
+        if (target)
+          out.push_back(stop_event(*target, *req, "stop.handled", req->handled_at));
+      }
+    }
+    if ((rc = mdb_cursor_del(cur, 0)) != 0)
+      break;
+    r = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
+  }
+  mdb_cursor_close(cur);
+  return rc;
+}
+
 } // namespace
 
 void write_batch::append(write_batch&& other) {
@@ -696,6 +773,9 @@ caf::error store::commit(write_batch& batch) {
     store* self;
     ~unlock_at_exit() { self->unlock_writers(); }
   } unlock{this};
+  // Events the store writes itself (`stop.requested`, `stop.handled`), after
+  // the batch's own; handed to the batch once committed.
+  std::vector<event_record> generated;
   for (;;) {
     MDB_txn* txn = nullptr;
     int rc;
@@ -740,6 +820,8 @@ caf::error store::commit(write_batch& batch) {
       // increasing across every process that writes this home.
       uint64_t seq = read_seq(txn, meta_);
       uint64_t first_seq = seq;
+      generated.clear();
+      bool settle = false; // a request or a terminal record: answer requests
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
         for (auto& id : b.deleted_executions) {
           MDB_val k = as_val(id);
@@ -766,6 +848,7 @@ caf::error store::commit(write_batch& batch) {
           del_prefix(events_, id + '\0');
         }
         for (auto& x : b.executions) {
+          settle = settle || is_terminal(x.status);
           put(executions_, x.id, encode(x));
           if (rc == 0) {
             MDB_val lk = as_val(x.id), lv = as_val(empty);
@@ -799,16 +882,22 @@ caf::error store::commit(write_batch& batch) {
         for (auto& x : b.encoded_graphs)
           put(graphs_, x.first, x.second);
         for (auto& x : b.stops) {
-          put(stops_, x.id, encode(x));
-          auto pk = pair_key(x.target, x.id);
-          if (!x.handled) {
-            put(pending_, pk, empty);
-          } else if (rc == 0) {
-            MDB_val k = as_val(pk);
-            int r = mdb_del(txn, pending_, &k, nullptr);
-            if (r != 0 && r != MDB_NOTFOUND)
-              rc = r;
-          }
+          if (rc != 0)
+            break;
+          // A request is stored once, however often it is delivered; the
+          // store answers it (see `settle_stops`), never its writers.
+          MDB_val k = as_val(x.id), v;
+          if (mdb_get(txn, stops_, &k, &v) == 0)
+            continue;
+          stop_record r = x;
+          r.handled = false;
+          r.result.clear();
+          r.handled_at = 0;
+          put(stops_, r.id, encode(r));
+          put(pending_, pair_key(r.target, r.id), empty);
+          if (auto target = load_execution(txn, executions_, r.target))
+            generated.push_back(stop_event(*target, r, "stop.requested", r.requested_at));
+          settle = true;
         }
         for (auto& x : b.counters) {
           if (rc != 0)
@@ -861,6 +950,12 @@ caf::error store::commit(write_batch& batch) {
           apply(n);
       };
       apply(batch);
+      if (settle && rc == 0)
+        rc = settle_stops(txn, executions_, stops_, pending_, generated);
+      for (auto& e : generated) {
+        e.seq = ++seq;
+        put(events_, pair_key(e.root_id, seq_key(e.seq)), encode(e));
+      }
       if (seq != first_seq)
         put(meta_, seq_meta_key, seq_key(seq));
       if (rc == 0)
@@ -875,6 +970,11 @@ caf::error store::commit(write_batch& batch) {
     }
     if (rc != 0)
       return lmdb_error("commit", rc);
+    if (!generated.empty()) {
+      write_batch tail;
+      tail.events = std::move(generated);
+      batch.nested.push_back(std::move(tail));
+    }
     if (on_commit_)
       on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     return caf::none;

@@ -59,7 +59,15 @@ struct write_batch {
   std::vector<event_record> events; ///< seq assigned at commit
   /// Executions (with their steps, graph and index entries) to delete.
   std::vector<std::string> deleted_executions;
-  /// Stop requests to write; unhandled ones are indexed as pending.
+  /// New stop requests (SPEC §4.1). Each is stored once, by id: writing a
+  /// request again does nothing, so delivering it twice is harmless. The
+  /// store writes its `stop.requested` event, and answers it itself: a
+  /// request whose target is terminal (or gone) once a transaction ends is
+  /// `handled` in that transaction (result `stopped` when the target is
+  /// `stopped`, else `no_execution`) with a `stop.handled` event. The
+  /// events the store writes come after the batch's own and are appended to
+  /// the batch (as a nested batch) once committed. `handled`, `result` and
+  /// `handled_at` of the records given here are ignored.
   std::vector<stop_record> stops;
   /// Scope execution id → counters, merged with the stored ones by maximum.
   std::vector<std::pair<std::string, tree_counters>> counters;

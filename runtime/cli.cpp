@@ -161,8 +161,8 @@ void interrupt_guard::watch(execution_handle h) {
   watch([h](int n) {
     if (n == 0)
       std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
-    bool force = n > 0; // the second Ctrl-C forces
-    std::thread([h, force] { (void) h.stop(force); }).join();
+    auto mode = n > 0 ? stop_mode::force : stop_mode::graceful; // the second Ctrl-C forces
+    std::thread([h, mode] { (void) h.stop(mode); }).join();
   });
 }
 
@@ -404,48 +404,41 @@ int cmd_resume(const global_options& g, const std::string& id, bool as_json,
   return follow(**rt, *h, as_json, *before);
 }
 
-/// `canopy stop`: stores the request, then waits (polling the store: the
-/// execution lives in another process) until the execution is terminal.
+/// `canopy stop`: stores the request (the stop protocol; the process that
+/// owns the execution delivers it), then waits, polling the store and
+/// recovering a dead owner meanwhile, until the execution settled.
 int cmd_stop(const global_options& g, const std::string& id, bool force, double wait_s) {
   auto db = open_store(g, store_use::write);
   if (!db)
     return fail(db.error());
-  auto rec = (*db)->execution(id);
-  if (!rec)
-    return fail(rec.error());
-  if (!is_stoppable(rec->status)) {
+  auto mode = force ? stop_mode::force : stop_mode::graceful;
+  auto ticket = request_stop(**db, id, mode, "cli:pid " + std::to_string(::getpid()));
+  if (!ticket)
+    return fail(ticket.error());
+  if (ticket->result == stop_result::no_execution && ticket->request.id.empty()) {
     std::cout << "no_execution\n";
     return 0;
   }
-  auto [req, batch] = make_stop_request(*rec, force, "cli:pid " + std::to_string(::getpid()));
-  if (auto err = (*db)->commit(batch))
-    return fail(err);
-  auto deadline = std::chrono::steady_clock::now()
-                  + std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
-  for (;;) {
-    auto now = (*db)->execution(id);
-    if (!now)
-      return fail(now.error());
-    if (is_terminal(now->status)) {
-      write_batch settle;
-      if (settle_stops(**db, settle) == caf::none && !settle.empty())
-        (void) (*db)->commit(settle);
-      std::cout << to_string(now->status);
-      if (!now->reason.empty())
-        std::cout << " (" << now->reason << ")";
-      std::cout << "\n";
-      return 0;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      std::cout << to_string(now->status) << "\n";
-      std::cerr << "still " << to_string(now->status) << " after " << wait_s << " s\n";
-      return 1;
-    }
-    // The execution lives in another process: poll the shared store.
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (auto r = recover_interrupted(**db); !r)
-      return fail(r.error());
+  auto wait = std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+  auto result = await_stop(**db, *ticket, wait, [&]() -> caf::error {
+    auto r = recover_interrupted(**db);
+    return r ? caf::error{} : r.error();
+  });
+  if (!result)
+    return fail(result.error());
+  auto now = (*db)->execution(id);
+  if (!now)
+    return fail(now.error());
+  if (*result == stop_result::stopping) {
+    std::cout << to_string(now->status) << "\n";
+    std::cerr << "still " << to_string(now->status) << " after " << wait_s << " s\n";
+    return 1;
   }
+  std::cout << to_string(now->status);
+  if (!now->reason.empty())
+    std::cout << " (" << now->reason << ")";
+  std::cout << "\n";
+  return 0;
 }
 
 int cmd_show(const global_options& g, const std::string& id, bool as_json) {

@@ -185,7 +185,7 @@ int cmd_agent_send(const global_options& g, const agent_options& o) {
     std::thread([&] {
       if (auto runs = rt.db()->agent_runs(local_owner, o.name))
         for (auto& run : *runs)
-          (void) rt.stop(run.first, true, who);
+          (void) rt.stop(run.first, stop_mode::force, who);
     }).join();
   });
   auto reply = rt.send_to_agent(local_owner, o.name, json(o.text), who);

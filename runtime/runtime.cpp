@@ -14,10 +14,12 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "actors/blocking.hpp"
 #include "actors/error.hpp"
 #include "actors/execution_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/slot_pool.hpp"
+#include "actors/stop_protocol.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
@@ -49,6 +51,12 @@ event_record make_event(const execution_record& rec, const char* type, int64_t t
   e.status = status;
   e.reason = reason;
   return e;
+}
+
+/// The longest a commit through the store writer may take: the writers'
+/// lock wait, plus headroom for the commit itself.
+millis commit_bound(const store& db) {
+  return db.write_wait() + millis{5000};
 }
 
 bool owner_alive(const execution_record& rec) {
@@ -100,44 +108,11 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
     recovered.push_back(rec.id);
     batch.executions.push_back(std::move(rec));
   }
+  // The store answers the stop requests of what this batch ends.
   if (!batch.empty())
     if (auto err = db.commit(batch))
       return err;
-  // Requests whose target ended (or was just recovered) are answered now.
-  batch = write_batch{};
-  if (auto err = settle_stops(db, batch))
-    return err;
-  if (batch.empty())
-    return recovered;
-  if (auto err = db.commit(batch))
-    return err;
   return recovered;
-}
-
-caf::error settle_stops(const store& db, write_batch& batch) {
-  auto pending = db.pending_stops();
-  if (!pending)
-    return pending.error();
-  for (auto& r : *pending) {
-    auto rec = db.execution(r.target);
-    if (rec && !is_terminal(rec->status))
-      continue;
-    // The snapshot that ended the target may have answered the request
-    // after the pending list was read: read the request again.
-    if (auto fresh = db.stop(r.id); fresh && fresh->handled)
-      continue;
-    r.handled = true;
-    r.handled_at = now_ms();
-    r.result = rec && rec->status == execution_status::stopped ? "stopped" : "no_execution";
-    if (rec) {
-      auto e = make_event(*rec, "stop.handled", r.handled_at, {}, to_string(rec->status),
-                          rec->reason);
-      e.data = {{"stop_id", r.id}};
-      batch.events.push_back(std::move(e));
-    }
-    batch.stops.push_back(std::move(r));
-  }
-  return caf::none;
 }
 
 caf::error check_inputs(const graph& g, const json& inputs) {
@@ -154,72 +129,6 @@ caf::error check_inputs(const graph& g, const json& inputs) {
                           + "' does not declare it)");
   return caf::none;
 }
-
-// -- blocking calls from any thread ---------------------------------------------
-
-namespace {
-
-// The library's blocking calls use a one-shot actor and a promise, not a
-// scoped_actor: a scoped_actor created on a thread that outlives it and is
-// still alive when the runtime shuts down kept ~actor_system waiting forever
-// (seen with CAF 0.17 on a sigwait thread). These work from any thread.
-
-/// Sends a request that answers one `T` and blocks until the answer. When
-/// `dest` quits without answering (CAF 0.17 drops an undelivered response
-/// promise silently), the answer is an error.
-template <class T, class... Ts>
-caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
-  auto done = std::make_shared<std::promise<caf::expected<T>>>();
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  auto answer = done->get_future();
-  sys.spawn([=](caf::event_based_actor* self) {
-    auto finish = [=](caf::expected<T> x) {
-      if (!answered->exchange(true))
-        done->set_value(std::move(x));
-      self->quit();
-    };
-    self->set_down_handler([=](caf::down_msg&) {
-      finish(make_error(runtime_errc::shutting_down, "no answer: the actor is gone"));
-    });
-    self->monitor(dest);
-    self->request(dest, caf::infinite, xs...)
-      .then([=](T& x) { finish(std::move(x)); }, [=](caf::error& err) { finish(std::move(err)); });
-  });
-  return answer.get();
-}
-
-/// Sends a request that answers `bool` and blocks until the answer.
-template <class... Ts>
-caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest, Ts... xs) {
-  auto res = blocking_ask<bool>(sys, dest, std::move(xs)...);
-  return res ? caf::none : std::move(res.error());
-}
-
-/// Blocks until `who` is down or `timeout` passed; @returns true when down.
-/// When down and `reason` is set, stores there the reason `who` quit with.
-bool await_down(caf::actor_system& sys, const caf::actor& who,
-                std::optional<millis> timeout = std::nullopt, caf::error* reason = nullptr) {
-  auto done = std::make_shared<std::promise<caf::error>>();
-  auto down = done->get_future();
-  auto watcher = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    self->set_down_handler([=](caf::down_msg& msg) {
-      done->set_value(std::move(msg.reason));
-      self->quit();
-    });
-    self->monitor(who);
-    return {[](flush_atom) {}};
-  });
-  if (timeout && down.wait_for(*timeout) != std::future_status::ready) {
-    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
-    return false;
-  }
-  auto why = down.get();
-  if (reason)
-    *reason = std::move(why);
-  return true;
-}
-
-} // namespace
 
 // -- subscription -------------------------------------------------------------
 
@@ -296,8 +205,8 @@ void subscription::cancel() {
   // Drain: the writer answers after sending every committed event, the
   // forwarder after delivering everything in its mailbox.
   auto& sys = subscriber_->home_system();
-  (void) blocking_request(sys, writer_, unsubscribe_atom::value, subscriber_);
-  (void) blocking_request(sys, subscriber_, flush_atom::value);
+  (void) blocking_request(sys, writer_, std::nullopt, unsubscribe_atom::value, subscriber_);
+  (void) blocking_request(sys, subscriber_, std::nullopt, flush_atom::value);
   caf::anon_send_exit(subscriber_, caf::exit_reason::user_shutdown);
   await_down(sys, subscriber_);
   subscriber_ = nullptr;
@@ -336,8 +245,8 @@ subscription execution_handle::subscribe(std::function<void(const event_record&)
   return make_subscription(rt_->system(), rt_->writer_, rt_->db_, std::move(f), root_id_);
 }
 
-caf::expected<stop_record> execution_handle::stop(bool force) const {
-  return rt_->stop(id_, force, "library");
+caf::expected<stop_ticket> execution_handle::stop(stop_mode mode) const {
+  return rt_->stop(id_, mode, "library");
 }
 
 // -- stop watcher ------------------------------------------------------------------------
@@ -370,17 +279,12 @@ caf::behavior stop_watcher(caf::stateful_actor<watcher_state>* self,
       if (!pending)
         return;
       std::set<std::string> still;
-      write_batch answered;
       for (auto& r : *pending) {
         still.insert(r.id);
         if (self->state.delivered.count(r.id))
           continue;
-        if (auto a = svc->directory->find(r.target)) {
-          if (auto token = svc->directory->token(r.target))
-            token->set();
-          self->send(a, stop_atom::value, std::string{"requested"}, r.force, r.id);
+        if (deliver_stop(*svc->directory, r))
           self->state.delivered.insert(r.id);
-        }
       }
       // Forget requests that were handled meanwhile.
       for (auto i = self->state.delivered.begin(); i != self->state.delivered.end();)
@@ -599,7 +503,7 @@ caf::expected<std::pair<agent_record, bool>> runtime::create_agent(const std::st
     return old.error();
   write_batch batch;
   batch.agents.push_back(x);
-  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
+  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
     return err;
   return std::make_pair(std::move(x), created);
 }
@@ -610,7 +514,7 @@ caf::expected<agent_reply> runtime::send_to_agent(const std::string& owner,
   auto a = agent_actor(owner, name);
   if (!a)
     return a.error();
-  return blocking_ask<agent_reply>(*sys_, *a, message_atom::value, std::move(message), who);
+  return blocking_ask<agent_reply>(*sys_, *a, std::nullopt, message_atom::value, std::move(message), who);
 }
 
 caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
@@ -643,18 +547,22 @@ caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
   }
   if (targets.empty())
     return std::string{"no_execution"};
+  std::vector<stop_ticket> tickets;
   for (auto& rec : targets) {
-    write_batch batch;
-    batch.events.push_back(make_agent_event(rec, "agent.cancelled",
-                                            {{"agent", name}, {"by", who}}));
-    if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
-      return err;
-    auto req = stop(rec.id, false, who);
-    if (!req)
-      return req.error();
+    write_batch cancelled;
+    cancelled.events.push_back(make_agent_event(rec, "agent.cancelled",
+                                                {{"agent", name}, {"by", who}}));
+    auto t = request_stop(*sys_, stop_ctx(), rec.id, stop_mode::graceful, who,
+                          std::move(cancelled));
+    if (!t)
+      return t.error();
+    tickets.push_back(std::move(*t));
   }
-  for (auto& rec : targets)
-    wait_settled(rec.id, wait);
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  for (auto& t : tickets)
+    canopy::await_stop(*sys_, stop_ctx(), t,
+                       std::max(millis{0}, std::chrono::duration_cast<millis>(
+                                             deadline - std::chrono::steady_clock::now())));
   return std::string{"cancelled"};
 }
 
@@ -704,7 +612,7 @@ caf::expected<registered_graph> runtime::register_graph(const std::string& owner
     return newest.error();
   write_batch batch;
   batch.registered.push_back(x);
-  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
+  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
     return err;
   return x;
 }
@@ -732,7 +640,7 @@ bool runtime::wait_settled(const std::string& id, millis timeout) {
 
 std::vector<node_info> runtime::nodes() {
   if (cluster_)
-    if (auto members = blocking_ask<std::vector<node_info>>(*sys_, cluster_, nodes_atom::value))
+    if (auto members = blocking_ask<std::vector<node_info>>(*sys_, cluster_, millis{5000}, nodes_atom::value))
       return std::move(*members);
   node_info self;
   self.name = "local";
@@ -773,7 +681,7 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   init.graph = std::move(g);
   // Durable before the id is handed out.
   auto batch = make_queued_batch(r, *init.graph);
-  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
+  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
     return err;
   execution_handle h;
   h.rt_ = this;
@@ -824,32 +732,17 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   return h;
 }
 
-caf::expected<stop_record> runtime::stop(const std::string& id, bool force,
+caf::expected<stop_ticket> runtime::stop(const std::string& id, stop_mode mode,
                                          const std::string& who) {
-  auto rec = db_->execution(id);
-  if (!rec)
-    return rec.error();
-  if (!is_stoppable(rec->status)) {
-    stop_record r;
-    r.target = id;
-    r.handled = true;
-    r.result = "no_execution";
-    return r;
-  }
-  // From this moment nothing in the execution's subtree starts a step, even
-  // if its actor has not run yet; the request is stored before it is acted on
-  // further (a crash in between leaves the execution interrupted, resumable).
-  if (auto token = svc_->directory->token(id))
-    token->set();
-  auto [req, batch] = make_stop_request(*rec, force, who);
-  // Live here: the execution stores the request itself, then halts.
-  if (auto a = svc_->directory->find(id))
-    if (!blocking_request(*sys_, a, request_atom::value, req, batch))
-      return req;
-  // Elsewhere (or it just ended): store it; its owner's watcher delivers it.
-  if (auto err = blocking_request(*sys_, writer_, write_atom::value, std::move(batch)))
-    return err;
-  return req;
+  return request_stop(*sys_, stop_ctx(), id, mode, who);
+}
+
+stop_result runtime::await_stop(const stop_ticket& ticket, millis wait) {
+  return canopy::await_stop(*sys_, stop_ctx(), ticket, wait);
+}
+
+stop_context runtime::stop_ctx() const {
+  return {db_, writer_, svc_->directory};
 }
 
 subscription runtime::subscribe(std::function<void(const event_record&)> f) {

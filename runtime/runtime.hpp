@@ -24,6 +24,7 @@
 #include "actors/agent_actor.hpp"
 #include "actors/cluster.hpp"
 #include "actors/fn_registry.hpp"
+#include "actors/stop_protocol.hpp"
 #include "actors/subprocess.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
@@ -148,10 +149,11 @@ public:
   /// execution's tree, in seq order.
   subscription subscribe(std::function<void(const event_record&)> f) const;
 
-  /// Requests a stop (`force`: no grace periods): stored in the stop registry
-  /// first, then delivered. Asynchronous; `wait` for it.
-  /// @returns the stop request (`result` "no_execution" when nothing runs).
-  caf::expected<stop_record> stop(bool force = false) const;
+  /// Requests a stop (SPEC §4; `force`: no grace periods): stored in the
+  /// stop registry first, then delivered. Returns once the request is
+  /// stored; `wait` (or `runtime::await_stop`) for the snapshot.
+  /// @returns the ticket (`no_execution` when nothing runs), or a store error.
+  caf::expected<stop_ticket> stop(stop_mode mode = stop_mode::graceful) const;
 
 private:
   friend class runtime;
@@ -258,14 +260,22 @@ public:
                                           const std::string& who = "library",
                                           millis wait = millis{30'000});
 
-  /// Requests a stop of execution `id` (SPEC §4): the request is committed to
-  /// the stop registry, then delivered to the live execution (in this process
-  /// at once; another process's stop watcher finds it within 50 ms).
-  /// @returns the request; `result` is "no_execution" (and nothing is stored)
-  ///          when the execution is not queued, running or stopping;
-  ///          `not_found`; a store error.
-  caf::expected<stop_record> stop(const std::string& id, bool force,
+  /// Requests a stop of execution `id` (SPEC §4, the stop protocol of
+  /// `actors/stop_protocol.hpp`): the request is committed to the stop
+  /// registry, then delivered to the live execution (in this process at
+  /// once; another process's stop watcher finds it within 50 ms). Blocks
+  /// for at most the store's write wait plus a few seconds.
+  /// @returns the ticket: `no_execution` (nothing stored) when the execution
+  ///          is not queued, running or stopping, else `stopping` (or
+  ///          already `stopped`/`no_execution` when it settled at once);
+  ///          `not_found`; a store error. Threading: any non-actor thread.
+  caf::expected<stop_ticket> stop(const std::string& id, stop_mode mode = stop_mode::graceful,
                                   const std::string& who = "library");
+
+  /// Waits up to `wait` for a stop to settle. @returns `stopped` or
+  /// `no_execution` once its target settled, else `stopping`.
+  /// Threading: any non-actor thread.
+  stop_result await_stop(const stop_ticket& ticket, millis wait);
 
   /// Calls `f` with every committed event of this process.
   subscription subscribe(std::function<void(const event_record&)> f);
@@ -278,6 +288,9 @@ public:
 private:
   runtime() = default;
   friend class execution_handle;
+
+  /// What the stop protocol needs of this runtime.
+  stop_context stop_ctx() const;
 
   /// Remembers a live root so the destructor can stop it.
   void track(const caf::actor& root);
@@ -321,10 +334,6 @@ caf::error check_inputs(const graph& g, const json& inputs);
 /// @returns the ids recovered, or a store error.
 caf::expected<std::vector<std::string>> recover_interrupted(store& db);
 
-
-/// Marks pending stop requests whose target is no longer live as handled
-/// (result "stopped" or "no_execution"), into `batch`.
-caf::error settle_stops(const store& db, write_batch& batch);
 
 
 } // namespace canopy

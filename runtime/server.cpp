@@ -135,15 +135,14 @@ caf::expected<json> body_object(const httplib::Request& req,
 }
 
 /// Reads the stop options `{mode, wait}` of a body.
-bool stop_options(const json& body, bool& force, double& wait, http_error& err) {
-  force = false;
+bool stop_options(const json& body, stop_mode& mode, double& wait, http_error& err) {
+  mode = stop_mode::graceful;
   wait = default_stop_wait;
   if (auto i = body.find("mode"); i != body.end()) {
-    if (!i->is_string() || (*i != "graceful" && *i != "force")) {
+    if (!i->is_string() || !from_string(i->get<std::string>(), mode)) {
       err = bad_request("mode must be \"graceful\" or \"force\"", "/mode");
       return false;
     }
-    force = *i == "force";
   }
   if (auto i = body.find("wait"); i != body.end()) {
     if (!i->is_number() || i->get<double>() < 0 || i->get<double>() > max_stop_wait) {
@@ -632,40 +631,33 @@ private:
       reply(c.res, 201, *doc);
   }
 
-  /// Requests a stop of `rec` for the caller and waits up to `wait` seconds.
+  /// Requests a stop of `rec` for the caller and waits up to `wait` seconds
+  /// (the stop protocol: every wait in it is bounded).
   /// @returns the answer's status and body.
-  std::pair<int, json> stop_one(call& c, const execution_record& rec, bool force, double wait) {
-    auto req = rt_.stop(rec.id, force, "user:" + c.user);
-    if (!req) {
-      auto e = from_error(req.error());
+  std::pair<int, json> stop_one(call& c, const execution_record& rec, stop_mode mode,
+                                double wait) {
+    auto ticket = rt_.stop(rec.id, mode, "user:" + c.user);
+    if (!ticket) {
+      auto e = from_error(ticket.error());
       return {e.status, error_body(e)};
     }
-    spdlog::info("event=stop.request user={} execution={} mode={} result={}", c.user, rec.id,
-                 force ? "force" : "graceful", req->result.empty() ? "requested" : req->result);
-    std::string result = "stopping";
-    if (req->result == "no_execution") {
-      result = "no_execution";
-    } else if (wait > 0
-               && rt_.wait_settled(rec.id, millis{static_cast<int64_t>(wait * 1000)})) {
-      // The request's own answer once handled; the final status otherwise.
-      auto stored = db_.stop(req->id);
-      if (stored && stored->handled)
-        result = stored->result;
-      else if (auto now = db_.execution(rec.id); now && now->status == execution_status::stopped)
-        result = "stopped";
-      else
-        result = "no_execution";
-    }
+    // Nothing stored: `no_execution` at once. Else `wait` 0 answers 202 as
+    // SPEC §7 says, however fast the target settled.
+    auto result = ticket->request.id.empty() ? ticket->result : stop_result::stopping;
+    if (result == stop_result::stopping && wait > 0)
+      result = rt_.await_stop(*ticket, millis{static_cast<int64_t>(wait * 1000)});
+    spdlog::info("event=stop.request user={} execution={} mode={} stop={} result={}", c.user,
+                 rec.id, to_string(mode), ticket->request.id, to_string(result));
     auto doc = load_document(db_, rec.id, {true, false});
-    json body = {{"result", result}, {"execution", doc ? *doc : json(nullptr)}};
-    return {result == "stopping" ? 202 : 200, std::move(body)};
+    json body = {{"result", to_string(result)}, {"execution", doc ? *doc : json(nullptr)}};
+    return {result == stop_result::stopping ? 202 : 200, std::move(body)};
   }
 
   /// Reads a stop body `{mode, wait}`; answers the error itself when bad.
-  bool stop_body(call& c, bool& force, double& wait) {
+  bool stop_body(call& c, stop_mode& mode, double& wait) {
     http_error err;
     auto body = body_object(c.req, {"mode", "wait"}, err);
-    if (!body || !stop_options(*body, force, wait, err)) {
+    if (!body || !stop_options(*body, mode, wait, err)) {
       reply(c.res, err);
       return false;
     }
@@ -676,18 +668,18 @@ private:
     auto rec = owned(c, c.match[1]);
     if (!rec)
       return;
-    bool force;
+    stop_mode mode;
     double wait;
-    if (!stop_body(c, force, wait))
+    if (!stop_body(c, mode, wait))
       return;
-    auto [status, answer] = stop_one(c, *rec, force, wait);
+    auto [status, answer] = stop_one(c, *rec, mode, wait);
     reply(c.res, status, answer);
   }
 
   void stop_graph(call& c) {
-    bool force;
+    stop_mode mode;
     double wait;
-    if (!stop_body(c, force, wait))
+    if (!stop_body(c, mode, wait))
       return;
     auto rg = owned_graph(c, c.match[1], 0);
     if (!rg)
@@ -702,16 +694,19 @@ private:
       if (r.owner == c.user && r.graph == rg->name && is_stoppable(r.status))
         targets.push_back(r);
     json stopped = json::array();
+    std::vector<stop_ticket> tickets;
     for (auto& r : targets) {
-      auto req = rt_.stop(r.id, force, "user:" + c.user);
-      if (req && req->result != "no_execution")
+      auto t = rt_.stop(r.id, mode, "user:" + c.user);
+      if (t && t->result != stop_result::no_execution) {
         stopped.push_back(r.id);
+        tickets.push_back(std::move(*t));
+      }
     }
     auto deadline = std::chrono::steady_clock::now()
                     + millis{static_cast<int64_t>(wait * 1000)};
-    for (auto& id : stopped) {
+    for (auto& t : tickets) {
       auto left = std::chrono::duration_cast<millis>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || !rt_.wait_settled(id, left))
+      if (left.count() <= 0 || rt_.await_stop(t, left) == stop_result::stopping)
         break;
     }
     spdlog::info("event=graph.stop user={} graph={} stopped={}", c.user, rg->name,

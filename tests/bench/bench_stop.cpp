@@ -417,11 +417,11 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
   perf.emplace("stop" + std::to_string(out.executions));
   auto wall0 = wall_ms();
   auto ts = clock_type::now();
-  auto req = h->stop(false);
+  auto req = h->stop();
   auto t_req = clock_type::now();
   if (!req)
     die("stop failed: " + caf::to_string(req.error()));
-  if (req->result == "no_execution")
+  if (req->result == canopy::stop_result::no_execution)
     die("stop answered no_execution");
   if (!h->wait_for(std::chrono::duration_cast<millis>(timeout))) {
     auto rec = h->status();
@@ -440,7 +440,7 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
 
   // -- the snapshot -------------------------------------------------------------
   t0 = clock_type::now();
-  out.verdict = verify_tree(*rt.db(), h->id(), req->id, depth, out.executions);
+  out.verdict = verify_tree(*rt.db(), h->id(), req->request.id, depth, out.executions);
   out.verify_ms = ms_between(t0, clock_type::now());
   size_t steps_total = (out.executions - 1) + leaves; // graph steps + sleeps
   std::ostringstream evs;
@@ -615,7 +615,7 @@ resume_result run_resume(runtime& rt, size_t steps, std::chrono::seconds timeout
       die("resume bench: only " + std::to_string(completed.load()) + " steps completed");
     out.run_half_ms = ms_between(t0, clock_type::now());
     t0 = clock_type::now();
-    auto req = h->stop(false);
+    auto req = h->stop();
     if (!req)
       die("stop failed: " + caf::to_string(req.error()));
     if (!h->wait_for(std::chrono::duration_cast<millis>(timeout)))
@@ -651,7 +651,7 @@ resume_result run_resume(runtime& rt, size_t steps, std::chrono::seconds timeout
   out.first_started_ms = ms_between(t0, from_ns(first_ns.load()));
   sub.cancel();
   // Clean up: stop it again.
-  if (auto req = h->stop(false); !req)
+  if (auto req = h->stop(); !req)
     die("second stop failed");
   if (!h->wait_for(std::chrono::duration_cast<millis>(timeout)))
     die("resume bench: second stop did not finish");

@@ -332,7 +332,7 @@ TEST_CASE("stopping a conversation stops every agent it reached, and resume comp
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   auto root = runs->at(0).first;
-  REQUIRE(rt->stop(root, false));
+  REQUIRE(rt->stop(root));
   auto r = sent.get();
   REQUIRE(r);
   CHECK(r->status == "stopped");

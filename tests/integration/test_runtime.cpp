@@ -816,12 +816,12 @@ TEST_CASE("a forced stop skips the grace periods", "[runtime]") {
   REQUIRE(seen->wait_for(is_ready_output("p")));
   auto asked = clock_type::now();
   SECTION("force at once") {
-    h.stop(true);
+    h.stop(stop_mode::force);
   }
   SECTION("force overtaking a graceful stop") {
     h.stop();
     REQUIRE(seen->wait_for(is_event("execution.stopping")));
-    h.stop(true);
+    h.stop(stop_mode::force);
   }
   auto rec = f.finish(h);
   CHECK(elapsed_ms(asked) < 30000);
@@ -1028,21 +1028,21 @@ TEST_CASE("a queued execution is stopped before it runs", "[runtime][stop]") {
   auto second = f.start(busy);
   CHECK(get(second.status()).status == execution_status::queued);
   auto req = get(second.stop());
-  CHECK(req.result.empty());
+  CHECK(req.result != stop_result::no_execution);
   auto rec = f.finish(second);
   CHECK(rec.status == execution_status::stopped);
   CHECK(rec.reason == "requested");
   CHECK(rec.started_at == 0);
   for (auto& e : f.events(second.id()))
     CHECK(e.type.rfind("step.", 0) != 0);
-  auto stop = get(f.rt->db()->stop(req.id));
+  auto stop = get(f.rt->db()->stop(req.request.id));
   CHECK(stop.handled);
   CHECK(stop.result == "stopped");
   // Stopping it again changes nothing.
   auto again = get(second.stop());
-  CHECK(again.result == "no_execution");
+  CHECK(again.result == stop_result::no_execution);
   // The first still runs and stops normally.
-  CHECK(get(first.stop()).result.empty());
+  CHECK(get(first.stop()).result != stop_result::no_execution);
   CHECK(f.finish(first).status == execution_status::stopped);
 }
 

@@ -686,11 +686,11 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
     auto h = (*rt)->start(parse(**rt, work), json::object());
     REQUIRE(h);
     CHECK(h->status()->status == canopy::execution_status::queued);
-    auto req = h->stop(false);
+    auto req = h->stop();
     REQUIRE(req);
-    CHECK(req->result != "no_execution");
+    CHECK(req->result != canopy::stop_result::no_execution);
     check_never_ran(**rt, *h);
-    REQUIRE(first->stop(false));
+    REQUIRE(first->stop());
     REQUIRE(first->wait_for(canopy::millis{30'000}));
     CHECK(first->status()->status == canopy::execution_status::stopped);
   }
@@ -707,7 +707,7 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
       INFO("trial " << trial);
       auto h = (*rt)->start(g, json::object());
       REQUIRE(h);
-      auto req = h->stop(false);
+      auto req = h->stop();
       REQUIRE(req);
       REQUIRE(h->wait_for(canopy::millis{30'000}));
       auto evs = (*rt)->db()->tree_events(h->id(), 0);

@@ -1,0 +1,88 @@
+#pragma once
+
+// Blocking calls into the actor system from threads that are not actors
+// (the library's callers, HTTP handlers, the CLI). Internal header.
+//
+// They use a one-shot actor and a promise, not a `scoped_actor`: a
+// scoped_actor created on a thread that outlives it and is still alive when
+// the runtime shuts down kept ~actor_system waiting forever (seen with CAF
+// 0.17 on a sigwait thread). Every wait can be bounded; the stop protocol
+// bounds all of its waits (a reply that never came, and a down that never
+// came either, once held an HTTP thread forever: issue #12).
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/expected.hpp>
+#include <caf/sec.hpp>
+#include <caf/send.hpp>
+
+#include "actors/error.hpp"
+#include "persistence/duration.hpp"
+
+namespace canopy {
+
+/// Sends `xs...` to `dest` as a request that answers one `T` and blocks the
+/// calling thread until the answer, `dest` going down without answering, or
+/// (when `bound` is set) `bound` passing.
+/// @returns the answer; `dest`'s error; `sec::request_receiver_down` when
+///          it went down without answering; `sec::request_timeout` when
+///          `bound` passed. Threading: any thread that is not an actor's.
+template <class T, class... Ts>
+caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest,
+                              std::optional<millis> bound, Ts... xs) {
+  auto done = std::make_shared<std::promise<caf::expected<T>>>();
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto answer = done->get_future();
+  auto finish = [done, answered](caf::expected<T> x) {
+    if (!answered->exchange(true))
+      done->set_value(std::move(x));
+  };
+  auto asker = sys.spawn([=](caf::event_based_actor* self) {
+    self->set_down_handler([=](caf::down_msg&) {
+      finish(caf::make_error(caf::sec::request_receiver_down));
+      self->quit();
+    });
+    self->monitor(dest);
+    auto timeout = bound ? caf::duration{*bound} : caf::duration{caf::infinite};
+    self->request(dest, timeout, xs...)
+      .then(
+        [=](T& x) {
+          finish(std::move(x));
+          self->quit();
+        },
+        [=](caf::error& err) {
+          finish(std::move(err));
+          self->quit();
+        });
+  });
+  if (bound && answer.wait_for(*bound + millis{1000}) != std::future_status::ready) {
+    // Neither an answer, nor a down, nor CAF's own timeout: never wait on.
+    finish(caf::make_error(caf::sec::request_timeout));
+    caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
+  }
+  return answer.get();
+}
+
+/// `blocking_ask` for requests that answer `bool` (the store writer's
+/// commits): @returns nothing on success, else the error.
+template <class... Ts>
+caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest,
+                            std::optional<millis> bound, Ts... xs) {
+  auto res = blocking_ask<bool>(sys, dest, bound, std::move(xs)...);
+  return res ? caf::error{} : std::move(res.error());
+}
+
+/// Blocks until `who` is down or `timeout` passed. @returns true when it is
+/// down; then `reason`, when given, holds the reason it quit with.
+/// Threading: any thread that is not an actor's.
+bool await_down(caf::actor_system& sys, const caf::actor& who,
+                std::optional<millis> timeout = std::nullopt, caf::error* reason = nullptr);
+
+} // namespace canopy

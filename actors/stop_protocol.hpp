@@ -1,0 +1,135 @@
+#pragma once
+
+// The stop protocol (SPEC §4.1), written once: request durably, deliver,
+// await settled. The library (`runtime::stop`, `execution_handle::stop`),
+// the CLI (`canopy stop`, Ctrl-C), the agent actor (`cancel_previous`,
+// `agent cancel`), the stop watcher and the HTTP server all go through it.
+//
+// 1. Request: a stop of an execution that is not queued, running or
+//    stopping answers `no_execution` and stores nothing (SPEC §13 rule 10).
+//    Otherwise the request is stored in the stop registry with its
+//    `stop.requested` event before anything else is said about it. Its halt
+//    token is set first when the execution lives in this process, so from
+//    that moment nothing in its subtree starts a step.
+// 2. Deliver: a live execution of this process receives the request itself
+//    and commits it behind every record it wrote before (the log shows every
+//    step started before the request and none after it); an execution of
+//    another process gets it from that process's stop watcher.
+// 3. Settle: the store answers every request (`store::commit`): once its
+//    target is terminal the request is `handled` in the same transaction,
+//    `stopped` or `no_execution`. A request that races with its target's
+//    completion is therefore answered too, never left pending.
+//
+// No call here waits without a bound: a reply or a down that never comes
+// (seen with CAF 0.17 when a request met an actor that was quitting) costs at
+// most the bound, and the request is then stored through the store writer
+// instead (storing it twice does nothing).
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/expected.hpp>
+#include <caf/fwd.hpp>
+
+#include "actors/tree_context.hpp"
+#include "persistence/duration.hpp"
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+// -- outcomes --------------------------------------------------------------------
+
+/// How a stop treats the grace periods (SPEC §4.3, §4.5).
+enum class stop_mode : uint8_t { graceful, force };
+
+/// Where a stop request stands (SPEC §13 rules 10, 13, 19).
+enum class stop_result : uint8_t {
+  stopping,     ///< stored; its target has not settled yet
+  stopped,      ///< its target's snapshot is committed
+  no_execution, ///< there was nothing to stop, or its target ended otherwise
+};
+
+const char* to_string(stop_mode x);
+const char* to_string(stop_result x);
+
+/// Parses `graceful` / `force`. @returns false for anything else.
+bool from_string(const std::string& s, stop_mode& x);
+
+/// A stop request and where it stands.
+struct stop_ticket {
+  /// The stored request; `id` is empty when nothing was stored.
+  stop_record request;
+  stop_result result = stop_result::stopping;
+};
+
+// -- building blocks --------------------------------------------------------------
+
+/// Builds a new request (a fresh id, `requested_at` now) to stop `target`,
+/// and the batch that stores it. The store writes its `stop.requested` event.
+std::pair<stop_record, write_batch> make_stop_request(const execution_record& target,
+                                                      stop_mode mode, const std::string& who);
+
+/// Reads where `ticket`'s request stands in `db`: its stored result once
+/// handled, else `stopping`. A ticket without a stored request keeps its
+/// result. Threading: any thread.
+stop_result read_stop_result(const store& db, const stop_ticket& ticket);
+
+/// What the protocol needs of the process that owns executions.
+struct stop_context {
+  std::shared_ptr<store> db;
+  caf::actor writer;                              ///< the store writer
+  std::shared_ptr<execution_directory> directory; ///< live executions here
+};
+
+/// Delivers stored request `req` to its target when that execution lives in
+/// this process: sets its halt token and sends it the stop. @returns true
+/// when delivered. Threading: any thread.
+bool deliver_stop(const execution_directory& dir, const stop_record& req);
+
+// -- from a thread of the owning process (library, HTTP handlers) -----------------
+
+/// Requests a stop of execution `id` (steps 1 and 2), with `extra` committed
+/// in the same transaction as the request (e.g. `agent.cancelled`).
+/// Blocks for at most the store's write wait plus a few seconds.
+/// @returns the ticket (`no_execution` when nothing was stored, `stopped`
+///          when the target settled already), `not_found`, or a store error
+///          (`store_busy`, `store_error`). Threading: any non-actor thread.
+caf::expected<stop_ticket> request_stop(caf::actor_system& sys, const stop_context& ctx,
+                                        const std::string& id, stop_mode mode,
+                                        const std::string& who, write_batch extra = {});
+
+/// Waits up to `wait` for `ticket`'s target to settle (step 3).
+/// @returns `stopped` or `no_execution` once settled, else `stopping`.
+/// Threading: any non-actor thread.
+stop_result await_stop(caf::actor_system& sys, const stop_context& ctx,
+                       const stop_ticket& ticket, millis wait);
+
+// -- from inside an actor ---------------------------------------------------------
+
+/// `request_stop` for an actor (the agent actor): never blocks. The request
+/// is stored by the live target, else through the store writer; `done` is
+/// called (in `self`'s context) once it is committed, with the error if it
+/// could not be. Threading: `self`'s handlers only.
+void request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
+                        const execution_record& target, stop_mode mode, const std::string& who,
+                        write_batch extra, std::function<void(const caf::error&)> done = {});
+
+// -- from another process on the same home (`canopy stop`) -------------------------
+
+/// Stores a stop request for execution `id` directly in `db` (the process
+/// that owns the execution delivers it; SPEC §13 rule 9).
+/// @returns the ticket, `not_found`, or a store error. Threading: the
+///          caller's thread; this process runs no store writer.
+caf::expected<stop_ticket> request_stop(store& db, const std::string& id, stop_mode mode,
+                                        const std::string& who);
+
+/// Polls `db` until `ticket` settles or `wait` passes, calling `between`
+/// (e.g. recovery of a dead owner) between two reads.
+/// @returns the result, or a store error. Threading: the caller's thread.
+caf::expected<stop_result> await_stop(store& db, const stop_ticket& ticket, millis wait,
+                                      const std::function<caf::error()>& between = {});
+
+} // namespace canopy
