@@ -13,6 +13,7 @@
 #include <functional>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
@@ -139,21 +140,32 @@ event_record stop_event(const execution_record& target, const stop_record& r, co
 /// request whose target is terminal, or gone, is `handled` in the same
 /// transaction that made it so, with result `stopped` when the target is
 /// `stopped` and `no_execution` otherwise. So no request stays pending for
-/// an execution that has ended, whatever raced with it. Appends the
-/// `stop.handled` events to `out`. @returns an LMDB code.
+/// an execution that has ended, whatever raced with it. Only the requests of
+/// `candidates` (executions this transaction ended, targets of new or
+/// re-checked requests) are looked at; the scan of the pending index reads
+/// keys only. Appends the `stop.handled` events to `out`.
+/// @returns an LMDB code.
 int settle_stops(MDB_txn* txn, unsigned executions, unsigned stops, unsigned pending,
+                 const std::unordered_set<std::string>& candidates,
                  std::vector<event_record>& out) {
+  MDB_stat stat;
+  int rc = mdb_stat(txn, pending, &stat);
+  if (rc != 0 || stat.ms_entries == 0 || candidates.empty())
+    return rc;
   MDB_cursor* cur;
-  int rc = mdb_cursor_open(txn, pending, &cur);
-  if (rc != 0)
+  if ((rc = mdb_cursor_open(txn, pending, &cur)) != 0)
     return rc;
   MDB_val k, v;
   int r = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
   while (r == 0) {
     auto key = as_string(k);
     auto sep = key.find('\0');
+    if (sep == std::string::npos || candidates.count(key.substr(0, sep)) == 0) {
+      r = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      continue;
+    }
     auto target = load_execution(txn, executions, key.substr(0, sep));
-    if (sep == std::string::npos || (target && !is_terminal(target->status))) {
+    if (target && !is_terminal(target->status)) {
       r = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
       continue;
     }
@@ -821,7 +833,8 @@ caf::error store::commit(write_batch& batch) {
       uint64_t seq = read_seq(txn, meta_);
       uint64_t first_seq = seq;
       generated.clear();
-      bool settle = false; // a request or a terminal record: answer requests
+      // Executions whose pending stop requests this commit may answer.
+      std::unordered_set<std::string> settle;
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
         for (auto& id : b.deleted_executions) {
           MDB_val k = as_val(id);
@@ -848,7 +861,8 @@ caf::error store::commit(write_batch& batch) {
           del_prefix(events_, id + '\0');
         }
         for (auto& x : b.executions) {
-          settle = settle || is_terminal(x.status);
+          if (is_terminal(x.status))
+            settle.insert(x.id);
           put(executions_, x.id, encode(x));
           if (rc == 0) {
             MDB_val lk = as_val(x.id), lv = as_val(empty);
@@ -897,8 +911,10 @@ caf::error store::commit(write_batch& batch) {
           put(pending_, pair_key(r.target, r.id), empty);
           if (auto target = load_execution(txn, executions_, r.target))
             generated.push_back(stop_event(*target, r, "stop.requested", r.requested_at));
-          settle = true;
+          settle.insert(r.target);
         }
+        for (auto& id : b.settle_stops)
+          settle.insert(id);
         for (auto& x : b.counters) {
           if (rc != 0)
             break;
@@ -950,8 +966,8 @@ caf::error store::commit(write_batch& batch) {
           apply(n);
       };
       apply(batch);
-      if (settle && rc == 0)
-        rc = settle_stops(txn, executions_, stops_, pending_, generated);
+      if (!settle.empty() && rc == 0)
+        rc = settle_stops(txn, executions_, stops_, pending_, settle, generated);
       for (auto& e : generated) {
         e.seq = ++seq;
         put(events_, pair_key(e.root_id, seq_key(e.seq)), encode(e));

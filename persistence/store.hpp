@@ -69,6 +69,11 @@ struct write_batch {
   /// the batch (as a nested batch) once committed. `handled`, `result` and
   /// `handled_at` of the records given here are ignored.
   std::vector<stop_record> stops;
+  /// Executions whose pending stop requests are to be checked against their
+  /// stored status (and answered when it is terminal): for requests left
+  /// pending by an older release. Those of executions this batch ends, and
+  /// of new requests, are checked anyway.
+  std::vector<std::string> settle_stops;
   /// Scope execution id → counters, merged with the stored ones by maximum.
   std::vector<std::pair<std::string, tree_counters>> counters;
   /// Graph versions to register; a version of 0 becomes the next version of
@@ -88,7 +93,7 @@ struct write_batch {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
            && events.empty() && deleted_executions.empty() && stops.empty()
            && counters.empty() && registered.empty() && agents.empty() && history.empty()
-           && nested.empty();
+           && settle_stops.empty() && nested.empty();
   }
 
   /// Appends every mutation of `other`, keeping order. O(1).

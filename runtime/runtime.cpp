@@ -108,7 +108,12 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
     recovered.push_back(rec.id);
     batch.executions.push_back(std::move(rec));
   }
-  // The store answers the stop requests of what this batch ends.
+  // The store answers the stop requests of what this batch ends, and any
+  // request an older release left pending for an execution that ended.
+  if (auto pending = db.pending_stops())
+    for (auto& r : *pending)
+      if (auto target = db.execution(r.target); !target || is_terminal(target->status))
+        batch.settle_stops.push_back(r.target);
   if (!batch.empty())
     if (auto err = db.commit(batch))
       return err;
