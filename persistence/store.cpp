@@ -11,6 +11,8 @@
 #include <mutex>
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <set>
 #include <random>
 #include <thread>
 
@@ -21,7 +23,16 @@ namespace canopy {
 
 namespace {
 
-constexpr const char* schema_version = "1";
+/// Schema 2: binary records (records.hpp). Schema 1: JSON text records (the
+/// release before). While a schema-1 home is being migrated its schema reads
+/// `migrating_schema`, which a schema-1 binary refuses like any other.
+constexpr const char* schema_version = "2";
+constexpr const char* text_schema = "1";
+constexpr const char* migrating_schema = "1>2";
+
+/// Records rewritten per migration transaction: each holds the writers' lock
+/// for a bounded time (a few ms), so other writers keep their turns.
+constexpr size_t migration_chunk = 2000;
 
 caf::error lmdb_error(const char* what, int rc) {
   return make_error(persistence_errc::store_error,
@@ -33,6 +44,10 @@ MDB_val as_val(const std::string& s) {
 }
 
 std::string as_string(const MDB_val& v) {
+  return {static_cast<const char*>(v.mv_data), v.mv_size};
+}
+
+std::string_view as_view(const MDB_val& v) {
   return {static_cast<const char*>(v.mv_data), v.mv_size};
 }
 
@@ -180,8 +195,12 @@ int store::open_databases(bool create, std::string& bad_schema) {
       mdb_txn_abort(txn);
       return rc;
     }
-  } else if (as_string(v) != schema_version) {
-    bad_schema = as_string(v);
+  } else if (auto found = as_string(v); found == text_schema || found == migrating_schema) {
+    // Readable as it is (the decoders read both encodings); the first write
+    // migrates it (see `migrate`).
+    needs_migration_ = true;
+  } else if (found != schema_version) {
+    bad_schema = found;
     mdb_txn_abort(txn);
     return -1;
   }
@@ -317,7 +336,7 @@ caf::expected<T> store::get_record(unsigned dbi, const std::string& key,
       return make_error(persistence_errc::not_found, missing);
     if (rc != 0)
       return lmdb_error("mdb_get", rc);
-    auto rec = decode(json::parse(as_string(v), nullptr, false));
+    auto rec = decode(as_view(v));
     if (!rec)
       return rec.error();
     out = std::move(*rec);
@@ -330,7 +349,7 @@ caf::expected<T> store::get_record(unsigned dbi, const std::string& key,
 
 caf::expected<execution_record> store::execution(const std::string& id) const {
   return get_record<execution_record>(executions_, id, "no execution '" + id + "'",
-                                      execution_from_json);
+                                      decode_execution);
 }
 
 caf::expected<std::vector<step_record>> store::steps(const std::string& id) const {
@@ -339,7 +358,7 @@ caf::expected<std::vector<step_record>> store::steps(const std::string& id) cons
     caf::error bad;
     auto prefix = id + '\0';
     scan_prefix(txn, steps_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = step_from_json(json::parse(as_string(v), nullptr, false));
+      auto rec = decode_step(as_view(v));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -372,7 +391,7 @@ caf::expected<std::vector<std::string>> store::children(const std::string& id) c
 
 caf::expected<stored_graph> store::graph(const std::string& id) const {
   return get_record<stored_graph>(graphs_, id, "no graph for execution '" + id + "'",
-                                  stored_graph_from_json);
+                                  decode_graph);
 }
 
 caf::expected<std::vector<execution_record>> store::list(const execution_filter& f) const {
@@ -390,7 +409,7 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
       rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
     }
     for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
-      auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
+      auto rec = decode_execution(as_view(v));
       if (!rec) {
         mdb_cursor_close(cur);
         return rec.error();
@@ -428,7 +447,7 @@ caf::expected<std::vector<T>> store::read_log(unsigned dbi, const std::string& p
                 [&](const MDB_val& k, const MDB_val& v) {
                   if (k.mv_size != prefix.size() + 8)
                     return true;
-                  auto rec = decode(json::parse(as_string(v), nullptr, false));
+                  auto rec = decode(as_view(v));
                   if (!rec) {
                     bad = rec.error();
                     return false;
@@ -445,11 +464,11 @@ caf::expected<std::vector<T>> store::read_log(unsigned dbi, const std::string& p
 
 caf::expected<std::vector<event_record>>
 store::tree_events(const std::string& root_id, uint64_t after, size_t limit) const {
-  return read_log<event_record>(events_, root_id + '\0', after, limit, event_from_json);
+  return read_log<event_record>(events_, root_id + '\0', after, limit, decode_event);
 }
 
 caf::expected<stop_record> store::stop(const std::string& id) const {
-  return get_record<stop_record>(stops_, id, "no stop request '" + id + "'", stop_from_json);
+  return get_record<stop_record>(stops_, id, "no stop request '" + id + "'", decode_stop);
 }
 
 caf::expected<std::vector<stop_record>> store::pending_stops() const {
@@ -465,7 +484,7 @@ caf::expected<std::vector<stop_record>> store::pending_stops() const {
       MDB_val sk = as_val(sid), sv;
       if (mdb_get(txn, stops_, &sk, &sv) != 0)
         return true;
-      auto rec = stop_from_json(json::parse(as_string(sv), nullptr, false));
+      auto rec = decode_stop(as_view(sv));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -483,7 +502,7 @@ caf::expected<std::vector<stop_record>> store::pending_stops() const {
 }
 
 caf::expected<tree_counters> store::counters(const std::string& id) const {
-  auto x = get_record<tree_counters>(counters_, id, "", counters_from_json);
+  auto x = get_record<tree_counters>(counters_, id, "", decode_counters);
   if (!x && x.error().category() == persistence_category
       && x.error().code() == static_cast<uint8_t>(persistence_errc::not_found))
     return tree_counters{};
@@ -498,7 +517,7 @@ caf::expected<std::vector<execution_record>> store::live() const {
       MDB_val kk = k, ev;
       if (mdb_get(txn, executions_, &kk, &ev) != 0)
         return true;
-      auto rec = execution_from_json(json::parse(as_string(ev), nullptr, false));
+      auto rec = decode_execution(as_view(ev));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -604,13 +623,13 @@ caf::expected<registered_graph> store::registered(const std::string& owner,
                                       registry_prefix(owner, name) + version_key(version),
                                       "no graph '" + name + "' version "
                                         + std::to_string(version),
-                                      registered_graph_from_json);
+                                      decode_registered_graph);
 }
 
 caf::expected<agent_record> store::agent(const std::string& owner,
                                          const std::string& name) const {
   return get_record<agent_record>(agents_, pair_key(owner, name), "no agent '" + name + "'",
-                                  agent_from_json);
+                                  decode_agent);
 }
 
 caf::expected<std::vector<agent_record>>
@@ -620,7 +639,7 @@ store::agents(const std::optional<std::string>& owner) const {
     caf::error bad;
     auto prefix = owner ? *owner + '\0' : std::string{};
     scan_prefix(txn, agents_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = agent_from_json(json::parse(as_string(v), nullptr, false));
+      auto rec = decode_agent(as_view(v));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -641,7 +660,7 @@ caf::expected<std::vector<history_entry>> store::history(const std::string& owne
   if (after == ~uint64_t{0})
     return std::vector<history_entry>{};
   return read_log<history_entry>(history_, agent_prefix(owner, name), after, limit,
-                                 history_from_json);
+                                 decode_history);
 }
 
 caf::expected<std::vector<std::pair<std::string, std::string>>>
@@ -686,6 +705,11 @@ caf::error store::grow() {
 }
 
 caf::error store::commit(write_batch& batch) {
+  // A home of the previous schema is rewritten before the first write, so
+  // no binary record is ever written under schema 1.
+  if (needs_migration_)
+    if (auto err = migrate())
+      return err;
   auto began = std::chrono::steady_clock::now();
   // LMDB's own writer mutex waits without limit: canopy's writers take turns
   // through the writers' lock first, so that mutex is never contended across
@@ -740,13 +764,38 @@ caf::error store::commit(write_batch& batch) {
       // increasing across every process that writes this home.
       uint64_t seq = read_seq(txn, meta_);
       uint64_t first_seq = seq;
+      // Deletes the events of `ids` from the log of tree `root`: one scan of
+      // that tree's events, whatever the number of ids.
+      auto del_events_of = [&](const std::string& root, const std::set<std::string>& ids) {
+        MDB_cursor* cur;
+        if (rc != 0 || (rc = mdb_cursor_open(txn, events_, &cur)) != 0)
+          return;
+        auto prefix = root + '\0';
+        MDB_val k = as_val(prefix), v;
+        int r = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        while (r == 0 && k.mv_size >= prefix.size()
+               && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0) {
+          auto ex = decode_event_execution(as_view(v));
+          if (ex && ids.count(*ex) != 0) {
+            if ((rc = mdb_cursor_del(cur, 0)) != 0)
+              break;
+            r = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
+          } else {
+            r = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+          }
+        }
+        mdb_cursor_close(cur);
+      };
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
+        // Deleted executions of another root, by root: their events are in
+        // that root's log (SPEC §4.9: nothing of them remains).
+        std::map<std::string, std::set<std::string>> deleted_in_tree;
         for (auto& id : b.deleted_executions) {
           MDB_val k = as_val(id);
           execution_record rec;
           MDB_val v;
           if (mdb_get(txn, executions_, &k, &v) == 0) {
-            if (auto r = execution_from_json(json::parse(as_string(v), nullptr, false)))
+            if (auto r = decode_execution(as_view(v)))
               rec = std::move(*r);
             mdb_del(txn, executions_, &k, nullptr);
             if (!rec.parent_id.empty()) {
@@ -764,7 +813,11 @@ caf::error store::commit(write_batch& batch) {
           mdb_del(txn, live_, &k, nullptr);
           del_prefix(steps_, id + '\0');
           del_prefix(events_, id + '\0');
+          if (!rec.root_id.empty() && rec.root_id != id)
+            deleted_in_tree[rec.root_id].insert(id);
         }
+        for (auto& [root, ids] : deleted_in_tree)
+          del_events_of(root, ids);
         for (auto& x : b.executions) {
           put(executions_, x.id, encode(x));
           if (rc == 0) {
@@ -816,7 +869,7 @@ caf::error store::commit(write_batch& batch) {
           auto merged = x.second;
           MDB_val k = as_val(x.first), v;
           if (mdb_get(txn, counters_, &k, &v) == 0)
-            if (auto old = counters_from_json(json::parse(as_string(v), nullptr, false))) {
+            if (auto old = decode_counters(as_view(v))) {
               merged.steps = std::max(merged.steps, old->steps);
               merged.spent = std::max(merged.spent, old->spent);
               merged.run_ms = std::max(merged.run_ms, old->run_ms);
@@ -879,6 +932,167 @@ caf::error store::commit(write_batch& batch) {
       on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     return caf::none;
   }
+}
+
+// -- migration ------------------------------------------------------------------------
+
+namespace {
+
+/// Rewrites a schema-1 text record in the binary encoding. @returns the new
+/// bytes, or nothing when the text does not decode: such a record stays as
+/// it is and its readers report it as they did before.
+template <class Decode>
+std::optional<std::string> reencode(std::string_view text, Decode decode) {
+  auto rec = decode(text);
+  if (!rec)
+    return std::nullopt;
+  return encode(*rec);
+}
+
+const std::string schema_key = "schema";
+
+} // namespace
+
+caf::expected<std::string> store::schema() const {
+  std::string out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(schema_key), v;
+    if (int rc = mdb_get(txn, meta_, &k, &v); rc != 0)
+      return lmdb_error("reading the schema", rc);
+    out = as_string(v);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+template <class F>
+caf::error store::write_once(F&& f) {
+  if (auto err = lock_writers())
+    return err;
+  struct unlock_at_exit {
+    store* self;
+    ~unlock_at_exit() { self->unlock_writers(); }
+  } unlock{this};
+  for (;;) {
+    int rc;
+    {
+      std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+      MDB_txn* txn = nullptr;
+      rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+      if (rc == MDB_MAP_RESIZED) {
+        guard.unlock();
+        {
+          std::unique_lock<std::shared_mutex> excl{resize_mtx_};
+          mdb_env_set_mapsize(env_, 0);
+        }
+        continue;
+      }
+      if (rc != 0)
+        return lmdb_error("mdb_txn_begin", rc);
+      rc = f(txn);
+      if (rc == 0)
+        rc = mdb_txn_commit(txn);
+      else
+        mdb_txn_abort(txn);
+    }
+    if (rc == MDB_MAP_FULL) {
+      if (auto err = grow())
+        return err;
+      continue;
+    }
+    if (rc != 0)
+      return lmdb_error("migrating the store", rc);
+    return caf::none;
+  }
+}
+
+caf::error store::migrate() {
+  if (!needs_migration_)
+    return caf::none;
+  // 1. Mark the home as migrating (a schema-1 binary refuses it from now
+  //    on), unless another process finished the migration meanwhile.
+  bool done = false;
+  auto err = write_once([&](MDB_txn* txn) {
+    MDB_val k = as_val(schema_key), v;
+    int rc = mdb_get(txn, meta_, &k, &v);
+    if (rc != 0)
+      return rc;
+    done = as_string(v) == schema_version;
+    if (done)
+      return 0;
+    std::string marker = migrating_schema;
+    MDB_val mv = as_val(marker);
+    return mdb_put(txn, meta_, &k, &mv, 0);
+  });
+  if (err)
+    return err;
+  if (done) {
+    needs_migration_ = false;
+    return caf::none;
+  }
+  // 2. Rewrite every text record, database by database, in chunks of
+  //    `migration_chunk` records per transaction. Binary records (written by
+  //    an earlier, interrupted run of this migration) are skipped.
+  using reencoder = std::optional<std::string> (*)(std::string_view);
+  const std::pair<unsigned, reencoder> dbs[] = {
+    {executions_, [](std::string_view b) { return reencode(b, decode_execution); }},
+    {steps_, [](std::string_view b) { return reencode(b, decode_step); }},
+    {graphs_, [](std::string_view b) { return reencode(b, decode_graph); }},
+    {events_, [](std::string_view b) { return reencode(b, decode_event); }},
+    {stops_, [](std::string_view b) { return reencode(b, decode_stop); }},
+    {counters_, [](std::string_view b) { return reencode(b, decode_counters); }},
+    {registry_, [](std::string_view b) { return reencode(b, decode_registered_graph); }},
+    {agents_, [](std::string_view b) { return reencode(b, decode_agent); }},
+    {history_, [](std::string_view b) { return reencode(b, decode_history); }}};
+  for (auto& [dbi, convert] : dbs) {
+    std::string from; // the first key not visited yet ("": the start)
+    bool at_end = false;
+    while (!at_end) {
+      std::string next;
+      err = write_once([&, dbi = dbi, convert = convert](MDB_txn* txn) {
+        MDB_cursor* cur;
+        int rc = mdb_cursor_open(txn, dbi, &cur);
+        if (rc != 0)
+          return rc;
+        MDB_val k = as_val(from), v;
+        rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
+        std::vector<std::pair<std::string, std::string>> rewritten;
+        for (size_t n = 0; rc == 0 && n < migration_chunk;
+             ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+          if (is_text_record(as_view(v)))
+            if (auto bin = convert(as_view(v)))
+              rewritten.emplace_back(as_string(k), std::move(*bin));
+        at_end = rc == MDB_NOTFOUND;
+        next = rc == 0 ? as_string(k) : std::string{};
+        mdb_cursor_close(cur);
+        if (rc != 0 && rc != MDB_NOTFOUND)
+          return rc;
+        for (auto& [key, val] : rewritten) {
+          MDB_val kk = as_val(key), vv = as_val(val);
+          if ((rc = mdb_put(txn, dbi, &kk, &vv, 0)) != 0)
+            return rc;
+        }
+        return 0;
+      });
+      if (err)
+        return err;
+      from = std::move(next);
+    }
+  }
+  // 3. The new schema last: a crash before this line leaves the marker, and
+  //    the next writer runs the migration again from the start.
+  err = write_once([&](MDB_txn* txn) {
+    MDB_val k = as_val(schema_key);
+    std::string version = schema_version;
+    MDB_val v = as_val(version);
+    return mdb_put(txn, meta_, &k, &v, 0);
+  });
+  if (err)
+    return err;
+  needs_migration_ = false;
+  return caf::none;
 }
 
 std::string make_execution_id() {
