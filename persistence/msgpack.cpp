@@ -80,8 +80,10 @@ void append_sanitized(std::string& out, std::string_view s) {
 // -- writer ------------------------------------------------------------------------
 
 void writer::be(uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i)
-    out_ += static_cast<char>((v >> (8 * i)) & 0xff);
+  char buf[8];
+  for (int i = bytes - 1; i >= 0; --i, v >>= 8)
+    buf[i] = static_cast<char>(v & 0xff);
+  out_.append(buf, static_cast<size_t>(bytes));
 }
 
 void writer::map(size_t n) {
@@ -412,7 +414,8 @@ json reader::value() {
     auto& o = *out.get_ptr<json::object_t*>();
     for (size_t i = 0; i < n; ++i) {
       auto k = str();
-      o[std::move(k)] = value();
+      auto v = value();
+      o.insert_or_assign(std::move(k), std::move(v));
     }
   } else if (t == 0xc4 || t == 0xc5 || t == 0xc6) {
     ++p_;

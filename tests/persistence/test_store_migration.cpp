@@ -315,6 +315,16 @@ TEST_CASE("a home written by the JSON-record release reads as it is and migrates
     CHECK(get(db->schema()) == "1");
     CHECK(db->needs_migration());
     check_fixture_facts(*db);
+    // The stop registry: the one request, handled.
+    REQUIRE(before["stops"].size() == 1);
+    auto stop = get(db->stop(before["stops"].begin()->first));
+    execution_filter f;
+    f.graph = "slow";
+    CHECK(stop.target == get(db->list(f)).at(0).id);
+    CHECK(stop.handled);
+    CHECK(stop.result == "stopped");
+    CHECK_FALSE(stop.force);
+    CHECK(stop.who.rfind("cli:", 0) == 0);
   }
   REQUIRE(raw_schema(dir.path) == "1");
   REQUIRE(text_records(dump(dir.path)) == all_records(before));
