@@ -18,38 +18,13 @@
 
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
+#include "persistence/store_lmdb.hpp"
 
 namespace canopy {
 
+using namespace store_lmdb;
+
 namespace {
-
-/// Schema 2: binary records (records.hpp). Schema 1: JSON text records (the
-/// release before). While a schema-1 home is being migrated its schema reads
-/// `migrating_schema`, which a schema-1 binary refuses like any other.
-constexpr const char* schema_version = "2";
-constexpr const char* text_schema = "1";
-constexpr const char* migrating_schema = "1>2";
-
-/// Records rewritten per migration transaction: each holds the writers' lock
-/// for a bounded time (a few ms), so other writers keep their turns.
-constexpr size_t migration_chunk = 2000;
-
-caf::error lmdb_error(const char* what, int rc) {
-  return make_error(persistence_errc::store_error,
-                    std::string{what} + ": " + mdb_strerror(rc));
-}
-
-MDB_val as_val(const std::string& s) {
-  return MDB_val{s.size(), const_cast<char*>(s.data())};
-}
-
-std::string as_string(const MDB_val& v) {
-  return {static_cast<const char*>(v.mv_data), v.mv_size};
-}
-
-std::string_view as_view(const MDB_val& v) {
-  return {static_cast<const char*>(v.mv_data), v.mv_size};
-}
 
 std::string seq_key(uint64_t seq) {
   std::string k(8, '\0');
@@ -692,6 +667,20 @@ caf::expected<uint64_t> store::last_seq() const {
   return seq;
 }
 
+caf::expected<std::string> store::schema() const {
+  std::string out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(schema_key), v;
+    if (int rc = mdb_get(txn, meta_, &k, &v); rc != 0)
+      return lmdb_error("reading the schema", rc);
+    out = as_string(v);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 // -- writes --------------------------------------------------------------------------
 
 caf::error store::grow() {
@@ -932,167 +921,6 @@ caf::error store::commit(write_batch& batch) {
       on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     return caf::none;
   }
-}
-
-// -- migration ------------------------------------------------------------------------
-
-namespace {
-
-/// Rewrites a schema-1 text record in the binary encoding. @returns the new
-/// bytes, or nothing when the text does not decode: such a record stays as
-/// it is and its readers report it as they did before.
-template <class Decode>
-std::optional<std::string> reencode(std::string_view text, Decode decode) {
-  auto rec = decode(text);
-  if (!rec)
-    return std::nullopt;
-  return encode(*rec);
-}
-
-const std::string schema_key = "schema";
-
-} // namespace
-
-caf::expected<std::string> store::schema() const {
-  std::string out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    MDB_val k = as_val(schema_key), v;
-    if (int rc = mdb_get(txn, meta_, &k, &v); rc != 0)
-      return lmdb_error("reading the schema", rc);
-    out = as_string(v);
-    return caf::none;
-  });
-  if (err)
-    return err;
-  return out;
-}
-
-template <class F>
-caf::error store::write_once(F&& f) {
-  if (auto err = lock_writers())
-    return err;
-  struct unlock_at_exit {
-    store* self;
-    ~unlock_at_exit() { self->unlock_writers(); }
-  } unlock{this};
-  for (;;) {
-    int rc;
-    {
-      std::shared_lock<std::shared_mutex> guard{resize_mtx_};
-      MDB_txn* txn = nullptr;
-      rc = mdb_txn_begin(env_, nullptr, 0, &txn);
-      if (rc == MDB_MAP_RESIZED) {
-        guard.unlock();
-        {
-          std::unique_lock<std::shared_mutex> excl{resize_mtx_};
-          mdb_env_set_mapsize(env_, 0);
-        }
-        continue;
-      }
-      if (rc != 0)
-        return lmdb_error("mdb_txn_begin", rc);
-      rc = f(txn);
-      if (rc == 0)
-        rc = mdb_txn_commit(txn);
-      else
-        mdb_txn_abort(txn);
-    }
-    if (rc == MDB_MAP_FULL) {
-      if (auto err = grow())
-        return err;
-      continue;
-    }
-    if (rc != 0)
-      return lmdb_error("migrating the store", rc);
-    return caf::none;
-  }
-}
-
-caf::error store::migrate() {
-  if (!needs_migration_)
-    return caf::none;
-  // 1. Mark the home as migrating (a schema-1 binary refuses it from now
-  //    on), unless another process finished the migration meanwhile.
-  bool done = false;
-  auto err = write_once([&](MDB_txn* txn) {
-    MDB_val k = as_val(schema_key), v;
-    int rc = mdb_get(txn, meta_, &k, &v);
-    if (rc != 0)
-      return rc;
-    done = as_string(v) == schema_version;
-    if (done)
-      return 0;
-    std::string marker = migrating_schema;
-    MDB_val mv = as_val(marker);
-    return mdb_put(txn, meta_, &k, &mv, 0);
-  });
-  if (err)
-    return err;
-  if (done) {
-    needs_migration_ = false;
-    return caf::none;
-  }
-  // 2. Rewrite every text record, database by database, in chunks of
-  //    `migration_chunk` records per transaction. Binary records (written by
-  //    an earlier, interrupted run of this migration) are skipped.
-  using reencoder = std::optional<std::string> (*)(std::string_view);
-  const std::pair<unsigned, reencoder> dbs[] = {
-    {executions_, [](std::string_view b) { return reencode(b, decode_execution); }},
-    {steps_, [](std::string_view b) { return reencode(b, decode_step); }},
-    {graphs_, [](std::string_view b) { return reencode(b, decode_graph); }},
-    {events_, [](std::string_view b) { return reencode(b, decode_event); }},
-    {stops_, [](std::string_view b) { return reencode(b, decode_stop); }},
-    {counters_, [](std::string_view b) { return reencode(b, decode_counters); }},
-    {registry_, [](std::string_view b) { return reencode(b, decode_registered_graph); }},
-    {agents_, [](std::string_view b) { return reencode(b, decode_agent); }},
-    {history_, [](std::string_view b) { return reencode(b, decode_history); }}};
-  for (auto& [dbi, convert] : dbs) {
-    std::string from; // the first key not visited yet ("": the start)
-    bool at_end = false;
-    while (!at_end) {
-      std::string next;
-      err = write_once([&, dbi = dbi, convert = convert](MDB_txn* txn) {
-        MDB_cursor* cur;
-        int rc = mdb_cursor_open(txn, dbi, &cur);
-        if (rc != 0)
-          return rc;
-        MDB_val k = as_val(from), v;
-        rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
-        std::vector<std::pair<std::string, std::string>> rewritten;
-        for (size_t n = 0; rc == 0 && n < migration_chunk;
-             ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-          if (is_text_record(as_view(v)))
-            if (auto bin = convert(as_view(v)))
-              rewritten.emplace_back(as_string(k), std::move(*bin));
-        at_end = rc == MDB_NOTFOUND;
-        next = rc == 0 ? as_string(k) : std::string{};
-        mdb_cursor_close(cur);
-        if (rc != 0 && rc != MDB_NOTFOUND)
-          return rc;
-        for (auto& [key, val] : rewritten) {
-          MDB_val kk = as_val(key), vv = as_val(val);
-          if ((rc = mdb_put(txn, dbi, &kk, &vv, 0)) != 0)
-            return rc;
-        }
-        return 0;
-      });
-      if (err)
-        return err;
-      from = std::move(next);
-    }
-  }
-  // 3. The new schema last: a crash before this line leaves the marker, and
-  //    the next writer runs the migration again from the start.
-  err = write_once([&](MDB_txn* txn) {
-    MDB_val k = as_val(schema_key);
-    std::string version = schema_version;
-    MDB_val v = as_val(version);
-    return mdb_put(txn, meta_, &k, &v, 0);
-  });
-  if (err)
-    return err;
-  needs_migration_ = false;
-  return caf::none;
 }
 
 std::string make_execution_id() {
