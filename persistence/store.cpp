@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <set>
 #include <random>
 #include <thread>
 
@@ -753,19 +752,31 @@ caf::error store::commit(write_batch& batch) {
       // increasing across every process that writes this home.
       uint64_t seq = read_seq(txn, meta_);
       uint64_t first_seq = seq;
-      // Deletes the events of `ids` from the log of tree `root`: one scan of
-      // that tree's events, whatever the number of ids.
-      auto del_events_of = [&](const std::string& root, const std::set<std::string>& ids) {
+      // Deleted executions of another root, by root: id → the last seq
+      // assigned when it was deleted. Their events are in that root's log
+      // (SPEC §4.9: nothing of them remains); they are removed after the
+      // whole batch, with one scan of each such root's log per commit,
+      // however many nested batches delete executions of that tree.
+      std::map<std::string, std::map<std::string, uint64_t>> deleted_in_tree;
+      auto del_events_of = [&](const std::string& root,
+                               const std::map<std::string, uint64_t>& ids) {
+        uint64_t last = 0;
+        for (auto& id : ids)
+          last = std::max(last, id.second);
         MDB_cursor* cur;
         if (rc != 0 || (rc = mdb_cursor_open(txn, events_, &cur)) != 0)
           return;
         auto prefix = root + '\0';
         MDB_val k = as_val(prefix), v;
         int r = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        while (r == 0 && k.mv_size >= prefix.size()
+        while (r == 0 && k.mv_size == prefix.size() + 8
                && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0) {
+          auto event_seq = seq_of(k);
+          if (event_seq > last)
+            break; // written after every deletion: kept
           auto ex = decode_event_execution(as_view(v));
-          if (ex && ids.count(*ex) != 0) {
+          auto i = ex ? ids.find(*ex) : ids.end();
+          if (i != ids.end() && event_seq <= i->second) {
             if ((rc = mdb_cursor_del(cur, 0)) != 0)
               break;
             r = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
@@ -776,9 +787,6 @@ caf::error store::commit(write_batch& batch) {
         mdb_cursor_close(cur);
       };
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
-        // Deleted executions of another root, by root: their events are in
-        // that root's log (SPEC §4.9: nothing of them remains).
-        std::map<std::string, std::set<std::string>> deleted_in_tree;
         for (auto& id : b.deleted_executions) {
           MDB_val k = as_val(id);
           execution_record rec;
@@ -803,10 +811,8 @@ caf::error store::commit(write_batch& batch) {
           del_prefix(steps_, id + '\0');
           del_prefix(events_, id + '\0');
           if (!rec.root_id.empty() && rec.root_id != id)
-            deleted_in_tree[rec.root_id].insert(id);
+            deleted_in_tree[rec.root_id][id] = seq;
         }
-        for (auto& [root, ids] : deleted_in_tree)
-          del_events_of(root, ids);
         for (auto& x : b.executions) {
           put(executions_, x.id, encode(x));
           if (rc == 0) {
@@ -903,6 +909,8 @@ caf::error store::commit(write_batch& batch) {
           apply(n);
       };
       apply(batch);
+      for (auto& [root, ids] : deleted_in_tree)
+        del_events_of(root, ids);
       if (seq != first_seq)
         put(meta_, seq_meta_key, seq_key(seq));
       if (rc == 0)

@@ -702,6 +702,36 @@ TEST_CASE("deleting a planned child leaves none of its events in its root's log"
   CHECK(get(db->tree_events("c2")).size() == 1);
 }
 
+TEST_CASE("a child created and deleted in one commit by nested batches leaves no events",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  write_batch b;
+  b.executions.push_back(make_exec("r", "g", execution_status::running));
+  b.events.push_back(make_event("r", "r", "execution.started"));
+  // Two nested levels each plan a child and delete it (a stop during creation
+  // gathered level by level into one snapshot).
+  for (auto id : {"c1", "c2"}) {
+    write_batch planned;
+    planned.executions.push_back(make_exec(id, "g", execution_status::queued, "r", "r"));
+    planned.events.push_back(make_event(id, "r", "execution.queued"));
+    write_batch removal;
+    removal.deleted_executions.push_back(id);
+    removal.events.push_back(make_event("r", "r", "step.pending"));
+    planned.append(std::move(removal));
+    b.append(std::move(planned));
+  }
+  commit_ok(*db, b);
+  std::vector<std::string> left;
+  for (auto& e : get(db->tree_events("r")))
+    left.push_back(e.execution_id + ":" + e.type);
+  CHECK(left == std::vector<std::string>{"r:execution.started", "r:step.pending",
+                                         "r:step.pending"});
+  CHECK(get(db->children("r")).empty());
+  CHECK_FALSE(db->execution("c1"));
+  CHECK_FALSE(db->execution("c2"));
+}
+
 // -- agents ----------------------------------------------------------------------
 
 namespace {
