@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <random>
 #include <string>
 
 #include "persistence/error.hpp"
@@ -373,4 +374,47 @@ TEST_CASE("the decoders read the schema-1 JSON text of every record type",
   // Broken text is corrupt, as before.
   check_corrupt(decode_execution(std::string{"{not json"}));
   check_corrupt(decode_event_execution(std::string{"{\"seq\":1}"}));
+}
+
+// -- robustness --------------------------------------------------------------------
+
+TEST_CASE("damaged binary records decode or fail as corrupt, never crash or throw",
+          "[persistence][codec]") {
+  auto seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng{seed};
+  auto e = full_event();
+  e.data = {{"list", {1, -2, 3.5, "s", nullptr, true}}, {"o", {{"k", "v"}}}};
+  const std::string samples[] = {encode(full_execution()), encode(full_step()), encode(e),
+                                 encode(full_agent()), encode(full_history())};
+  int decoded = 0, corrupt = 0;
+  for (int i = 0; i < 20000; ++i) {
+    auto bytes = samples[static_cast<size_t>(i) % 5];
+    // Flip, overwrite, cut or duplicate a few bytes.
+    for (int n = 1 + static_cast<int>(rng() % 4); n > 0; --n) {
+      auto at = rng() % bytes.size();
+      switch (rng() % 4) {
+        case 0: bytes[at] = static_cast<char>(bytes[at] ^ (1 << (rng() % 8))); break;
+        case 1: bytes[at] = static_cast<char>(rng()); break;
+        case 2: bytes.resize(at + 1); break;
+        default: bytes.insert(at, bytes.substr(at, rng() % 8)); break;
+      }
+    }
+    auto check = [&](auto x, auto render) {
+      if (x) {
+        ++decoded;
+        CHECK_NOTHROW(render(*x).dump());
+      } else {
+        ++corrupt;
+        CHECK(is_errc(x.error(), persistence_errc::corrupt_record));
+      }
+    };
+    check(decode_execution(bytes), [](auto& x) { return to_json(x); });
+    check(decode_step(bytes), [](auto& x) { return to_json(x); });
+    check(decode_event(bytes), [](auto& x) { return event_document(x); });
+    check(decode_agent(bytes), [](auto& x) { return to_json(x.graph); });
+    check(decode_history(bytes), [](auto& x) { return history_document(x); });
+  }
+  CHECK(decoded > 0);
+  CHECK(corrupt > 0);
 }
