@@ -230,177 +230,7 @@ std::string dump_json(const json& v) {
   return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-namespace {
-
-/// Appends `s` as a JSON string. Ids, names and reasons are canopy's own;
-/// anything else goes through `dump_json`, which sanitises UTF-8.
-void append_string(std::string& out, const std::string& s) {
-  bool plain = true;
-  for (unsigned char c : s)
-    if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) {
-      plain = false;
-      break;
-    }
-  if (!plain) {
-    out += dump_json(json(s));
-    return;
-  }
-  out += '"';
-  out += s;
-  out += '"';
-}
-
-/// Writes `{"k":v,...}` without building a json object.
-struct object_writer {
-  std::string out;
-  bool first = true;
-  object_writer() {
-    out.reserve(192);
-    out += '{';
-  }
-  void key(const char* k) {
-    if (!first)
-      out += ',';
-    first = false;
-    out += '"';
-    out += k;
-    out += "\":";
-  }
-  void str(const char* k, const std::string& v) {
-    key(k);
-    append_string(out, v);
-  }
-  void str_if(const char* k, const std::string& v) {
-    if (!v.empty())
-      str(k, v);
-  }
-  void num(const char* k, int64_t v) {
-    key(k);
-    out += std::to_string(v);
-  }
-  void num_if(const char* k, int64_t v) {
-    if (v != 0)
-      num(k, v);
-  }
-  void value_if(const char* k, const json& v) {
-    if (v.is_null())
-      return;
-    key(k);
-    if (v.is_object() && v.empty())
-      out += "{}";
-    else
-      out += dump_json(v);
-  }
-  std::string finish() {
-    out += '}';
-    return std::move(out);
-  }
-};
-
-} // namespace
-
-std::string encode(const execution_record& x) {
-  // The same fields as to_json(execution_record), written directly.
-  object_writer w;
-  w.str("id", x.id);
-  w.str("graph", x.graph);
-  w.str("status", to_string(x.status));
-  w.str("root", x.root_id);
-  w.num("depth", x.depth);
-  w.key("inputs");
-  w.out += x.inputs.is_object() && x.inputs.empty() ? std::string{"{}"} : dump_json(x.inputs);
-  w.num("created", x.created_at);
-  w.str_if("reason", x.reason);
-  w.str_if("error", x.error);
-  w.str_if("parent", x.parent_id);
-  w.str_if("pstep", x.parent_step);
-  w.value_if("outputs", x.outputs);
-  w.num_if("started", x.started_at);
-  w.num_if("ended", x.ended_at);
-  w.num_if("pid", x.owner_pid);
-  w.num_if("pstart", static_cast<int64_t>(x.owner_start));
-  w.str_if("owner", x.owner);
-  w.num_if("gver", x.graph_version);
-  w.str_if("agent", x.agent);
-  w.str_if("node", x.node);
-  return w.finish();
-}
-
-std::string encode(const stored_graph& x) {
-  return dump_json(to_json(x));
-}
-
-std::string encode_graph(const json& document, const std::string& base_dir,
-                         const std::map<std::string, json>& files) {
-  std::string out = "{\"document\":";
-  out += dump_json(document);
-  out += ",\"base_dir\":";
-  out += dump_json(json(base_dir));
-  out += ",\"files\":{";
-  bool first = true;
-  for (auto& kv : files) {
-    if (!first)
-      out += ',';
-    first = false;
-    out += dump_json(json(kv.first));
-    out += ':';
-    out += dump_json(kv.second);
-  }
-  out += "}}";
-  return out;
-}
-
-std::string encode(const step_record& x) {
-  object_writer w;
-  w.str("ex", x.execution_id);
-  w.str("step", x.step);
-  w.str("status", to_string(x.status));
-  w.num("attempt", x.attempt);
-  w.value_if("result", x.result);
-  w.value_if("error", x.error);
-  w.str_if("reason", x.reason);
-  if (x.node != "local")
-    w.str("node", x.node);
-  w.str_if("child", x.child_id);
-  w.num_if("pid", x.pid);
-  w.num_if("pstart", static_cast<int64_t>(x.pid_start));
-  w.num_if("started", x.started_at);
-  w.num_if("ended", x.ended_at);
-  return w.finish();
-}
-
-std::string encode(const event_record& x) {
-  object_writer w;
-  w.key("seq");
-  w.out += std::to_string(x.seq);
-  w.num("time", x.time);
-  w.str("type", x.type);
-  w.str("ex", x.execution_id);
-  w.str("root", x.root_id);
-  w.str_if("parent", x.parent_id);
-  w.str_if("step", x.step);
-  w.str_if("status", x.status);
-  w.str_if("reason", x.reason);
-  w.value_if("data", x.data);
-  return w.finish();
-}
-
 // -- stops and counters ---------------------------------------------------------
-
-std::string encode(const stop_record& x) {
-  object_writer w;
-  w.str("id", x.id);
-  w.str("target", x.target);
-  w.key("force");
-  w.out += x.force ? "true" : "false";
-  w.key("handled");
-  w.out += x.handled ? "true" : "false";
-  w.str_if("result", x.result);
-  w.num("requested", x.requested_at);
-  w.num_if("handled_at", x.handled_at);
-  w.str_if("who", x.who);
-  return w.finish();
-}
 
 caf::expected<stop_record> stop_from_json(const json& j) {
   return decode("stop", [&]() -> caf::expected<stop_record> {
@@ -426,11 +256,6 @@ json stop_document(const stop_record& x) {
           {"requested_at", to_rfc3339(x.requested_at)},
           {"handled_at", x.handled_at == 0 ? json(nullptr) : json(to_rfc3339(x.handled_at))},
           {"who", x.who}};
-}
-
-std::string encode(const tree_counters& x) {
-  return dump_json(
-    json{{"steps", x.steps}, {"spent", x.spent}, {"run_ms", x.run_ms}, {"budget", x.budget}});
 }
 
 caf::expected<tree_counters> counters_from_json(const json& j) {
@@ -467,10 +292,6 @@ json to_json(const registered_graph& x) {
           {"document", x.document}, {"created", x.created_at}};
 }
 
-std::string encode(const registered_graph& x) {
-  return dump_json(to_json(x));
-}
-
 caf::expected<registered_graph> registered_graph_from_json(const json& j) {
   return decode("registered graph", [&]() -> caf::expected<registered_graph> {
     registered_graph x;
@@ -484,19 +305,6 @@ caf::expected<registered_graph> registered_graph_from_json(const json& j) {
 }
 
 // -- agents and their history ----------------------------------------------------
-
-std::string encode(const agent_record& x) {
-  object_writer w;
-  w.str("owner", x.owner);
-  w.str("name", x.name);
-  w.key("graph");
-  w.out += encode(x.graph);
-  w.str("on_busy", to_string(x.on_busy));
-  w.str_if("node", x.node);
-  w.num("created", x.created_at);
-  w.num("updated", x.updated_at);
-  return w.finish();
-}
 
 caf::expected<agent_record> agent_from_json(const json& j) {
   return decode("agent", [&]() -> caf::expected<agent_record> {
@@ -514,21 +322,6 @@ caf::expected<agent_record> agent_from_json(const json& j) {
     x.updated_at = j.at("updated").get<int64_t>();
     return x;
   });
-}
-
-std::string encode(const history_entry& x) {
-  object_writer w;
-  w.str("owner", x.owner);
-  w.str("agent", x.agent);
-  w.key("seq");
-  w.out += std::to_string(x.seq);
-  w.str("role", x.role);
-  // Always written: a null message is still a message.
-  w.key("content");
-  w.out += dump_json(x.content);
-  w.str_if("ex", x.execution_id);
-  w.num("time", x.time);
-  return w.finish();
 }
 
 caf::expected<history_entry> history_from_json(const json& j) {

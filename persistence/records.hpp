@@ -1,11 +1,13 @@
 #pragma once
 
 // Records kept in the store: executions, steps, events, and each execution's
-// graph. Plain data with JSON codecs (SPEC §3, §6, §8).
+// graph. Plain data with their stored codec (binary, schema 2), the schema-1
+// JSON text codec and the JSON documents of the API (SPEC §3, §6, §8).
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
@@ -182,9 +184,13 @@ json to_json(const event_record& x);
 json to_json(const stored_graph& x);
 json to_json(const registered_graph& x);
 
-/// Encoders to the stored text (compact JSON). Steps and events, the hot
-/// path, are written directly without building a `json` first. Invalid UTF-8
-/// in any string is replaced with U+FFFD, so every record decodes.
+/// Encoders to the stored form (schema 2): one MessagePack map per record
+/// with short, stable keys, written directly without building a `json`;
+/// JSON payloads (inputs, outputs, results, errors, event data, documents)
+/// are embedded as MessagePack. Empty and zero fields are left out. Enums are
+/// stored as their index, so their values are only ever appended. Invalid
+/// UTF-8 in any string is replaced with U+FFFD, so every record decodes and
+/// every decoded `json` dumps without throwing.
 std::string encode(const execution_record& x);
 std::string encode(const step_record& x);
 std::string encode(const event_record& x);
@@ -196,14 +202,54 @@ std::string encode(const agent_record& x);
 std::string encode(const history_entry& x);
 
 /// Encodes a stored graph from its parts without copying them (the document
-/// of a large graph is megabytes).
+/// of a large graph is megabytes); the same bytes as `encode(stored_graph)`.
 std::string encode_graph(const json& document, const std::string& base_dir,
                          const std::map<std::string, json>& files);
+
+/// Decoders of the stored form. They read the binary encoding and the
+/// schema-1 JSON text alike (told apart by the first byte, see
+/// `is_text_record`), so a home written before schema 2, or a record its
+/// migration has not reached yet, reads as before. Unknown keys are skipped
+/// and missing optional keys keep their defaults (schema evolution).
+/// @returns the record, or `persistence_errc::corrupt_record`; never throws.
+caf::expected<execution_record> decode_execution(std::string_view bytes);
+caf::expected<step_record> decode_step(std::string_view bytes);
+caf::expected<event_record> decode_event(std::string_view bytes);
+caf::expected<stored_graph> decode_graph(std::string_view bytes);
+caf::expected<stop_record> decode_stop(std::string_view bytes);
+caf::expected<tree_counters> decode_counters(std::string_view bytes);
+caf::expected<registered_graph> decode_registered_graph(std::string_view bytes);
+caf::expected<agent_record> decode_agent(std::string_view bytes);
+caf::expected<history_entry> decode_history(std::string_view bytes);
+
+/// The `execution_id` of a stored event, without decoding the rest.
+/// @returns it, or `persistence_errc::corrupt_record`.
+caf::expected<std::string> decode_event_execution(std::string_view bytes);
+
+/// True when `bytes` is a schema-1 text record: a JSON object, first byte
+/// '{' (0x7b, which never starts a binary record: those are maps, 0x80-0x8f
+/// or 0xde-0xdf).
+bool is_text_record(std::string_view bytes);
+
+/// The schema-1 text encoders (compact JSON, as canopy stored records before
+/// schema 2). The store no longer writes it; kept as the reference of the
+/// old format for the migration tests and the codec benchmark.
+std::string encode_json(const execution_record& x);
+std::string encode_json(const step_record& x);
+std::string encode_json(const event_record& x);
+std::string encode_json(const stored_graph& x);
+std::string encode_json(const stop_record& x);
+std::string encode_json(const tree_counters& x);
+std::string encode_json(const registered_graph& x);
+std::string encode_json(const agent_record& x);
+std::string encode_json(const history_entry& x);
 
 /// Compact JSON text of `v`; invalid UTF-8 is replaced, never thrown.
 std::string dump_json(const json& v);
 
-/// Decoders: @returns the record or `persistence_errc::corrupt_record`.
+/// Decoders of the schema-1 text, parsed: the key names of `encode_json`
+/// (and of `to_json`, for the records that have one).
+/// @returns the record or `persistence_errc::corrupt_record`.
 caf::expected<execution_record> execution_from_json(const json& j);
 caf::expected<step_record> step_from_json(const json& j);
 caf::expected<event_record> event_from_json(const json& j);

@@ -11,31 +11,20 @@
 #include <mutex>
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <random>
 #include <thread>
 #include <unordered_set>
 
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
+#include "persistence/store_lmdb.hpp"
 
 namespace canopy {
 
+using namespace store_lmdb;
+
 namespace {
-
-constexpr const char* schema_version = "1";
-
-caf::error lmdb_error(const char* what, int rc) {
-  return make_error(persistence_errc::store_error,
-                    std::string{what} + ": " + mdb_strerror(rc));
-}
-
-MDB_val as_val(const std::string& s) {
-  return MDB_val{s.size(), const_cast<char*>(s.data())};
-}
-
-std::string as_string(const MDB_val& v) {
-  return {static_cast<const char*>(v.mv_data), v.mv_size};
-}
 
 std::string seq_key(uint64_t seq) {
   std::string k(8, '\0');
@@ -111,7 +100,7 @@ std::optional<execution_record> load_execution(MDB_txn* txn, unsigned executions
   MDB_val k = as_val(id), v;
   if (mdb_get(txn, executions, &k, &v) != 0)
     return std::nullopt;
-  auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
+  auto rec = decode_execution(as_view(v));
   if (!rec)
     return std::nullopt;
   return std::move(*rec);
@@ -172,7 +161,7 @@ int settle_stops(MDB_txn* txn, unsigned executions, unsigned stops, unsigned pen
     auto sid = key.substr(sep + 1);
     MDB_val sk = as_val(sid), sv;
     if (mdb_get(txn, stops, &sk, &sv) == 0) {
-      if (auto req = stop_from_json(json::parse(as_string(sv), nullptr, false))) {
+      if (auto req = decode_stop(as_view(sv))) {
         req->handled = true;
         req->handled_at = now_ms();
         req->result = target && target->status == execution_status::stopped ? "stopped"
@@ -269,8 +258,12 @@ int store::open_databases(bool create, std::string& bad_schema) {
       mdb_txn_abort(txn);
       return rc;
     }
-  } else if (as_string(v) != schema_version) {
-    bad_schema = as_string(v);
+  } else if (auto found = as_string(v); found == text_schema || found == migrating_schema) {
+    // Readable as it is (the decoders read both encodings); the first write
+    // migrates it (see `migrate`).
+    needs_migration_ = true;
+  } else if (found != schema_version) {
+    bad_schema = found;
     mdb_txn_abort(txn);
     return -1;
   }
@@ -406,7 +399,7 @@ caf::expected<T> store::get_record(unsigned dbi, const std::string& key,
       return make_error(persistence_errc::not_found, missing);
     if (rc != 0)
       return lmdb_error("mdb_get", rc);
-    auto rec = decode(json::parse(as_string(v), nullptr, false));
+    auto rec = decode(as_view(v));
     if (!rec)
       return rec.error();
     out = std::move(*rec);
@@ -419,7 +412,7 @@ caf::expected<T> store::get_record(unsigned dbi, const std::string& key,
 
 caf::expected<execution_record> store::execution(const std::string& id) const {
   return get_record<execution_record>(executions_, id, "no execution '" + id + "'",
-                                      execution_from_json);
+                                      decode_execution);
 }
 
 caf::expected<std::vector<step_record>> store::steps(const std::string& id) const {
@@ -428,7 +421,7 @@ caf::expected<std::vector<step_record>> store::steps(const std::string& id) cons
     caf::error bad;
     auto prefix = id + '\0';
     scan_prefix(txn, steps_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = step_from_json(json::parse(as_string(v), nullptr, false));
+      auto rec = decode_step(as_view(v));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -461,7 +454,7 @@ caf::expected<std::vector<std::string>> store::children(const std::string& id) c
 
 caf::expected<stored_graph> store::graph(const std::string& id) const {
   return get_record<stored_graph>(graphs_, id, "no graph for execution '" + id + "'",
-                                  stored_graph_from_json);
+                                  decode_graph);
 }
 
 caf::expected<std::vector<execution_record>> store::list(const execution_filter& f) const {
@@ -479,7 +472,7 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
       rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
     }
     for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
-      auto rec = execution_from_json(json::parse(as_string(v), nullptr, false));
+      auto rec = decode_execution(as_view(v));
       if (!rec) {
         mdb_cursor_close(cur);
         return rec.error();
@@ -517,7 +510,7 @@ caf::expected<std::vector<T>> store::read_log(unsigned dbi, const std::string& p
                 [&](const MDB_val& k, const MDB_val& v) {
                   if (k.mv_size != prefix.size() + 8)
                     return true;
-                  auto rec = decode(json::parse(as_string(v), nullptr, false));
+                  auto rec = decode(as_view(v));
                   if (!rec) {
                     bad = rec.error();
                     return false;
@@ -534,11 +527,11 @@ caf::expected<std::vector<T>> store::read_log(unsigned dbi, const std::string& p
 
 caf::expected<std::vector<event_record>>
 store::tree_events(const std::string& root_id, uint64_t after, size_t limit) const {
-  return read_log<event_record>(events_, root_id + '\0', after, limit, event_from_json);
+  return read_log<event_record>(events_, root_id + '\0', after, limit, decode_event);
 }
 
 caf::expected<stop_record> store::stop(const std::string& id) const {
-  return get_record<stop_record>(stops_, id, "no stop request '" + id + "'", stop_from_json);
+  return get_record<stop_record>(stops_, id, "no stop request '" + id + "'", decode_stop);
 }
 
 caf::expected<std::vector<stop_record>> store::pending_stops() const {
@@ -554,7 +547,7 @@ caf::expected<std::vector<stop_record>> store::pending_stops() const {
       MDB_val sk = as_val(sid), sv;
       if (mdb_get(txn, stops_, &sk, &sv) != 0)
         return true;
-      auto rec = stop_from_json(json::parse(as_string(sv), nullptr, false));
+      auto rec = decode_stop(as_view(sv));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -572,7 +565,7 @@ caf::expected<std::vector<stop_record>> store::pending_stops() const {
 }
 
 caf::expected<tree_counters> store::counters(const std::string& id) const {
-  auto x = get_record<tree_counters>(counters_, id, "", counters_from_json);
+  auto x = get_record<tree_counters>(counters_, id, "", decode_counters);
   if (!x && x.error().category() == persistence_category
       && x.error().code() == static_cast<uint8_t>(persistence_errc::not_found))
     return tree_counters{};
@@ -587,7 +580,7 @@ caf::expected<std::vector<execution_record>> store::live() const {
       MDB_val kk = k, ev;
       if (mdb_get(txn, executions_, &kk, &ev) != 0)
         return true;
-      auto rec = execution_from_json(json::parse(as_string(ev), nullptr, false));
+      auto rec = decode_execution(as_view(ev));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -693,13 +686,13 @@ caf::expected<registered_graph> store::registered(const std::string& owner,
                                       registry_prefix(owner, name) + version_key(version),
                                       "no graph '" + name + "' version "
                                         + std::to_string(version),
-                                      registered_graph_from_json);
+                                      decode_registered_graph);
 }
 
 caf::expected<agent_record> store::agent(const std::string& owner,
                                          const std::string& name) const {
   return get_record<agent_record>(agents_, pair_key(owner, name), "no agent '" + name + "'",
-                                  agent_from_json);
+                                  decode_agent);
 }
 
 caf::expected<std::vector<agent_record>>
@@ -709,7 +702,7 @@ store::agents(const std::optional<std::string>& owner) const {
     caf::error bad;
     auto prefix = owner ? *owner + '\0' : std::string{};
     scan_prefix(txn, agents_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = agent_from_json(json::parse(as_string(v), nullptr, false));
+      auto rec = decode_agent(as_view(v));
       if (!rec) {
         bad = rec.error();
         return false;
@@ -730,7 +723,7 @@ caf::expected<std::vector<history_entry>> store::history(const std::string& owne
   if (after == ~uint64_t{0})
     return std::vector<history_entry>{};
   return read_log<history_entry>(history_, agent_prefix(owner, name), after, limit,
-                                 history_from_json);
+                                 decode_history);
 }
 
 caf::expected<std::vector<std::pair<std::string, std::string>>>
@@ -762,6 +755,20 @@ caf::expected<uint64_t> store::last_seq() const {
   return seq;
 }
 
+caf::expected<std::string> store::schema() const {
+  std::string out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(schema_key), v;
+    if (int rc = mdb_get(txn, meta_, &k, &v); rc != 0)
+      return lmdb_error("reading the schema", rc);
+    out = as_string(v);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 // -- writes --------------------------------------------------------------------------
 
 caf::error store::grow() {
@@ -775,6 +782,11 @@ caf::error store::grow() {
 }
 
 caf::error store::commit(write_batch& batch) {
+  // A home of the previous schema is rewritten before the first write, so
+  // no binary record is ever written under schema 1.
+  if (needs_migration_)
+    if (auto err = migrate())
+      return err;
   auto began = std::chrono::steady_clock::now();
   // LMDB's own writer mutex waits without limit: canopy's writers take turns
   // through the writers' lock first, so that mutex is never contended across
@@ -835,13 +847,47 @@ caf::error store::commit(write_batch& batch) {
       generated.clear();
       // Executions whose pending stop requests this commit may answer.
       std::unordered_set<std::string> settle;
+      // Deleted executions of another root, by root: id → the last seq
+      // assigned when it was deleted. Their events are in that root's log
+      // (SPEC §4.9: nothing of them remains); they are removed after the
+      // whole batch, with one scan of each such root's log per commit,
+      // however many nested batches delete executions of that tree.
+      std::map<std::string, std::map<std::string, uint64_t>> deleted_in_tree;
+      auto del_events_of = [&](const std::string& root,
+                               const std::map<std::string, uint64_t>& ids) {
+        uint64_t last = 0;
+        for (auto& id : ids)
+          last = std::max(last, id.second);
+        MDB_cursor* cur;
+        if (rc != 0 || (rc = mdb_cursor_open(txn, events_, &cur)) != 0)
+          return;
+        auto prefix = root + '\0';
+        MDB_val k = as_val(prefix), v;
+        int r = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        while (r == 0 && k.mv_size == prefix.size() + 8
+               && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0) {
+          auto event_seq = seq_of(k);
+          if (event_seq > last)
+            break; // written after every deletion: kept
+          auto ex = decode_event_execution(as_view(v));
+          auto i = ex ? ids.find(*ex) : ids.end();
+          if (i != ids.end() && event_seq <= i->second) {
+            if ((rc = mdb_cursor_del(cur, 0)) != 0)
+              break;
+            r = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
+          } else {
+            r = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+          }
+        }
+        mdb_cursor_close(cur);
+      };
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
         for (auto& id : b.deleted_executions) {
           MDB_val k = as_val(id);
           execution_record rec;
           MDB_val v;
           if (mdb_get(txn, executions_, &k, &v) == 0) {
-            if (auto r = execution_from_json(json::parse(as_string(v), nullptr, false)))
+            if (auto r = decode_execution(as_view(v)))
               rec = std::move(*r);
             mdb_del(txn, executions_, &k, nullptr);
             if (!rec.parent_id.empty()) {
@@ -859,6 +905,8 @@ caf::error store::commit(write_batch& batch) {
           mdb_del(txn, live_, &k, nullptr);
           del_prefix(steps_, id + '\0');
           del_prefix(events_, id + '\0');
+          if (!rec.root_id.empty() && rec.root_id != id)
+            deleted_in_tree[rec.root_id][id] = seq;
         }
         for (auto& x : b.executions) {
           if (is_terminal(x.status))
@@ -921,7 +969,7 @@ caf::error store::commit(write_batch& batch) {
           auto merged = x.second;
           MDB_val k = as_val(x.first), v;
           if (mdb_get(txn, counters_, &k, &v) == 0)
-            if (auto old = counters_from_json(json::parse(as_string(v), nullptr, false))) {
+            if (auto old = decode_counters(as_view(v))) {
               merged.steps = std::max(merged.steps, old->steps);
               merged.spent = std::max(merged.spent, old->spent);
               merged.run_ms = std::max(merged.run_ms, old->run_ms);
@@ -966,6 +1014,8 @@ caf::error store::commit(write_batch& batch) {
           apply(n);
       };
       apply(batch);
+      for (auto& [root, ids] : deleted_in_tree)
+        del_events_of(root, ids);
       if (!settle.empty() && rc == 0)
         rc = settle_stops(txn, executions_, stops_, pending_, settle, generated);
       for (auto& e : generated) {

@@ -3,7 +3,7 @@
 // The LMDB store under a canopy home. Knows records, not actors.
 //
 // Layout (named databases in one environment):
-//   meta        "schema" → version, "seq" → last event seq (8 bytes, big endian)
+//   meta        "schema" → version ("2"), "seq" → last event seq (8 bytes, big endian)
 //   executions  id → execution record
 //   steps       execution id \0 step id → step record
 //   children    parent id \0 child id → ""
@@ -19,6 +19,18 @@
 //   agent_runs  owner \0 agent name \0 execution id → root id, for every execution
 //               with an `agent` that is not yet terminal
 //
+// Records are stored in the binary encoding of records.hpp (schema 2). A home
+// written by the release before (schema 1: JSON text records) opens as it
+// is: the decoders read both encodings forever, told apart by the first byte
+// ('{' is JSON text). Its first write (`commit`, or `migrate` at once)
+// migrates it: the schema becomes "1>2" (a schema-1 binary refuses it from
+// then on), every text record of every database is rewritten in bounded
+// write transactions under the writers' lock, and the schema becomes "2"
+// last. A crash midway leaves "1>2" and the next writer runs it again
+// (rewritten records are skipped). A schema-1 process still writing the home
+// meanwhile may leave text records behind: they read alike.
+// Opening stays read-only, so read commands never wait to migrate.
+//
 // Threading: one `store` per process and home, shared by all threads. Reads
 // open a short read transaction each and may run from any thread at once
 // (MDB_NOTLS). Writes must come from one thread at a time (in canopy: the
@@ -32,6 +44,7 @@
 // that dies releases it. Reads never take it: they work while another process
 // writes or holds the lock. Opening an existing home only reads.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -57,7 +70,8 @@ struct write_batch {
   /// Execution id → graph already encoded (`encode_graph`), for large graphs.
   std::vector<std::pair<std::string, std::string>> encoded_graphs;
   std::vector<event_record> events; ///< seq assigned at commit
-  /// Executions (with their steps, graph and index entries) to delete.
+  /// Executions to delete, with their steps, graph, index entries and events
+  /// (also those in their root's log: SPEC §4.9, nothing of them remains).
   std::vector<std::string> deleted_executions;
   /// New stop requests (SPEC §4.1). Each is stored once, by id: writing a
   /// request again does nothing, so delivering it twice is harmless. The
@@ -219,6 +233,14 @@ public:
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;
 
+  /// @returns the stored schema version: "2", or "1" / "1>2" for a home of
+  ///          the previous release not (fully) migrated yet.
+  caf::expected<std::string> schema() const;
+
+  /// True until this process has seen the home at schema 2 (set on open for
+  /// a schema-1 home, cleared by `migrate`).
+  bool needs_migration() const { return needs_migration_; }
+
   // -- writes (one thread at a time) ---------------------------------------------
 
   /// Commits `batch` in one durable transaction, assigning event seqs
@@ -233,6 +255,14 @@ public:
   /// Threading: one thread at a time per store (in canopy, the store writer
   /// actor); blocks that thread for at most `write_wait` plus the commit.
   caf::error commit(write_batch& batch);
+
+  /// Migrates a schema-1 home to schema 2 (see the top of this header) when
+  /// `needs_migration()`; `commit` calls it before its first write. Each
+  /// transaction takes the writers' lock like `commit`.
+  /// @returns nothing (also when another process migrated it meanwhile), or
+  ///          the errors of `commit`; a failed migration resumes on the next call.
+  /// Threading: as `commit`.
+  caf::error migrate();
 
   /// Current map size in bytes.
   size_t map_size() const;
@@ -255,6 +285,11 @@ private:
   caf::expected<std::vector<T>> read_log(unsigned dbi, const std::string& prefix, uint64_t after,
                                          size_t limit, Decode decode) const;
   caf::error grow();
+  /// Runs `f(txn) -> LMDB code` in one write transaction under the writers'
+  /// lock, committing when it returns 0; grows the map and runs it again on
+  /// MDB_MAP_FULL.
+  template <class F>
+  caf::error write_once(F&& f);
   /// Opens every named database in one transaction: a read-only one unless
   /// `create`. @returns an LMDB code: MDB_NOTFOUND when, read-only, a
   /// database or the schema is missing; -1 with `bad_schema` set when the
@@ -275,6 +310,7 @@ private:
            live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0, agents_ = 0,
            history_ = 0, agent_runs_ = 0;
   std::function<void(double)> on_commit_;
+  std::atomic<bool> needs_migration_{false};
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
   /// allows mdb_env_set_mapsize only while this process has no transaction.
   mutable std::shared_mutex resize_mtx_;

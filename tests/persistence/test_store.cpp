@@ -657,6 +657,81 @@ TEST_CASE("deleted_executions removes the record, steps, graph and child index e
   }
 }
 
+TEST_CASE("deleting a planned child leaves none of its events in its root's log",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  // A root with two children; events of all three in the root's log, and a
+  // grandchild's tree of its own (a root whose id extends the child's).
+  write_batch b;
+  b.executions.push_back(make_exec("r", "g", execution_status::running));
+  b.executions.push_back(make_exec("c", "g", execution_status::queued, "r", "r"));
+  b.executions.push_back(make_exec("k", "g", execution_status::running, "r", "r"));
+  b.executions.push_back(make_exec("c2", "g", execution_status::running));
+  b.steps.push_back(make_step("c", "s1"));
+  b.graphs.emplace_back("c", stored_graph{json{{"steps", json::object()}}, "/", json::object()});
+  b.events.push_back(make_event("r", "r", "execution.started"));
+  b.events.push_back(make_event("c", "r", "execution.queued"));
+  b.events.push_back(make_event("k", "r", "execution.queued"));
+  b.events.push_back(make_event("c", "r", "step.pending"));
+  b.events.push_back(make_event("c2", "c2", "execution.queued"));
+  commit_ok(*db, b);
+  REQUIRE(get(db->tree_events("r")).size() == 4);
+
+  // A stop during its creation deletes the planned child, and writes on.
+  write_batch del;
+  del.deleted_executions.push_back("c");
+  del.events.push_back(make_event("r", "r", "execution.stopped"));
+  commit_ok(*db, del);
+
+  std::vector<std::string> left;
+  for (auto& e : get(db->tree_events("r")))
+    left.push_back(e.execution_id + ":" + e.type);
+  CHECK(left == std::vector<std::string>{"r:execution.started", "k:execution.queued",
+                                         "r:execution.stopped"});
+  CHECK(get(db->children("r")) == std::vector<std::string>{"k"});
+  auto rec = db->execution("c");
+  REQUIRE_FALSE(rec);
+  CHECK(is_errc(rec.error(), persistence_errc::not_found));
+  CHECK(get(db->steps("c")).empty());
+  auto g = db->graph("c");
+  REQUIRE_FALSE(g);
+  CHECK(is_errc(g.error(), persistence_errc::not_found));
+  CHECK(ids_of(get(db->live())) == std::vector<std::string>{"c2", "k", "r"});
+  // Other trees keep their events.
+  CHECK(get(db->tree_events("c2")).size() == 1);
+}
+
+TEST_CASE("a child created and deleted in one commit by nested batches leaves no events",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  write_batch b;
+  b.executions.push_back(make_exec("r", "g", execution_status::running));
+  b.events.push_back(make_event("r", "r", "execution.started"));
+  // Two nested levels each plan a child and delete it (a stop during creation
+  // gathered level by level into one snapshot).
+  for (auto id : {"c1", "c2"}) {
+    write_batch planned;
+    planned.executions.push_back(make_exec(id, "g", execution_status::queued, "r", "r"));
+    planned.events.push_back(make_event(id, "r", "execution.queued"));
+    write_batch removal;
+    removal.deleted_executions.push_back(id);
+    removal.events.push_back(make_event("r", "r", "step.pending"));
+    planned.append(std::move(removal));
+    b.append(std::move(planned));
+  }
+  commit_ok(*db, b);
+  std::vector<std::string> left;
+  for (auto& e : get(db->tree_events("r")))
+    left.push_back(e.execution_id + ":" + e.type);
+  CHECK(left == std::vector<std::string>{"r:execution.started", "r:step.pending",
+                                         "r:step.pending"});
+  CHECK(get(db->children("r")).empty());
+  CHECK_FALSE(db->execution("c1"));
+  CHECK_FALSE(db->execution("c2"));
+}
+
 // -- agents ----------------------------------------------------------------------
 
 namespace {
@@ -735,7 +810,7 @@ TEST_CASE("busy policy names round-trip and an unknown name is rejected",
 
 TEST_CASE("an execution's agent survives encoding and decoding", "[persistence][store]") {
   auto r = make_agent_run("e1", "alice", "helper");
-  auto back = execution_from_json(json::parse(encode(r)));
+  auto back = execution_from_json(json::parse(encode_json(r)));
   REQUIRE(back);
   CHECK(back->agent == "helper");
   CHECK(back->owner == "alice");
@@ -746,9 +821,9 @@ TEST_CASE("an execution's agent survives encoding and decoding", "[persistence][
   CHECK(decoded->agent == "helper");
   // Omitted when empty, and absent means empty.
   auto plain = make_exec("e2");
-  CHECK(json::parse(encode(plain)).count("agent") == 0);
+  CHECK(json::parse(encode_json(plain)).count("agent") == 0);
   CHECK(to_json(plain).count("agent") == 0);
-  auto plain_back = execution_from_json(json::parse(encode(plain)));
+  auto plain_back = execution_from_json(json::parse(encode_json(plain)));
   REQUIRE(plain_back);
   CHECK(plain_back->agent.empty());
   // Through the store too.
@@ -1018,14 +1093,14 @@ TEST_CASE("agent_runs indexes the agent's executions that are not terminal",
 TEST_CASE("agent and history records decode or are corrupt_record",
           "[persistence][store]") {
   auto a = make_agent("alice", "helper", busy_policy::reject);
-  auto back = agent_from_json(json::parse(encode(a)));
+  auto back = agent_from_json(json::parse(encode_json(a)));
   REQUIRE(back);
   CHECK(back->name == "helper");
   CHECK(back->on_busy == busy_policy::reject);
   CHECK(back->graph.files == a.graph.files);
   auto h = make_entry("alice", "helper", "agent", json{{"answer", 42}}, "r1");
   h.seq = 7;
-  auto hb = history_from_json(json::parse(encode(h)));
+  auto hb = history_from_json(json::parse(encode_json(h)));
   REQUIRE(hb);
   CHECK(hb->seq == 7);
   CHECK(hb->content == json{{"answer", 42}});
@@ -1034,12 +1109,12 @@ TEST_CASE("agent and history records decode or are corrupt_record",
   // Invalid UTF-8 never throws while encoding, and still decodes.
   h.content = std::string{"bad \xff byte"};
   h.role = std::string{"r\xfe"};
-  auto text = encode(h);
+  auto text = encode_json(h);
   CHECK(history_from_json(json::parse(text)));
   a.name = std::string{"n\xc3"};
-  CHECK(agent_from_json(json::parse(encode(a))));
+  CHECK(agent_from_json(json::parse(encode_json(a))));
 
-  auto good = json::parse(encode(make_agent("alice", "helper")));
+  auto good = json::parse(encode_json(make_agent("alice", "helper")));
   for (auto mutate : std::vector<std::function<void(json&)>>{
          [](json& j) { j.erase("name"); }, [](json& j) { j["name"] = 7; },
          [](json& j) { j.erase("graph"); }, [](json& j) { j["graph"] = "g"; },
@@ -1052,7 +1127,7 @@ TEST_CASE("agent and history records decode or are corrupt_record",
     REQUIRE_FALSE(bad);
     CHECK(is_errc(bad.error(), persistence_errc::corrupt_record));
   }
-  auto good_h = json::parse(encode(make_entry("o", "a", "user", "m")));
+  auto good_h = json::parse(encode_json(make_entry("o", "a", "user", "m")));
   for (auto mutate : std::vector<std::function<void(json&)>>{
          [](json& j) { j.erase("agent"); }, [](json& j) { j.erase("seq"); },
          [](json& j) { j["seq"] = "one"; }, [](json& j) { j.erase("role"); },
