@@ -798,6 +798,11 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   h.root_id_ = rec->root_id;
   if (rec->status == execution_status::completed)
     return h; // nothing to do: the document is final
+  // The step records decode on a thread of their own meanwhile (reads may
+  // run on any thread): at 100,000 steps each read takes ~100 ms. Without a
+  // thread to spare, `get` below reads them.
+  auto steps_read = std::async(std::launch::async | std::launch::deferred,
+                               [db = db_, id] { return db->steps(id); });
   auto stored = db_->graph(id);
   if (!stored)
     return stored.error();
@@ -814,7 +819,7 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
       msg += "\n  " + to_string(e);
     return make_error(persistence_errc::invalid_graph, msg);
   }
-  auto steps = db_->steps(id);
+  auto steps = steps_read.get();
   if (!steps)
     return steps.error();
   execution_init init;
