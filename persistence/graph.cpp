@@ -14,11 +14,48 @@
 #include <utility>
 
 #include "persistence/error.hpp"
+#include "persistence/graph_paths.hpp"
 #include "persistence/reference.hpp"
 
 namespace canopy {
 
 namespace fs = std::filesystem;
+
+namespace detail {
+
+std::string normalize_path(const std::string& p) {
+  std::error_code ec;
+  fs::path abs = p.empty() ? fs::current_path(ec) : fs::absolute(fs::path{p}, ec);
+  if (ec)
+    abs = p;
+  auto result = abs.lexically_normal().string();
+  while (result.size() > 1 && result.back() == '/')
+    result.pop_back();
+  return result;
+}
+
+std::string parent_of(const std::string& abs_path) {
+  auto parent = fs::path(abs_path).parent_path().string();
+  return parent.empty() ? std::string{"/"} : parent;
+}
+
+std::string stem_of(const std::string& abs_path) {
+  return fs::path(abs_path).stem().string();
+}
+
+bool is_file_reference(const std::string& s) {
+  return s.find('/') != std::string::npos
+         || (s.size() >= 5 && s.compare(s.size() - 5, 5, ".json") == 0);
+}
+
+graph_error inline_refusal(std::string path, const char* what) {
+  return graph_error{std::move(path),
+                     std::string{"inline commands are disabled on this node: "} + what
+                       + " (register a tool in the node's config and name it instead)",
+                     "inline_commands_disabled"};
+}
+
+} // namespace detail
 
 namespace {
 
@@ -325,21 +362,11 @@ caf::expected<json> load_graph_file(const std::string& abs_path) {
   return doc;
 }
 
-/// Returns `p` as an absolute, lexically normal path without a trailing slash.
-std::string normalize(const fs::path& p) {
-  std::error_code ec;
-  fs::path abs = p.empty() ? fs::current_path(ec) : fs::absolute(p, ec);
-  if (ec)
-    abs = p;
-  auto result = abs.lexically_normal().string();
-  while (result.size() > 1 && result.back() == '/')
-    result.pop_back();
-  return result;
-}
+using detail::is_file_reference;
+using detail::parent_of;
 
-std::string parent_of(const std::string& abs_path) {
-  auto parent = fs::path(abs_path).parent_path().string();
-  return parent.empty() ? std::string{"/"} : parent;
+std::string normalize(const fs::path& p) {
+  return detail::normalize_path(p.string());
 }
 
 // -- the parser ----------------------------------------------------------------
@@ -443,10 +470,7 @@ private:
   /// Refuses an inline command (`run`, argv `plan`) when the node does not
   /// allow them (SPEC §13 rule 19).
   void refuse_inline(const std::string& path, const char* what) {
-    fail(path,
-         std::string{"inline commands are disabled on this node: "} + what
-           + " (register a tool in the node's config and name it instead)",
-         "inline_commands_disabled");
+    errors_.push_back(detail::inline_refusal(path, what));
   }
 
   parse_result finish() {
@@ -696,7 +720,7 @@ private:
     if (key == "run") {
       def.kind = step_kind::run;
       if (!opts_.allow_inline)
-        refuse_inline(path, "a 'run' step runs an argv given in the graph");
+        refuse_inline(path, detail::run_refusal);
       if (parse_argv(w, v, path))
         def.argv = v;
     } else if (key == "tool") {
@@ -715,7 +739,7 @@ private:
         }
       } else if (v.is_array()) {
         if (!opts_.allow_inline)
-          refuse_inline(path, "a 'plan' step with an argv runs a command given in the graph");
+          refuse_inline(path, detail::plan_refusal);
         if (parse_argv(w, v, path))
           def.argv = v;
       } else {
@@ -781,11 +805,6 @@ private:
 
   // -- child graphs -------------------------------------------------------------
 
-  static bool is_file_reference(const std::string& s) {
-    return s.find('/') != std::string::npos
-           || (s.size() >= 5 && s.compare(s.size() - 5, 5, ".json") == 0);
-  }
-
   void parse_child(step_work& w, const json& v, const std::string& path) {
     auto& def = w.def;
     if (v.is_string() && v.get_ref<const std::string&>().empty()) {
@@ -839,7 +858,7 @@ private:
         chain.push_back(abs);
         graph_parser child{child_opts, std::move(chain)};
         child.cache_ = cache_;
-        auto parsed = child.run(*doc, parent_of(abs), fs::path(abs).stem().string());
+        auto parsed = child.run(*doc, parent_of(abs), detail::stem_of(abs));
         cached = cache_->emplace(key, cached_file{std::move(parsed), std::move(*doc)}).first;
       }
       result = cached->second.result;
@@ -1128,7 +1147,7 @@ parse_result parse_graph_file(const std::string& path, const parse_options& opts
       return fail(message_of(doc.error()));
     auto abs = normalize(path);
     graph_parser parser{opts, {abs}};
-    return parser.run(*doc, parent_of(abs), fs::path(abs).stem().string());
+    return parser.run(*doc, parent_of(abs), detail::stem_of(abs));
   } catch (const std::exception& ex) {
     return fail(std::string{"cannot validate graph: "} + ex.what());
   }

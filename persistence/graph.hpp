@@ -181,6 +181,30 @@ parse_result parse_graph_file(const std::string& path, const parse_options& opts
 parse_result parse_graph_bundle(const json& document, const std::string& base_dir,
                                 const json& files, parse_options opts = {});
 
+/// Loads a stored graph (its document, folder and included files) that
+/// `parse_graph` validated before the store kept it, without validating it
+/// again: no reference scan, no cycle report, no tool, function, input or
+/// depth check. For a document `parse_graph` accepts it builds the same
+/// model as `parse_graph_bundle` (steps in the same order, index, needs,
+/// fields, limits, outputs, child graphs, files). Used on resume.
+///
+/// The checks it skips that depend on the node move to the step's start: a
+/// `tool` or `plan` step whose tool is not registered and a `fn` step whose
+/// function is not, fail when they start. One node policy stays here, since
+/// nothing checks it at launch: with `opts.allow_inline` false, `run` steps
+/// and argv `plan` steps (in child graphs too) are errors with code
+/// `inline_commands_disabled`, as `parse_graph` reports them. No other field
+/// of `opts` is used.
+///
+/// @param document moved into the model (`graph::document`), not copied.
+/// @returns the graph, or errors: the inline refusals, or one error with path
+///          `""` when the stored form is not one `parse_graph` produced
+///          (a step needing an unknown step, a cycle, a missing file, a
+///          value of the wrong type).
+/// Thread-safe.
+parse_result load_stored_graph(json document, const std::string& base_dir, const json& files,
+                               const parse_options& opts = {});
+
 /// Checks that `g` can be an agent's graph (SPEC §9): it declares input
 /// `message`, no input but `message` and `history`, and an output `reply`.
 /// @returns every error with its JSON path in the graph (empty: fine).

@@ -711,20 +711,28 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   h.root_id_ = rec->root_id;
   if (rec->status == execution_status::completed)
     return h; // nothing to do: the document is final
+  // The step records decode on a thread of their own meanwhile (reads may
+  // run on any thread): at 100,000 steps each read takes ~100 ms. Without a
+  // thread to spare, `get` below reads them.
+  auto steps_read = std::async(std::launch::async | std::launch::deferred,
+                               [db = db_, id] { return db->steps(id); });
   auto stored = db_->graph(id);
   if (!stored)
     return stored.error();
-  auto opts = graph_options();
-  opts.depth = rec->depth;
-  opts.any_tool = svc_->cluster != nullptr;
-  auto parsed = parse_graph_bundle(stored->document, stored->base_dir, stored->files, opts);
+  // The store keeps only graphs that validated: load without validating
+  // again. A tool or function gone from this node fails its step when it
+  // starts; inline commands this node refuses are refused here.
+  parse_options opts;
+  opts.allow_inline = opts_.allow_inline_commands;
+  auto parsed = load_stored_graph(std::move(stored->document), stored->base_dir, stored->files,
+                                  opts);
   if (!parsed) {
-    std::string msg = "stored graph no longer validates:";
+    std::string msg = "stored graph cannot run here:";
     for (auto& e : parsed.errors)
       msg += "\n  " + to_string(e);
     return make_error(persistence_errc::invalid_graph, msg);
   }
-  auto steps = db_->steps(id);
+  auto steps = steps_read.get();
   if (!steps)
     return steps.error();
   execution_init init;

@@ -244,6 +244,100 @@ TEST_CASE("a tool or plan step naming a tool this node lacks fails with a clear 
   }
 }
 
+namespace {
+
+/// The record of step `name` of execution `id`; the test fails without one.
+step_record step_of(runtime& rt, const std::string& id, const std::string& name) {
+  for (auto& s : get(rt.db()->steps(id)))
+    if (s.step == name)
+      return s;
+  FAIL("no step " << name << " in " << id);
+  return {};
+}
+
+/// Runs `doc` on a runtime over `home` with `tools` until its step `gate`
+/// prints `ready`, stops it, and returns the stopped execution's id.
+std::string stopped_at_gate(const std::string& home, const json& tools, const json& doc,
+                            const json& inputs) {
+  runtime_options opts;
+  opts.home = home;
+  opts.tools = tools_of(tools);
+  auto rt = get(runtime::open(opts));
+  auto parsed = parse_graph(doc, home, rt->graph_options());
+  INFO(render(parsed.errors));
+  REQUIRE(parsed);
+  auto h = get(rt->start(parsed.value, inputs));
+  auto seen = std::make_shared<collector>();
+  auto sub = h.subscribe(seen->callback());
+  REQUIRE(seen->wait_for(is_output("gate", "ready")));
+  h.stop();
+  REQUIRE(h.wait_for(generous));
+  CHECK(get(h.status()).status == execution_status::stopped);
+  CHECK(step_of(*rt, h.id(), "gate").status == step_status::pending);
+  return h.id();
+}
+
+const char* wait_go = "echo ready; while [ ! -e \"$1/go\" ]; do sleep 0.01; done; echo done";
+
+} // namespace
+
+TEST_CASE("a resumed execution whose tool this node no longer has fails that step naming the "
+          "tool",
+          "[integration][tools]") {
+  // Resume does not validate the stored graph again: the tool check happens
+  // when the step starts.
+  test::temp_dir dir;
+  auto home = dir.path + "/home";
+  auto id = stopped_at_gate(
+    home,
+    json{{"gated", {{"argv", {"sh", "-c", wait_go, "sh", "${inputs.dir}"}},
+                    {"grace", {{"interrupt", "100ms"}, {"terminate", "100ms"}}}}}},
+    json{{"inputs", {"dir"}},
+         {"steps", {{"first", {{"fn", "echo"}, {"with", {{"v", 1}}}}},
+                    {"gate", {{"tool", "gated"}, {"needs", {"first"}}}}}}},
+    json{{"dir", dir.path}});
+  // The node's configuration lost the tool.
+  runtime_options opts;
+  opts.home = home;
+  opts.tools = tools_of(json{{"other", {{"argv", {"true"}}}}});
+  auto rt = get(runtime::open(opts));
+  auto h = get(rt->resume(id));
+  REQUIRE(h.wait_for(generous));
+  auto rec = get(h.status());
+  CHECK(rec.status == execution_status::failed);
+  auto first = step_of(*rt, id, "first");
+  CHECK(first.status == step_status::completed);
+  CHECK(first.attempt == 1); // finished before the stop: never again
+  auto gate = step_of(*rt, id, "gate");
+  CHECK(gate.status == step_status::failed);
+  CHECK(gate.error == "tool 'gated' is not registered on this node");
+}
+
+TEST_CASE("a stopped execution with a run step does not resume on a node that refuses inline "
+          "commands",
+          "[integration][tools]") {
+  test::temp_dir dir;
+  auto home = dir.path + "/home";
+  auto id = stopped_at_gate(
+    home, json::object(),
+    json{{"inputs", {"dir"}},
+         {"steps", {{"gate", {{"run", {"sh", "-c", wait_go, "sh", "${inputs.dir}"}},
+                              {"grace", {{"interrupt", "100ms"}, {"terminate", "100ms"}}}}}}}},
+    json{{"dir", dir.path}});
+  runtime_options opts;
+  opts.home = home;
+  opts.allow_inline_commands = false;
+  auto rt = get(runtime::open(opts));
+  auto h = rt->resume(id);
+  REQUIRE_FALSE(h);
+  CHECK(is(h.error(), persistence_errc::invalid_graph));
+  CHECK_THAT(message_of(h.error()),
+             Catch::Contains("/steps/gate/run: inline commands are disabled on this node"));
+  // Untouched: still stopped, resumable on a node that allows them.
+  CHECK(get(rt->db()->execution(id)).status == execution_status::stopped);
+  CHECK(step_of(*rt, id, "gate").status == step_status::pending);
+}
+
 // -- limits ---------------------------------------------------------------------------------
 
 TEST_CASE("a tool's timeout applies unless the step sets its own", "[integration][tools]") {
