@@ -15,7 +15,7 @@
 #include <caf/io/all.hpp>
 
 #include "actors/error.hpp"
-#include "actors/execution_actor.hpp"
+#include "actors/execution/execution_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/slot_pool.hpp"
 #include "actors/store_writer.hpp"
@@ -85,9 +85,7 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
         if (leader_is_ours || leader_gone)
           ::kill(static_cast<pid_t>(-s.pid), SIGKILL);
       }
-      s.status = step_status::pending;
-      s.reason = "interrupted";
-      s.ended_at = now;
+      reset_step_record(s, step_reason::interrupted, now);
       batch.events.push_back(
         make_event(rec, "step.pending", now, s.step, "pending", "interrupted"));
       batch.steps.push_back(std::move(s));
@@ -487,6 +485,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     svc->cluster_timeout = c.timeout;
     svc->node_name = c.name;
   }
+  svc->machine = make_machine_env(*svc);
   rt->svc_ = std::move(svc);
   rt->watcher_ = rt->sys_->spawn(stop_watcher, rt->svc_);
   if (opts.cluster) {
