@@ -96,9 +96,9 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
   st.svc = std::move(svc);
   st.parent = std::move(parent);
   auto env = st.svc->machine ? st.svc->machine : make_machine_env(*st.svc);
-  st.resolver = std::make_unique<shell_resolver>(self);
+  st.resolver.bind(self);
   st.m = std::make_unique<execution_machine>(
-    std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr), st.resolver.get());
+    std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr), &st.resolver);
   self->attach_functor([dir = st.svc->directory, id = st.m->record().id, timer = st.svc->timer,
                         addr = self->address()] {
     dir->remove(id);

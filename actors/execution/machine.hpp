@@ -325,10 +325,11 @@ private:
   execution_record rec_;
   std::shared_ptr<const graph> g_;
   std::vector<step_state> steps_;
-  /// Dependents of step i: dep_targets_[dep_offsets_[i] .. dep_offsets_[i+1]).
+  /// Dependents of step i: dep_targets_[dep_offsets_[i] .. dep_offsets_[i+1]);
+  /// both empty when no step has needs.
   std::vector<uint32_t> dep_offsets_;
   std::vector<uint32_t> dep_targets_;
-  json results_; ///< step id → result, completed steps only
+  json results_; ///< step id → result, completed steps only (null until the first)
   std::vector<uint32_t> ready_;
   size_t durable_completed_ = 0;
   uint32_t next_ticket_ = 1;

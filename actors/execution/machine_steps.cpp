@@ -34,6 +34,7 @@ void execution_machine::pump(int64_t now) {
     if (phase_ != exec_phase::running)
       return;
   }
+  ready_.shrink_to_fit(); // empty: a live execution keeps no buffer for it
   if (durable_completed_ == steps_.size()) {
     finish(now);
     return;
@@ -50,6 +51,8 @@ void execution_machine::pump(int64_t now) {
 void execution_machine::on_durable(const std::vector<uint32_t>& completed, int64_t now) {
   for (auto idx : completed) {
     ++durable_completed_;
+    if (dep_offsets_.empty())
+      continue; // no step has needs
     for (auto k = dep_offsets_[idx]; k < dep_offsets_[idx + 1]; ++k) {
       auto d = dep_targets_[k];
       if (--steps_[d].remaining == 0 && steps_[d].phase == step_phase::idle)

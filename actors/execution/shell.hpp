@@ -46,12 +46,27 @@ private:
   std::vector<std::pair<uint32_t, T>> items_;
 };
 
-class shell_resolver;
+/// Resolves child steps over the store, the registry and the agents.
+struct execution_shell_state;
+using execution_shell = caf::stateful_actor<execution_shell_state>;
+
+class shell_resolver : public step_resolver {
+public:
+  void bind(execution_shell* self) { self_ = self; }
+  child_launch graph_child(const execution_machine& m, uint32_t idx) override;
+  child_launch stored_plan(const execution_machine& m, uint32_t idx) override;
+  child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override;
+  child_launch agent_step(const execution_machine& m, uint32_t idx) override;
+  child_launch agent_run(const execution_machine& m, uint32_t idx) override;
+
+private:
+  execution_shell* self_ = nullptr;
+};
 
 struct execution_shell_state {
   std::shared_ptr<const execution_services> svc;
   caf::actor parent;
-  std::unique_ptr<shell_resolver> resolver;
+  shell_resolver resolver; ///< held by value: no allocation per execution
   std::unique_ptr<execution_machine> m;
   step_map<caf::actor> workers; ///< step runners and child executions
   step_map<caf::actor> nodes;   ///< the worker node a step was placed on
@@ -61,24 +76,8 @@ struct execution_shell_state {
   static const char* name;
 };
 
-using execution_shell = caf::stateful_actor<execution_shell_state>;
-
 /// Carries out every effect the machine appended (and its pending write).
 void run_effects(execution_shell* self);
-
-/// Resolves child steps over the store, the registry and the agents.
-class shell_resolver : public step_resolver {
-public:
-  explicit shell_resolver(execution_shell* self) : self_(self) {}
-  child_launch graph_child(const execution_machine& m, uint32_t idx) override;
-  child_launch stored_plan(const execution_machine& m, uint32_t idx) override;
-  child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override;
-  child_launch agent_step(const execution_machine& m, uint32_t idx) override;
-  child_launch agent_run(const execution_machine& m, uint32_t idx) override;
-
-private:
-  execution_shell* self_;
-};
 
 /// Submits pooled function `e.name` of step `e.idx` to the function pool.
 void start_pooled_fn(execution_shell* self, fx::start_fn& e);
