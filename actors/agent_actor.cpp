@@ -6,7 +6,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/execution_actor.hpp"
+#include "actors/execution/execution_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/stop_protocol.hpp"
 #include "actors/timer.hpp"
@@ -242,7 +242,7 @@ void next(agent_actor* self) {
       if (w.user)
         w.rp.deliver(refused("stopped", "the node is shutting down"));
       else
-        w.rp.deliver(std::string{"busy"}, w.turn);
+        w.rp.deliver(turn_verdict::busy, w.turn);
       st.queue.pop_front();
       continue;
     }
@@ -264,7 +264,7 @@ void next(agent_actor* self) {
       h.root_id = w2.root_id;
       h.requester = w2.requester;
       st.current = std::move(h);
-      w2.rp.deliver(std::string{"granted"}, w2.turn);
+      w2.rp.deliver(turn_verdict::granted, w2.turn);
     }
   }
 }
@@ -278,7 +278,7 @@ bool on_busy(agent_actor* self, waiter& w, busy_policy policy) {
       if (w.user)
         w.rp.deliver(refused("busy", "agent '" + st.agent + "' is busy (on_busy: reject)"));
       else
-        w.rp.deliver(std::string{"busy"}, w.turn);
+        w.rp.deliver(turn_verdict::busy, w.turn);
       return false;
     case busy_policy::queue:
       return true;
@@ -288,7 +288,7 @@ bool on_busy(agent_actor* self, waiter& w, busy_policy policy) {
         if (old.user)
           old.rp.deliver(refused("cancelled", "superseded by a newer message"));
         else
-          old.rp.deliver(std::string{"cancelled"}, old.turn);
+          old.rp.deliver(turn_verdict::cancelled, old.turn);
       }
       st.queue.clear();
       if (st.current && st.current->run)
@@ -390,23 +390,23 @@ caf::behavior agent(agent_actor* self, std::string owner, std::string name,
       return rp;
     },
     [=](acquire_atom, const std::string& root_id)
-      -> caf::result<std::string, uint64_t> {
+      -> caf::result<turn_verdict, uint64_t> {
       auto& st = self->state;
       auto turn = st.next_turn++;
       if (st.closing)
-        return {std::string{"busy"}, turn};
+        return {turn_verdict::busy, turn};
       // A message from the tree of one of this agent's runs is nested: it
       // never waits (an agent messaging itself; `max_depth` bounds it).
       if (in_tree(self, root_id))
-        return {std::string{"nested"}, turn};
+        return {turn_verdict::nested, turn};
       auto ag = st.svc->db->agent(st.owner, st.agent);
       if (!ag)
-        return {std::string{"busy"}, turn};
+        return {turn_verdict::busy, turn};
       waiter w;
       w.turn = turn;
       w.root_id = root_id;
       w.requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
-      auto rp = self->make_response_promise<std::string, uint64_t>();
+      auto rp = self->make_response_promise<turn_verdict, uint64_t>();
       w.rp = rp;
       if (auto req = caf::actor_cast<caf::actor>(w.requester))
         self->monitor(req);

@@ -16,7 +16,7 @@
 //   (message_atom, json message, string who) -> agent_reply
 //       a user's message: waits for a turn, starts a root run named after the
 //       agent, answers when the run ended (or at once: `busy`, `cancelled`)
-//   (acquire_atom, string root_id) -> (string verdict, uint64_t turn)
+//   (acquire_atom, string root_id) -> (turn_verdict, uint64_t turn)
 //       an `agent` step of tree `root_id` asks for a turn; verdict `granted`
 //       (the step starts its child run and reports it with run_atom),
 //       `nested` (no turn taken), `busy` (reject), `cancelled` (superseded)
@@ -33,6 +33,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "actors/execution/outcomes.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"

@@ -35,10 +35,6 @@ stop_ticket nothing_to_stop(const std::string& id) {
 
 // -- outcomes --------------------------------------------------------------------
 
-const char* to_string(stop_mode x) {
-  return x == stop_mode::force ? "force" : "graceful";
-}
-
 const char* to_string(stop_result x) {
   switch (x) {
     case stop_result::stopped: return "stopped";
@@ -47,15 +43,6 @@ const char* to_string(stop_result x) {
   }
 }
 
-bool from_string(const std::string& s, stop_mode& x) {
-  if (s == "graceful")
-    x = stop_mode::graceful;
-  else if (s == "force")
-    x = stop_mode::force;
-  else
-    return false;
-  return true;
-}
 
 // -- building blocks --------------------------------------------------------------
 

@@ -33,6 +33,7 @@
 #include <caf/expected.hpp>
 #include <caf/fwd.hpp>
 
+#include "actors/execution/outcomes.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/records.hpp"
@@ -41,9 +42,7 @@
 namespace canopy {
 
 // -- outcomes --------------------------------------------------------------------
-
-/// How a stop treats the grace periods (SPEC §4.3, §4.5).
-enum class stop_mode : uint8_t { graceful, force };
+// (`stop_mode`, graceful or force, is in actors/execution/outcomes.hpp.)
 
 /// Where a stop request stands (SPEC §13 rules 10, 13, 19).
 enum class stop_result : uint8_t {
@@ -52,11 +51,7 @@ enum class stop_result : uint8_t {
   no_execution, ///< there was nothing to stop, or its target ended otherwise
 };
 
-const char* to_string(stop_mode x);
 const char* to_string(stop_result x);
-
-/// Parses `graceful` / `force`. @returns false for anything else.
-bool from_string(const std::string& s, stop_mode& x);
 
 /// A stop request and where it stands.
 struct stop_ticket {

@@ -22,7 +22,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "actors/execution_actor.hpp"
+#include "actors/execution/execution_actor.hpp"
 #include "persistence/error.hpp"
 #include "runtime/cli_common.hpp"
 #include "runtime/config.hpp"

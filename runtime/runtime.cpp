@@ -16,10 +16,12 @@
 
 #include "actors/blocking.hpp"
 #include "actors/error.hpp"
-#include "actors/execution_actor.hpp"
+#include "actors/event_forwarder.hpp"
+#include "actors/execution/execution_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/slot_pool.hpp"
 #include "actors/stop_protocol.hpp"
+#include "actors/stop_watcher.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
@@ -93,9 +95,7 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
         if (leader_is_ours || leader_gone)
           ::kill(static_cast<pid_t>(-s.pid), SIGKILL);
       }
-      s.status = step_status::pending;
-      s.reason = "interrupted";
-      s.ended_at = now;
+      reset_step_record(s, step_reason::interrupted, now);
       batch.events.push_back(
         make_event(rec, "step.pending", now, s.step, "pending", "interrupted"));
       batch.steps.push_back(std::move(s));
@@ -137,66 +137,13 @@ caf::error check_inputs(const graph& g, const json& inputs) {
 
 // -- subscription -------------------------------------------------------------
 
-namespace {
-
-using event_fn = std::function<void(const event_record&)>;
-
-struct forwarder_state {
-  bool ready = false;
-  uint64_t replayed_upto = 0;
-  std::vector<event_record> early;
-  static const char* name;
-};
-
-const char* forwarder_state::name = "event_forwarder";
-
-/// Subscribes itself to the store writer, replays the tree's events committed
-/// before that from the store, then calls `f` with every live event: each
-/// event exactly once, in seq order.
-caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::actor writer,
-                              std::shared_ptr<store> db, event_fn f, std::string root_id) {
-  auto deliver = [=](const event_record& e) {
-    if ((root_id.empty() || e.root_id == root_id) && e.seq > self->state.replayed_upto)
-      f(e);
-  };
-  self->request(writer, caf::infinite, subscribe_atom::value, caf::actor_cast<caf::actor>(self))
-    .then([=](uint64_t last) {
-      auto& st = self->state;
-      if (!root_id.empty())
-        if (auto past = db->tree_events(root_id, 0); past)
-          for (auto& e : *past)
-            if (e.seq <= last)
-              f(e);
-      st.replayed_upto = root_id.empty() ? 0 : last;
-      st.ready = true;
-      for (auto& e : st.early)
-        deliver(e);
-      st.early.clear();
-    });
-  return {
-    [=](events_atom, const event_list& events) {
-      auto& st = self->state;
-      for (auto& e : *events) {
-        if (!st.ready)
-          st.early.push_back(e);
-        else
-          deliver(e);
-      }
-    },
-    // Answered after every event queued before it was delivered.
-    [=](flush_atom) { return true; },
-  };
-}
-
-} // namespace
-
 subscription make_subscription(caf::actor_system& sys, const caf::actor& writer,
                                std::shared_ptr<store> db,
                                std::function<void(const event_record&)> f, std::string root_id) {
   subscription s;
   s.writer_ = writer;
-  s.subscriber_ = sys.spawn(event_forwarder, writer, std::move(db), std::move(f),
-                            std::move(root_id));
+  s.subscriber_ = spawn_event_forwarder(sys, writer, std::move(db), std::move(f),
+                                        std::move(root_id));
   return s;
 }
 
@@ -253,52 +200,6 @@ subscription execution_handle::subscribe(std::function<void(const event_record&)
 caf::expected<stop_ticket> execution_handle::stop(stop_mode mode) const {
   return rt_->stop(id_, mode, "library");
 }
-
-// -- stop watcher ------------------------------------------------------------------------
-
-namespace {
-
-
-/// How often the stop watcher reads the stop registry; bounds how long a stop
-/// requested by another process takes to arrive (SPEC: within 250 ms).
-constexpr auto stop_poll_interval = std::chrono::milliseconds{50};
-
-struct watcher_state {
-  std::set<std::string> delivered;
-  static const char* name;
-};
-
-const char* watcher_state::name = "stop_watcher";
-
-/// Delivers stop requests stored by other processes to the executions that
-/// live here, and answers requests whose target is gone.
-caf::behavior stop_watcher(caf::stateful_actor<watcher_state>* self,
-                           std::shared_ptr<const execution_services> svc) {
-  self->send(self, tick_atom::value);
-  return {
-    [=](tick_atom) {
-      self->delayed_send(self, stop_poll_interval, tick_atom::value);
-      if (svc->directory->size() == 0)
-        return;
-      auto pending = svc->db->pending_stops();
-      if (!pending)
-        return;
-      std::set<std::string> still;
-      for (auto& r : *pending) {
-        still.insert(r.id);
-        if (self->state.delivered.count(r.id))
-          continue;
-        if (deliver_stop(*svc->directory, r))
-          self->state.delivered.insert(r.id);
-      }
-      // Forget requests that were handled meanwhile.
-      for (auto i = self->state.delivered.begin(); i != self->state.delivered.end();)
-        i = still.count(*i) ? std::next(i) : self->state.delivered.erase(i);
-    },
-  };
-}
-
-} // namespace
 
 // -- runtime ---------------------------------------------------------------------------
 
@@ -396,8 +297,9 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     svc->cluster_timeout = c.timeout;
     svc->node_name = c.name;
   }
+  svc->machine = make_machine_env(*svc);
   rt->svc_ = std::move(svc);
-  rt->watcher_ = rt->sys_->spawn(stop_watcher, rt->svc_);
+  rt->watcher_ = spawn_stop_watcher(*rt->sys_, rt->svc_);
   if (opts.cluster) {
     auto& c = *opts.cluster;
     auto port = rt->sys_->middleman().publish(rt->cluster_, c.port, c.host.c_str(), true);

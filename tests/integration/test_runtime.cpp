@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/execution_actor.hpp"
+#include "actors/execution/execution_actor.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
 #include "runtime/error.hpp"

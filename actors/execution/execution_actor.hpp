@@ -1,10 +1,11 @@
 #pragma once
 
-// The execution actor: one per live execution. It owns the execution's step
-// states, starts ready steps (inline built-in functions, pooled C++ functions,
-// step runners for subprocesses, child execution actors for `graph` steps),
-// monitors everything it starts, and records every state change through the
-// store writer.
+// The execution actor: one per live execution, a thin shell around its
+// `execution_machine` (actors/execution/machine.hpp), which decides
+// everything. The shell turns messages into machine inputs and carries out
+// the machine's effects: it starts step runners, pooled functions and child
+// execution actors, monitors what it starts, sends exits, takes slots, asks
+// agents for turns, schedules timers and writes through the store writer.
 //
 // Durability: a step's `completed` record is committed before any step that
 // needs it starts; the final status is committed before the actor quits.
@@ -41,7 +42,8 @@
 //   (wake_atom, step, attempt)                 a `sleep` finished
 //   (timeout_atom, step, attempt)              an in-process attempt timed out
 //   (retry_atom, step, attempt)                the retry delay passed
-//   (child_atom, step, status, outputs, error) a child execution finished
+//   (child_atom, step, execution_status, outputs, error, snapshot)
+//                                              a child execution finished
 //
 // An `agent` step asks the agent's actor for a turn (the step is `queued`
 // meanwhile), then runs the agent's graph as its child execution, with
@@ -66,6 +68,7 @@
 #include <caf/fwd.hpp>
 
 #include "actors/cluster.hpp"
+#include "actors/execution/machine.hpp"
 #include "actors/fn_registry.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
@@ -121,7 +124,15 @@ struct execution_services {
   std::string node_name = "local";
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
+  /// What every execution machine of this process knows of the node (built
+  /// from the fields above by `make_machine_env` once they are set; null:
+  /// each execution builds its own).
+  std::shared_ptr<const machine_env> machine;
 };
+
+/// The machines' view of `svc` (node name, tools, pools, functions, stop
+/// requests). Threading: any thread.
+std::shared_ptr<const machine_env> make_machine_env(const execution_services& svc);
 
 /// What an execution actor starts from: its record (already committed as
 /// `queued`, or an existing record on resume), its graph, and the step records
@@ -155,5 +166,8 @@ stored_graph to_stored(const graph& g);
 /// graphs) at `depth` under a scope allowing `max_depth`: the node's rules
 /// (`svc.child_options`) with its functions and tools.
 parse_options run_time_parse_options(const execution_services& svc, int depth, int max_depth);
+
+/// The exit reason that stops a worker with `reason` in `mode`.
+caf::error make_stop(step_reason reason, stop_mode mode);
 
 } // namespace canopy

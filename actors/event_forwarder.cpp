@@ -1,0 +1,67 @@
+#include "actors/event_forwarder.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+
+namespace canopy {
+
+namespace {
+
+using event_fn = std::function<void(const event_record&)>;
+
+struct forwarder_state {
+  bool ready = false;
+  uint64_t replayed_upto = 0;
+  std::vector<event_record> early;
+  static const char* name;
+};
+
+const char* forwarder_state::name = "event_forwarder";
+
+caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::actor writer,
+                              std::shared_ptr<store> db, event_fn f, std::string root_id) {
+  auto deliver = [=](const event_record& e) {
+    if ((root_id.empty() || e.root_id == root_id) && e.seq > self->state.replayed_upto)
+      f(e);
+  };
+  self->request(writer, caf::infinite, subscribe_atom::value, caf::actor_cast<caf::actor>(self))
+    .then([=](uint64_t last) {
+      auto& st = self->state;
+      if (!root_id.empty())
+        if (auto past = db->tree_events(root_id, 0); past)
+          for (auto& e : *past)
+            if (e.seq <= last)
+              f(e);
+      st.replayed_upto = root_id.empty() ? 0 : last;
+      st.ready = true;
+      for (auto& e : st.early)
+        deliver(e);
+      st.early.clear();
+    });
+  return {
+    [=](events_atom, const event_list& events) {
+      auto& st = self->state;
+      for (auto& e : *events) {
+        if (!st.ready)
+          st.early.push_back(e);
+        else
+          deliver(e);
+      }
+    },
+    // Answered after every event queued before it was delivered.
+    [=](flush_atom) { return true; },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_event_forwarder(caf::actor_system& sys, caf::actor writer,
+                                 std::shared_ptr<store> db,
+                                 std::function<void(const event_record&)> f,
+                                 std::string root_id) {
+  return sys.spawn(event_forwarder, std::move(writer), std::move(db), std::move(f),
+                   std::move(root_id));
+}
+
+} // namespace canopy

@@ -1,0 +1,154 @@
+#pragma once
+
+// What the execution machine asks its shell to do. Each effect is a small
+// struct; `effect` is their variant. The machine appends them in the order
+// they must happen; the shell carries them out in that order.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/execution/outcomes.hpp"
+#include "actors/step_runner.hpp"
+#include "persistence/graph.hpp"
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+
+namespace canopy {
+
+/// What happens once a write is acknowledged.
+enum class after_write : uint8_t {
+  none,
+  reply,  ///< answer the stop request that this write stores
+  report, ///< the final record: report to the parent, then quit
+};
+
+/// Timers the machine schedules; each comes back as the matching input.
+enum class timer_kind : uint8_t { retry, wake, timeout, deadline, abandon };
+
+namespace fx {
+
+struct acquire_admission {};
+/// Ask a slot pool for `ticket`: the tool's pool when `tool` is set, else the node's.
+struct acquire_slot {
+  uint32_t ticket;
+  std::string tool;
+};
+/// Give `ticket` back to the tool's pool (when `tool` is set) and the node's.
+struct release_slot {
+  uint32_t ticket;
+  std::string tool;
+};
+/// Give an unwanted grant back to the pool that sent it.
+struct return_grant {
+  uint32_t ticket;
+};
+/// Ask the cluster for a node for the attempt.
+struct place {
+  uint32_t idx;
+  int32_t attempt;
+  uint32_t ticket;
+  std::string tool;
+  std::string pin;
+};
+/// Give a placement back.
+struct release_place {
+  std::string node;
+  uint32_t ticket;
+};
+/// A tool step placed on a worker: the worker builds its argv.
+struct remote_tool {
+  std::string tool;
+  std::string with_json;
+  std::string inputs_json;
+  bool grace_set = false;
+};
+/// Start a step runner here, or (remote) on the node the step was placed on.
+struct spawn_runner {
+  uint32_t idx;
+  runner_spec spec;
+  bool remote = false;
+  remote_tool tool;
+};
+/// Run pooled function `name` with `with`.
+struct start_fn {
+  uint32_t idx;
+  int32_t attempt;
+  std::string name;
+  json with;
+};
+/// Set the stop token of step `idx`'s running function.
+struct set_fn_stop {
+  uint32_t idx;
+};
+/// Deliver the matching input after `delay_ms`.
+struct timer {
+  timer_kind kind;
+  uint32_t idx;
+  int32_t attempt;
+  int64_t delay_ms;
+  int64_t ms; ///< `wake`: how long it slept
+};
+/// Spawn step `idx`'s child execution (linked, monitored) from `record`
+/// (new, already in the machine's next write, or stored: resume) and `steps`.
+/// `turn` (non-zero): tell the agent that its granted turn's run started.
+struct spawn_child {
+  uint32_t idx;
+  std::shared_ptr<const canopy::graph> graph;
+  execution_record record;
+  std::vector<step_record> steps;
+  uint64_t turn = 0;
+};
+/// Ask the step's agent for a turn.
+struct request_turn {
+  uint32_t idx;
+  int32_t attempt;
+};
+/// Give a granted turn back to the step's agent.
+struct release_turn {
+  uint32_t idx;
+  uint64_t turn;
+};
+/// Stop step `idx`'s worker (runner or child execution).
+struct send_exit {
+  uint32_t idx;
+  step_reason reason;
+  stop_mode mode;
+};
+/// Forget step `idx`'s worker (unlink, demonitor): its node was lost.
+struct drop_worker {
+  uint32_t idx;
+};
+/// Ask execution `owner` (whose limit refused) to stop with `reason`.
+struct stop_owner {
+  std::string owner;
+  step_reason reason;
+};
+/// Commit `batch`; once acknowledged, feed `write_acknowledged(completed, then)`.
+struct write {
+  write_batch batch;
+  std::vector<uint32_t> completed;
+  after_write then = after_write::none;
+};
+/// Tell the parent how this execution ended, with the subtree's snapshot.
+struct report {
+  std::string parent_step;
+  execution_status status;
+  json outputs;
+  std::string error;
+  write_batch snapshot;
+};
+/// The execution is over.
+struct quit {};
+
+} // namespace fx
+
+using effect = std::variant<fx::acquire_admission, fx::acquire_slot, fx::release_slot,
+                            fx::return_grant, fx::place, fx::release_place, fx::spawn_runner,
+                            fx::start_fn, fx::set_fn_stop, fx::timer, fx::spawn_child,
+                            fx::request_turn, fx::release_turn, fx::send_exit,
+                            fx::drop_worker, fx::stop_owner, fx::write, fx::report, fx::quit>;
+
+} // namespace canopy

@@ -1,0 +1,241 @@
+// The execution actor: each message becomes one machine input; the effects
+// the input appends are carried out at once (shell_effects.cpp).
+
+#include "actors/execution/execution_actor.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/cluster.hpp"
+#include "actors/error.hpp"
+#include "actors/execution/shell.hpp"
+#include "actors/messages.hpp"
+#include "actors/timer.hpp"
+
+namespace canopy {
+
+const char* execution_shell_state::name = "execution";
+
+caf::error make_stop(step_reason reason, stop_mode mode) {
+  return make_stop(std::string{to_string(reason)}, mode == stop_mode::force);
+}
+
+std::shared_ptr<const machine_env> make_machine_env(const execution_services& svc) {
+  auto env = std::make_shared<machine_env>();
+  env->node_name = svc.node_name;
+  env->has_admission = svc.admission != nullptr;
+  env->has_cluster = svc.cluster != nullptr;
+  env->tools = svc.tools;
+  for (auto& kv : svc.tool_slots)
+    env->tool_pools.push_back(kv.first);
+  env->fns = svc.fns;
+  return env;
+}
+
+namespace {
+
+/// A stop reason from a message or an exit reason (unknown: `requested`).
+step_reason reason_of(const std::string& s) {
+  step_reason r = step_reason::requested;
+  from_string(s, r);
+  return r;
+}
+
+/// The step whose worker is `addr`, if its worker is still current.
+std::optional<uint32_t> step_of(execution_shell_state& st, const caf::actor_addr& addr) {
+  for (auto& kv : st.workers.items())
+    if (kv.second.address() == addr)
+      return kv.first;
+  return std::nullopt;
+}
+
+/// The machine's initial state from `init`: its limit scope (its own when it
+/// is a root or its graph tightens the limits) and stored counters.
+machine_init machine_init_of(execution_init& init, const execution_services& svc,
+                             bool has_parent) {
+  machine_init mi;
+  mi.record = std::move(init.record);
+  mi.graph = std::move(init.graph);
+  mi.steps = std::move(init.steps);
+  mi.token = init.token ? init.token : std::make_shared<halt_token>();
+  mi.has_parent = has_parent;
+  auto& lim = mi.graph->limits;
+  if (!init.parent_scope || lim.max_steps || lim.budget || lim.max_depth || lim.deadline) {
+    // A root, or a graph that tightens its subtree's limits: a scope of its own.
+    tree_counters used;
+    if (auto stored = svc.db->counters(mi.record.id))
+      used = *stored;
+    std::optional<uint64_t> max_steps = lim.max_steps;
+    if (!init.parent_scope && !max_steps)
+      max_steps = default_max_steps;
+    mi.scope = std::make_shared<limit_scope>(mi.record.id, init.parent_scope, max_steps,
+                                             lim.budget, lim.max_depth, used);
+    mi.own_scope = true;
+    if (init.budget) {
+      mi.scope->raise_budget(*init.budget);
+      mi.scope_dirty = true;
+    }
+  } else {
+    mi.scope = init.parent_scope;
+  }
+  return mi;
+}
+
+} // namespace
+
+caf::behavior execution_behavior(execution_shell* self, execution_init init,
+                                 std::shared_ptr<const execution_services> svc,
+                                 caf::actor parent) {
+  auto& st = self->state;
+  st.svc = std::move(svc);
+  st.parent = std::move(parent);
+  auto env = st.svc->machine ? st.svc->machine : make_machine_env(*st.svc);
+  st.resolver.bind(self);
+  st.m = std::make_unique<execution_machine>(
+    std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr), &st.resolver);
+  self->attach_functor([dir = st.svc->directory, id = st.m->record().id, timer = st.svc->timer,
+                        addr = self->address()] {
+    dir->remove(id);
+    if (timer)
+      caf::anon_send(timer, cancel_atom::value, addr);
+  });
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    // Workers always quit normally and report by message; a stop exit reason
+    // only ever comes from above (the parent, or the runtime for a root).
+    auto& st = self->state;
+    std::string reason;
+    bool force = false;
+    bool from_parent = st.parent && msg.source == st.parent.address();
+    if (is_stop(msg.reason, reason, force))
+      st.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful, {},
+                 from_parent, now_ms());
+    else if (from_parent && msg.reason)
+      // The parent died without stopping us: halt all the same.
+      st.m->parent_lost(now_ms());
+    run_effects(self);
+  });
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    auto idx = step_of(st, msg.source);
+    if (!idx)
+      return; // it reported before it went down
+    st.workers.erase(*idx);
+    st.m->down(*idx, caf::to_string(msg.reason), now_ms());
+    run_effects(self);
+  });
+  // Start on a message of its own: a stop that races with the creation of
+  // this execution is handled before any step starts.
+  self->send(self, start_atom::value);
+  auto step = [](uint64_t idx) { return static_cast<uint32_t>(idx); };
+  return {
+    [=](start_atom) {
+      self->state.m->start(now_ms());
+      run_effects(self);
+    },
+    [=](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
+      self->state.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful,
+                          stop_id, false, now_ms());
+      run_effects(self);
+    },
+    [=](request_atom, const stop_record& req, write_batch& batch) -> caf::result<bool> {
+      auto& st = self->state;
+      st.reply = self->make_response_promise();
+      st.m->stop_request(req, std::move(batch), now_ms());
+      run_effects(self);
+      return caf::delegated<bool>{};
+    },
+    [=](abandon_atom, uint64_t idx, int attempt) {
+      self->state.m->abandon_fn(step(idx), attempt, now_ms());
+      run_effects(self);
+    },
+    [=](deadline_atom) {
+      self->state.m->deadline(now_ms());
+      run_effects(self);
+    },
+    [=](done_atom, uint64_t idx, int attempt, step_outcome& out) {
+      self->state.m->step_done(step(idx), attempt, std::move(out.result), out.error, now_ms());
+      run_effects(self);
+    },
+    [=](started_atom, uint64_t idx, int attempt, int64_t pid, uint64_t pid_start) {
+      self->state.m->runner_started(step(idx), attempt, pid, pid_start);
+      run_effects(self);
+    },
+    // A runner on a worker reports in wire form (JSON text).
+    // Handled at once, not re-sent: the runner's down follows its result.
+    [=](output_atom, uint64_t idx, int attempt, const std::string& text) {
+      auto lines = json::parse(text, nullptr, false);
+      if (lines.is_discarded())
+        return;
+      self->state.m->output(step(idx), attempt, std::move(lines), now_ms());
+      run_effects(self);
+    },
+    [=](done_atom, uint64_t idx, int attempt, const std::string& result,
+        const std::string& error) {
+      auto parsed = json::parse(result, nullptr, false);
+      self->state.m->step_done(step(idx), attempt,
+                               parsed.is_discarded() ? json{} : std::move(parsed), error,
+                               now_ms());
+      run_effects(self);
+    },
+    [=](lost_atom, const std::string& node) {
+      self->state.m->node_lost(node, now_ms());
+      run_effects(self);
+    },
+    [=](output_atom, uint64_t idx, int attempt, json& lines) {
+      self->state.m->output(step(idx), attempt, std::move(lines), now_ms());
+      run_effects(self);
+    },
+    [=](grant_atom, uint64_t ticket) {
+      auto& st = self->state;
+      if (ticket == 0) { // admission
+        st.m->admitted(now_ms());
+        run_effects(self);
+        return;
+      }
+      auto pool = caf::actor_cast<caf::actor>(self->current_sender());
+      std::string tool_pool;
+      for (auto& kv : st.svc->tool_slots)
+        if (kv.second == pool)
+          tool_pool = kv.first;
+      st.m->slot_granted(static_cast<uint32_t>(ticket), tool_pool, pool == st.svc->slots,
+                         now_ms());
+      run_effects(self);
+    },
+    [=](wake_atom, uint64_t idx, int attempt, int64_t ms) {
+      self->state.m->wake(step(idx), attempt, ms, now_ms());
+      run_effects(self);
+    },
+    [=](timeout_atom, uint64_t idx, int attempt) {
+      self->state.m->timeout(step(idx), attempt, now_ms());
+      run_effects(self);
+    },
+    [=](retry_atom, uint64_t idx, int attempt) {
+      self->state.m->retry_due(step(idx), attempt, now_ms());
+      run_effects(self);
+    },
+    [=](child_atom, const std::string& step_id, execution_status status, json& outputs,
+        const std::string& error, write_batch& snapshot) {
+      auto& st = self->state;
+      auto& g = st.m->graph_def();
+      auto i = g.index.find(step_id);
+      if (i == g.index.end())
+        return;
+      st.m->child_settled(static_cast<uint32_t>(i->second), status, std::move(outputs), error,
+                          std::move(snapshot), now_ms());
+      run_effects(self);
+    },
+  };
+}
+
+caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
+                           std::shared_ptr<const execution_services> services) {
+  if (!init.token)
+    init.token = std::make_shared<halt_token>();
+  auto id = init.record.id;
+  auto token = init.token;
+  auto dir = services->directory;
+  auto a = sys.spawn(execution_behavior, std::move(init), std::move(services), caf::actor{});
+  dir->add(id, a, std::move(token));
+  return a;
+}
+
+} // namespace canopy

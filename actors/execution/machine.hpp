@@ -1,0 +1,357 @@
+#pragma once
+
+// The execution machine: everything one execution decides, as a plain C++
+// object. No CAF messaging, no actor handles, no threads, no clocks: inputs
+// are method calls (time comes in as `now`, ms since the epoch), outputs are
+// effects appended to a list the caller drains (`take_effects`). The actor
+// shell (actors/execution/execution_actor.cpp) turns messages into inputs and
+// effects into sends, spawns and store writes; tests drive it directly.
+//
+// Phases. The execution: created → (admitting) → running → halting →
+// finishing → done, or running → finishing → done when every step completed.
+// Each step: idle → (waiting_turn | waiting_slot | placing | running_*) →
+// completed | failed, back to idle (retry_wait) on a retried failure, back to
+// idle through `reset_to_pending` when a stop, a failure elsewhere, a lost node
+// or a stopped child ends its attempt.
+//
+// Durability: a step's `completed` record rides on a write; its dependents
+// start only once the write is acknowledged (`write_acknowledged`). The final
+// record is written before the machine reports to its parent and quits.
+//
+// Threading: one thread at a time (the actor's). The halt token and limit
+// scope it holds are thread-safe and shared with other executions.
+
+#include <functional>
+#include <optional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/execution/effects.hpp"
+#include "actors/execution/outcomes.hpp"
+#include "actors/tree_context.hpp"
+#include "persistence/graph.hpp"
+#include "persistence/records.hpp"
+#include "persistence/store.hpp"
+#include "persistence/tools.hpp"
+
+namespace canopy {
+
+class fn_registry;
+
+// -- phases -------------------------------------------------------------------------
+
+/// Where an execution is.
+enum class exec_phase : uint8_t {
+  created,   ///< not started yet (start, admission or a stop comes next)
+  admitting, ///< a root waits for an admission slot (`queued`)
+  running,   ///< steps start as they become ready
+  halting,   ///< a stop or failure: nothing starts, waiting for workers to end
+  finishing, ///< the final record is being written
+  done,      ///< reported and quit: no input has any effect
+};
+
+/// Where one step's current attempt is.
+enum class step_phase : uint8_t {
+  idle,           ///< pending: not started, or reset
+  retry_wait,     ///< pending: a retry is due after a delay
+  waiting_turn,   ///< queued: an `agent` step waits for its agent's turn
+  waiting_slot,   ///< queued: waits for placement and slots
+  placing,        ///< running: a worker node is asked to start the runner
+  running_fn,     ///< running: a pooled function
+  running_sleep,  ///< running: the built-in `sleep`
+  running_runner, ///< running: a step runner (run, tool, or a plan's planner)
+  running_child,  ///< running: a child execution
+  halted,         ///< its worker ended during a halt: reset in the snapshot
+  completed,
+  failed,
+};
+
+/// The record status of a step in `p`.
+step_status status_of(step_phase p);
+
+/// True when a step in `p` counts as running or queued (a stop resets it).
+bool is_active(step_phase p);
+
+const char* to_string(exec_phase x);
+const char* to_string(step_phase x);
+
+// -- the record-level reset -----------------------------------------------------------
+
+/// The rule "a running or queued step goes back to `pending` with a reason",
+/// on a stored record (crash recovery). @returns true when `r` was active
+/// and is now pending with `reason`, ended at `now`.
+bool reset_step_record(step_record& r, step_reason reason, int64_t now);
+
+// -- environment ------------------------------------------------------------------------
+
+/// What a machine knows of its node: plain data shared by every execution.
+struct machine_env {
+  std::string node_name = "local";
+  bool has_admission = false;  ///< roots wait for an admission slot
+  bool has_cluster = false;    ///< subprocess attempts are placed through the cluster
+  std::shared_ptr<const tool_table> tools;
+  /// Tools with their own slot pool (`max_parallel`).
+  std::vector<std::string> tool_pools;
+  std::shared_ptr<const fn_registry> fns;
+};
+
+/// What a machine starts from.
+struct machine_init {
+  execution_record record;
+  std::shared_ptr<const canopy::graph> graph;
+  std::vector<step_record> steps; ///< stored steps (resume), else empty
+  std::shared_ptr<halt_token> token;
+  std::shared_ptr<limit_scope> scope;
+  bool own_scope = false;   ///< `scope` was made for this execution
+  bool scope_dirty = false; ///< counters changed (a raised budget)
+  bool has_parent = false;
+};
+
+// -- resolver -----------------------------------------------------------------------
+
+class execution_machine;
+
+/// What a child step runs, as the shell resolves it (store reads, graph
+/// parsing, agents): a graph and the child's record, or an error.
+struct child_launch {
+  std::string error;                   ///< non-empty: the attempt fails with it
+  json error_result;                   ///< kept with the failure (a planner's output)
+  std::shared_ptr<const canopy::graph> graph;  ///< null with an error (or see the call)
+  execution_record record;             ///< new (with `queued`), or stored (resume)
+  std::vector<step_record> steps;      ///< stored steps of a resumed child
+  write_batch queued;                  ///< stores a new child; empty on resume
+};
+
+/// Answers, synchronously, what the child steps of a machine run. The shell
+/// implements it over the store, the graph registry and the agents; tests
+/// implement it over plain graphs. Called from inside machine inputs.
+class step_resolver {
+public:
+  virtual ~step_resolver() = default;
+  /// A `graph` step's child: its graph (inline or registered), inputs checked.
+  virtual child_launch graph_child(const execution_machine& m, uint32_t idx) = 0;
+  /// A `plan` step's stored child (resume); no graph and no error: plan again.
+  virtual child_launch stored_plan(const execution_machine& m, uint32_t idx) = 0;
+  /// The child a planner printed (`result` is the planner's result).
+  virtual child_launch planned_child(const execution_machine& m, uint32_t idx,
+                                     json result) = 0;
+  /// An `agent` step: its resumed run (graph set), a failure (error), or
+  /// neither: the step asks its agent for a turn.
+  virtual child_launch agent_step(const execution_machine& m, uint32_t idx) = 0;
+  /// The run of an `agent` step whose agent gave it a turn.
+  virtual child_launch agent_run(const execution_machine& m, uint32_t idx) = 0;
+};
+
+// -- the machine ----------------------------------------------------------------------
+
+class execution_machine {
+public:
+  /// Per-step state: phase, reason and what the step holds, compactly.
+  struct step_state {
+    step_phase phase = step_phase::idle;
+    step_reason reason = step_reason::none;
+    uint8_t held = 0; ///< `held_*` bits
+    int32_t attempt = 0;
+    uint32_t remaining = 0; ///< `needs` not yet durably completed
+    uint32_t ticket = 0;    ///< slot or placement ticket while held
+    int64_t pid = 0;
+    uint64_t pid_start = 0;
+    int64_t started_at = 0;
+    int64_t ended_at = 0;
+    std::string node;     ///< empty: `local`
+    std::string child_id; ///< the child execution of a graph, plan or agent step
+    json error;           ///< null or the failure message
+    json result;          ///< a failed attempt's result (completed: `results`)
+  };
+  static constexpr uint8_t held_tool_pool = 1; ///< the step's tool has its own pool
+  static constexpr uint8_t held_tool_slot = 2; ///< holds the tool pool's slot
+  static constexpr uint8_t held_slot = 4;      ///< holds a node pool slot
+  static constexpr uint8_t held_place = 8;     ///< holds a cluster placement
+  static constexpr uint8_t held_remote = 16;   ///< placed on another node
+
+  /// @param resolver answers what child steps run (not owned; outlives the machine)
+  execution_machine(std::shared_ptr<const machine_env> env, machine_init init,
+                    step_resolver* resolver);
+
+  // -- inputs (each may append effects) -------------------------------------------------
+
+  /// The execution begins (its own start message).
+  void start(int64_t now);
+  /// A root's admission slot was granted.
+  void admitted(int64_t now);
+  /// A slot pool granted `ticket` (not 0): the pool of tool `tool_pool`, or
+  /// (empty) the node's pool when `from_node_pool`. Appends `return_grant`
+  /// when nothing waits for it.
+  void slot_granted(uint32_t ticket, const std::string& tool_pool, bool from_node_pool,
+                    int64_t now);
+  /// The cluster placed step `idx`'s attempt on `node` (`remote`: not here).
+  void placed(uint32_t idx, int32_t attempt, uint32_t ticket, const std::string& node,
+              bool remote, int64_t now);
+  /// A worker started the runner of a remote attempt. @returns false when the
+  /// attempt is no longer wanted (the shell stops that runner).
+  bool remote_started(uint32_t idx, int32_t attempt);
+  /// A worker did not start a remote attempt (`spawn_failed`: it cannot).
+  void remote_failed(uint32_t idx, int32_t attempt, bool spawn_failed, const std::string& why,
+                     int64_t now);
+  /// An attempt finished (runner, function, or a worker's runner).
+  void step_done(uint32_t idx, int32_t attempt, json result, const std::string& error,
+                 int64_t now);
+  /// A runner's process started.
+  void runner_started(uint32_t idx, int32_t attempt, int64_t pid, uint64_t pid_start);
+  /// A runner's output lines.
+  void output(uint32_t idx, int32_t attempt, json lines, int64_t now);
+  /// A `sleep` finished.
+  void wake(uint32_t idx, int32_t attempt, int64_t ms, int64_t now);
+  /// An attempt's timeout passed.
+  void timeout(uint32_t idx, int32_t attempt, int64_t now);
+  /// A retry delay passed.
+  void retry_due(uint32_t idx, int32_t attempt, int64_t now);
+  /// The graph's deadline passed.
+  void deadline(int64_t now);
+  /// A stopped function ignored its stop token past its grace periods.
+  void abandon_fn(uint32_t idx, int32_t attempt, int64_t now);
+  /// Step `idx`'s worker went down without a result.
+  void down(uint32_t idx, const std::string& why, int64_t now);
+  /// Cluster member `node` was lost.
+  void node_lost(const std::string& node, int64_t now);
+  /// The child execution of step `idx` settled.
+  void child_settled(uint32_t idx, execution_status status, json outputs,
+                     const std::string& error, write_batch snapshot, int64_t now);
+  /// A stop: `reason`, `mode`, the id of the stop request that carries it
+  /// (may be empty; the store answers requests, not the machine: SPEC §4.4
+  /// through `store::commit`), `from_above` when the parent sent it (hand
+  /// the snapshot up). A stop that finds the execution finishing or done
+  /// changes nothing: its request is answered `no_execution` when the final
+  /// record is committed.
+  void stop(step_reason reason, stop_mode mode, const std::string& stop_id, bool from_above,
+            int64_t now);
+  /// An in-process stop request: `batch` stores it; it is written after
+  /// every earlier write and the write's acknowledgement answers the caller
+  /// (`write::reply`). Then the same as `stop(requested, ...)`.
+  void stop_request(const stop_record& req, write_batch batch, int64_t now);
+  /// The parent died without a stop.
+  void parent_lost(int64_t now);
+  /// A write of `completed` steps (and `then`) was acknowledged.
+  void write_acknowledged(std::vector<uint32_t> completed, after_write then, int64_t now);
+
+  // -- agents ---------------------------------------------------------------------------
+
+  /// The agent answered. Appends `release_turn` when a granted turn is not used.
+  void turn_answered(uint32_t idx, int32_t attempt, turn_verdict verdict, uint64_t turn,
+                     int64_t now);
+  /// The agent could not be asked (it is gone).
+  void turn_failed(uint32_t idx, int32_t attempt, const std::string& why, int64_t now);
+
+  // -- output ---------------------------------------------------------------------------
+
+  /// Moves the effects appended so far out.
+  std::vector<effect> take_effects();
+  /// Appends pending records as a write (if any), then @returns the effects.
+  std::vector<effect> flush_effects();
+
+  // -- queries --------------------------------------------------------------------------
+
+  exec_phase phase() const { return phase_; }
+  const execution_record& record() const { return rec_; }
+  const graph& graph_def() const { return *g_; }
+  const std::shared_ptr<const graph>& graph_ptr() const { return g_; }
+  const step_state& step(uint32_t idx) const { return steps_[idx]; }
+  size_t size() const { return steps_.size(); }
+  const json& results() const { return results_; }
+  const std::shared_ptr<halt_token>& token() const { return token_; }
+  const std::shared_ptr<limit_scope>& scope() const { return scope_; }
+  /// True when a message about (idx, attempt) is current.
+  bool current(uint32_t idx, int32_t attempt) const {
+    return idx < steps_.size() && steps_[idx].attempt == attempt;
+  }
+  /// The step whose ticket is `ticket`, or size().
+  uint32_t step_of_ticket(uint32_t ticket) const;
+  /// The record of step `idx` as it would be written now.
+  step_record step_record_of(uint32_t idx) const;
+  execution_status final_status() const { return final_status_; }
+  step_reason final_reason() const { return final_reason_; }
+
+private:
+  // -- records (machine_records.cpp) --
+  write_batch& batch_or_new();
+  void emit(const char* type, int64_t now, const std::string& step = {},
+            const std::string& status = {}, const std::string& reason = {},
+            json data = nullptr);
+  void put_step(uint32_t idx);
+  void put_execution();
+  void append_history(int64_t now);
+  void stop_clock(int64_t now);
+  void flush(after_write then = after_write::none);
+
+  // -- steps (machine_steps.cpp) --
+  void pump(int64_t now);
+  bool start_step(uint32_t idx, int64_t now);
+  void start_fn(uint32_t idx, int64_t now);
+  void start_runner(uint32_t idx, int64_t now);
+  void enqueue(uint32_t idx, const tool_def* tool, const std::string& tool_name, int64_t now);
+  void start_plan(uint32_t idx, int64_t now);
+  void release_slots(uint32_t idx);
+  void mark_running(uint32_t idx, step_phase phase, int64_t now);
+  void complete_step(uint32_t idx, json result, int64_t now);
+  void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now);
+  void planned(uint32_t idx, json result, const std::string& error, int64_t now);
+  void start_planner(uint32_t idx, int64_t now);
+  /// Runs `c` as step `idx`'s child, or fails the attempt. @returns true when spawned.
+  bool spawn_child(uint32_t idx, child_launch c, uint64_t turn, int64_t now);
+  void lose_step(uint32_t idx, const std::string& why, bool worker_alive, int64_t now);
+  void stop_owner(const std::string& owner, step_reason reason, int64_t now);
+  const tool_def* tool_of(const step_def& def, std::string& error) const;
+  bool has_tool_pool(const std::string& name) const;
+  void finish(int64_t now);
+  void on_durable(const std::vector<uint32_t>& completed, int64_t now);
+
+  // -- halt (machine_halt.cpp) --
+  void begin_halt(execution_status final_status, step_reason reason, step_reason step_why,
+                  stop_mode mode, int64_t now);
+  void try_complete_halt(int64_t now);
+  bool halt_waiting() const;
+  /// The one rule: step `idx`, running or queued, goes back to `pending`
+  /// with `reason` (its slots released, its record and event written).
+  /// @returns false when the step was not active.
+  bool reset_to_pending(uint32_t idx, step_reason reason, int64_t now, json event_data = nullptr);
+  step_reason child_reason() const;
+  void report_and_quit();
+
+  std::shared_ptr<const machine_env> env_;
+  step_resolver* resolver_;
+  execution_record rec_;
+  std::shared_ptr<const graph> g_;
+  std::vector<step_state> steps_;
+  /// Dependents of step i: dep_targets_[dep_offsets_[i] .. dep_offsets_[i+1]);
+  /// both empty when no step has needs.
+  std::vector<uint32_t> dep_offsets_;
+  std::vector<uint32_t> dep_targets_;
+  json results_; ///< step id → result, completed steps only (null until the first)
+  std::vector<uint32_t> ready_;
+  size_t durable_completed_ = 0;
+  uint32_t next_ticket_ = 1;
+  std::unique_ptr<write_batch> batch_;       ///< allocated when a record is added
+  std::vector<uint32_t> batch_completed_;    ///< steps whose completion rides on `batch_`
+  std::unique_ptr<write_batch> snapshot_;    ///< children's final batches (halt)
+  std::vector<effect> effects_;
+  std::shared_ptr<halt_token> token_;
+  std::shared_ptr<limit_scope> scope_;
+  std::string error_;
+  int64_t run_started_ = 0;
+  exec_phase phase_ = exec_phase::created;
+  execution_status final_status_ = execution_status::stopped;
+  step_reason final_reason_ = step_reason::none;
+  step_reason step_reason_ = step_reason::none; ///< what reset steps record
+  stop_mode mode_ = stop_mode::graceful;
+  bool own_scope_ = false;
+  bool scope_dirty_ = false;
+  bool blocked_ = false;   ///< a limit refused a step: wait for the stop
+  bool started_ = false;
+  bool admitted_ = false;
+  bool from_above_ = false;
+  bool has_parent_ = false;
+  bool child_stopped_ = false;
+};
+
+} // namespace canopy

@@ -1,0 +1,181 @@
+// The execution machine: stops and the halt sequence (start nothing new,
+// stop every worker, wait for them, one snapshot, report, quit).
+
+#include "actors/execution/machine.hpp"
+
+#include <algorithm>
+
+namespace canopy {
+
+namespace {
+
+/// A step in `p` has a live worker (runner or child execution) to stop.
+bool has_worker(step_phase p) {
+  return p == step_phase::running_runner || p == step_phase::running_child;
+}
+
+} // namespace
+
+// -- stop inputs ----------------------------------------------------------------------------
+
+void execution_machine::stop(step_reason reason, stop_mode mode, const std::string& stop_id,
+                             bool from_above, int64_t now) {
+  (void) stop_id; // its request is answered by the store
+  // Too late once finishing: the store answers the request when the final
+  // record is committed.
+  if (phase_ >= exec_phase::finishing)
+    return;
+  // From the parent: hand the snapshot up instead of committing it.
+  if (from_above && phase_ < exec_phase::halting)
+    from_above_ = true;
+  begin_halt(execution_status::stopped, reason, reason, mode, now);
+  flush();
+}
+
+void execution_machine::stop_request(const stop_record& req, write_batch batch, int64_t now) {
+  if (phase_ == exec_phase::done)
+    return;
+  // Earlier records reach the writer first: the log shows every step started
+  // before the request, and none after it.
+  // Finishing already: the store answers it `no_execution` once the final
+  // record is committed.
+  batch_or_new().append(std::move(batch));
+  flush(after_write::reply);
+  if (phase_ == exec_phase::finishing)
+    return;
+  begin_halt(execution_status::stopped, step_reason::requested, step_reason::requested,
+             req.force ? stop_mode::force : stop_mode::graceful, now);
+  flush();
+}
+
+void execution_machine::parent_lost(int64_t now) {
+  if (phase_ == exec_phase::done)
+    return;
+  begin_halt(execution_status::stopped, step_reason::parent_stopped,
+             step_reason::parent_stopped, stop_mode::graceful, now);
+}
+
+// -- halt sequence --------------------------------------------------------------------------
+
+step_reason execution_machine::child_reason() const {
+  return final_status_ == execution_status::failed ? step_reason::sibling_failed
+                                                   : step_reason::parent_stopped;
+}
+
+void execution_machine::begin_halt(execution_status final_status, step_reason reason,
+                                   step_reason step_why, stop_mode mode, int64_t now) {
+  if (phase_ >= exec_phase::finishing)
+    return;
+  if (phase_ == exec_phase::halting) {
+    // A forced stop may overtake a graceful one.
+    if (mode == stop_mode::force && mode_ != stop_mode::force) {
+      mode_ = stop_mode::force;
+      for (uint32_t i = 0; i < steps_.size(); ++i)
+        if (has_worker(steps_[i].phase))
+          effects_.emplace_back(fx::send_exit{i, child_reason(), stop_mode::force});
+    }
+    return;
+  }
+  phase_ = exec_phase::halting;
+  token_->set();
+  final_status_ = final_status;
+  final_reason_ = reason;
+  step_reason_ = step_why;
+  mode_ = mode;
+  ready_.clear();
+  // The execution a stop reaches says so durably; its descendants go straight
+  // to `stopped` in the one snapshot.
+  if (final_status == execution_status::stopped && !from_above_) {
+    rec_.status = execution_status::stopping;
+    rec_.reason = to_string(reason);
+    emit("execution.stopping", now, {}, "stopping", rec_.reason);
+    put_execution();
+  }
+  for (uint32_t i = 0; i < steps_.size(); ++i) {
+    auto& s = steps_[i];
+    if (has_worker(s.phase))
+      effects_.emplace_back(fx::send_exit{i, child_reason(), mode});
+    if (s.phase == step_phase::running_fn) {
+      effects_.emplace_back(fx::set_fn_stop{i});
+      // A function that ignores its stop token cannot hold the stop forever.
+      auto& grace = g_->steps[i].grace;
+      auto wait = mode == stop_mode::force ? 0 : (grace.interrupt + grace.terminate).count();
+      effects_.emplace_back(fx::timer{timer_kind::abandon, i, s.attempt, wait, 0});
+    }
+  }
+  try_complete_halt(now);
+  flush();
+}
+
+bool execution_machine::halt_waiting() const {
+  return std::any_of(steps_.begin(), steps_.end(), [](const step_state& s) {
+    return has_worker(s.phase) || s.phase == step_phase::running_fn
+           || s.phase == step_phase::placing;
+  });
+}
+
+bool execution_machine::reset_to_pending(uint32_t idx, step_reason reason, int64_t now,
+                                         json event_data) {
+  auto& s = steps_[idx];
+  if (!is_active(s.phase))
+    return false;
+  release_slots(idx);
+  s.phase = step_phase::idle;
+  s.reason = reason;
+  s.ended_at = now;
+  emit("step.pending", now, g_->steps[idx].id, "pending", to_string(reason),
+       std::move(event_data));
+  put_step(idx);
+  return true;
+}
+
+void execution_machine::try_complete_halt(int64_t now) {
+  if (phase_ != exec_phase::halting || halt_waiting())
+    return;
+  phase_ = exec_phase::finishing;
+  for (uint32_t i = 0; i < steps_.size(); ++i)
+    reset_to_pending(i, step_reason_, now);
+  rec_.status = final_status_;
+  rec_.reason = to_string(final_reason_);
+  rec_.error = error_;
+  rec_.ended_at = now;
+  rec_.outputs = nullptr;
+  stop_clock(now);
+  auto type = final_status_ == execution_status::failed ? "execution.failed"
+                                                        : "execution.stopped";
+  emit(type, now, {}, to_string(final_status_), rec_.reason,
+       error_.empty() ? json(nullptr) : json{{"error", error_}});
+  // The store answers the stop requests of every execution this snapshot
+  // ends (`stop.handled`), in the same transaction.
+  put_execution();
+  // Children stopped with us handed us their final batches: one transaction.
+  if (snapshot_) {
+    batch_or_new().append(std::move(*snapshot_));
+    snapshot_.reset();
+  }
+  if (from_above_ && has_parent_) {
+    if (scope_dirty_) {
+      scope_dirty_ = false;
+      for (auto& c : scope_->snapshot())
+        batch_or_new().counters.push_back(std::move(c));
+    }
+    report_and_quit();
+    return;
+  }
+  flush(after_write::report);
+}
+
+void execution_machine::report_and_quit() {
+  if (has_parent_) {
+    fx::report r{rec_.parent_step, rec_.status, rec_.outputs, rec_.error, write_batch{}};
+    if (from_above_ && batch_) {
+      r.snapshot = std::move(*batch_);
+      batch_.reset();
+    }
+    effects_.emplace_back(std::move(r));
+  }
+  effects_.emplace_back(fx::quit{});
+  phase_ = exec_phase::done;
+}
+
+} // namespace canopy

@@ -1,0 +1,118 @@
+// The execution machine: the records and events it writes, and its writes.
+
+#include "actors/execution/machine.hpp"
+
+namespace canopy {
+
+write_batch& execution_machine::batch_or_new() {
+  if (!batch_)
+    batch_ = std::make_unique<write_batch>();
+  return *batch_;
+}
+
+void execution_machine::emit(const char* type, int64_t now, const std::string& step,
+                             const std::string& status, const std::string& reason, json data) {
+  event_record e;
+  e.time = now;
+  e.type = type;
+  e.execution_id = rec_.id;
+  e.root_id = rec_.root_id;
+  e.parent_id = rec_.parent_id;
+  e.step = step;
+  e.status = status;
+  e.reason = reason;
+  e.data = std::move(data);
+  batch_or_new().events.push_back(std::move(e));
+}
+
+step_record execution_machine::step_record_of(uint32_t idx) const {
+  auto& s = steps_[idx];
+  auto& def = g_->steps[idx];
+  step_record r;
+  r.execution_id = rec_.id;
+  r.step = def.id;
+  r.status = status_of(s.phase);
+  r.attempt = s.attempt;
+  if (r.status == step_status::completed) {
+    auto i = results_.find(def.id);
+    r.result = i != results_.end() ? *i : json{};
+  } else {
+    r.result = s.result;
+  }
+  r.error = s.error;
+  r.reason = to_string(s.reason);
+  r.node = s.node;
+  r.child_id = s.child_id;
+  r.pid = s.pid;
+  r.pid_start = s.pid_start;
+  r.started_at = s.started_at;
+  r.ended_at = s.ended_at;
+  return r;
+}
+
+void execution_machine::put_step(uint32_t idx) {
+  batch_or_new().steps.push_back(step_record_of(idx));
+}
+
+void execution_machine::put_execution() {
+  batch_or_new().executions.push_back(rec_);
+}
+
+void execution_machine::append_history(int64_t now) {
+  // An agent's run completed: its message and reply join the agent's history
+  // in the run's final commit.
+  auto reply = rec_.outputs.is_object() ? rec_.outputs.value("reply", json{}) : json{};
+  history_entry in;
+  in.owner = rec_.owner;
+  in.agent = rec_.agent;
+  in.role = "user";
+  in.content = rec_.inputs.is_object() ? rec_.inputs.value("message", json{}) : json{};
+  in.execution_id = rec_.id;
+  in.time = rec_.created_at; // when the message arrived
+  history_entry out = in;
+  out.role = "agent";
+  out.content = reply;
+  out.time = now;
+  auto& b = batch_or_new();
+  b.history.push_back(std::move(in));
+  b.history.push_back(std::move(out));
+  event_record e;
+  e.time = now;
+  e.type = "agent.reply";
+  e.execution_id = rec_.id;
+  e.root_id = rec_.root_id;
+  e.parent_id = rec_.parent_id;
+  e.data = {{"agent", rec_.agent}, {"reply", reply}};
+  b.events.push_back(std::move(e));
+}
+
+void execution_machine::stop_clock(int64_t now) {
+  if (own_scope_ && run_started_ != 0) {
+    scope_->add_run_ms(now - run_started_);
+    run_started_ = 0;
+    scope_dirty_ = true;
+  }
+}
+
+void execution_machine::flush(after_write then) {
+  if (phase_ == exec_phase::done)
+    return; // nothing after quit
+  if (scope_dirty_) {
+    scope_dirty_ = false;
+    for (auto& c : scope_->snapshot())
+      batch_or_new().counters.push_back(std::move(c));
+  }
+  if ((!batch_ || batch_->empty()) && then == after_write::none)
+    return;
+  fx::write w;
+  if (batch_) {
+    w.batch = std::move(*batch_);
+    batch_.reset();
+  }
+  w.completed = std::move(batch_completed_);
+  batch_completed_.clear();
+  w.then = then;
+  effects_.emplace_back(std::move(w));
+}
+
+} // namespace canopy

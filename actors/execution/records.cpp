@@ -1,0 +1,49 @@
+// Records and documents the execution role builds for others: a new
+// execution's `queued` batch, the graph document it stores, and parse
+// options for graphs created at run time.
+
+#include "actors/execution/execution_actor.hpp"
+
+namespace canopy {
+
+parse_options run_time_parse_options(const execution_services& svc, int depth, int max_depth) {
+  parse_options opts = svc.child_options;
+  if (svc.fns)
+    opts.fns = svc.fns->names();
+  if (svc.tools)
+    for (auto& kv : *svc.tools)
+      opts.tools.insert(kv.first);
+  if (svc.cluster_tools)
+    for (auto& name : svc.cluster_tools->names())
+      opts.tools.insert(name);
+  opts.depth = depth;
+  opts.max_depth = max_depth;
+  return opts;
+}
+
+stored_graph to_stored(const graph& g) {
+  stored_graph out;
+  out.document = g.document;
+  out.base_dir = g.base_dir;
+  out.files = json::object();
+  for (auto& kv : g.files)
+    out.files[kv.first] = kv.second;
+  return out;
+}
+
+write_batch make_queued_batch(const execution_record& rec, const graph& g) {
+  write_batch b;
+  b.executions.push_back(rec);
+  b.encoded_graphs.emplace_back(rec.id, encode_graph(g.document, g.base_dir, g.files));
+  event_record e;
+  e.time = now_ms();
+  e.type = "execution.queued";
+  e.execution_id = rec.id;
+  e.root_id = rec.root_id;
+  e.parent_id = rec.parent_id;
+  e.status = "queued";
+  b.events.push_back(std::move(e));
+  return b;
+}
+
+} // namespace canopy

@@ -1,0 +1,90 @@
+#pragma once
+
+// Inside the execution actor's shell (not a public header): its state, and
+// the functions its files share. The shell holds what the machine must not:
+// actor handles (parent, workers, worker nodes, agents), functions' stop
+// flags, the response promise of an in-process stop request.
+
+#include <atomic>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/execution/execution_actor.hpp"
+#include "actors/execution/machine.hpp"
+
+namespace canopy {
+
+/// A few handles keyed by step index; executions hold one per running step at most.
+template <class T>
+class step_map {
+public:
+  T* find(uint32_t idx) {
+    for (auto& kv : items_)
+      if (kv.first == idx)
+        return &kv.second;
+    return nullptr;
+  }
+  void set(uint32_t idx, T x) {
+    if (auto p = find(idx))
+      *p = std::move(x);
+    else
+      items_.emplace_back(idx, std::move(x));
+  }
+  void erase(uint32_t idx) {
+    for (auto i = items_.begin(); i != items_.end(); ++i)
+      if (i->first == idx) {
+        items_.erase(i);
+        return;
+      }
+  }
+  std::vector<std::pair<uint32_t, T>>& items() { return items_; }
+
+private:
+  std::vector<std::pair<uint32_t, T>> items_;
+};
+
+/// Resolves child steps over the store, the registry and the agents.
+struct execution_shell_state;
+using execution_shell = caf::stateful_actor<execution_shell_state>;
+
+class shell_resolver : public step_resolver {
+public:
+  void bind(execution_shell* self) { self_ = self; }
+  child_launch graph_child(const execution_machine& m, uint32_t idx) override;
+  child_launch stored_plan(const execution_machine& m, uint32_t idx) override;
+  child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override;
+  child_launch agent_step(const execution_machine& m, uint32_t idx) override;
+  child_launch agent_run(const execution_machine& m, uint32_t idx) override;
+
+private:
+  execution_shell* self_ = nullptr;
+};
+
+struct execution_shell_state {
+  std::shared_ptr<const execution_services> svc;
+  caf::actor parent;
+  shell_resolver resolver; ///< held by value: no allocation per execution
+  std::unique_ptr<execution_machine> m;
+  step_map<caf::actor> workers; ///< step runners and child executions
+  step_map<caf::actor> nodes;   ///< the worker node a step was placed on
+  step_map<caf::actor> agents;  ///< the agent an `agent` step asked for a turn
+  step_map<std::shared_ptr<std::atomic<bool>>> fn_flags; ///< running functions
+  caf::response_promise reply;  ///< an in-process stop request's answer
+  static const char* name;
+};
+
+/// Carries out every effect the machine appended (and its pending write).
+void run_effects(execution_shell* self);
+
+/// Submits pooled function `e.name` of step `e.idx` to the function pool.
+void start_pooled_fn(execution_shell* self, fx::start_fn& e);
+
+/// The behavior of an execution actor.
+caf::behavior execution_behavior(execution_shell* self, execution_init init,
+                                 std::shared_ptr<const execution_services> svc,
+                                 caf::actor parent);
+
+} // namespace canopy

@@ -1,0 +1,166 @@
+#pragma once
+
+// A harness for the execution machine: graphs from JSON, a resolver over
+// plain graphs, and helpers to look at effects. No CAF, no store, no clock.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "actors/execution/machine.hpp"
+
+namespace canopy::test {
+
+/// Parses `doc` (builtin functions, one tool `t`, inline commands allowed).
+inline std::shared_ptr<const graph> graph_of(const json& doc) {
+  parse_options opts;
+  opts.tools.insert("t");
+  auto r = parse_graph(doc, "/tmp", opts);
+  REQUIRE(r);
+  return r.value;
+}
+
+/// Children run their inline graph; agents' runs run `agent_graph`.
+class plain_resolver : public step_resolver {
+public:
+  std::shared_ptr<const graph> agent_graph;
+  bool agent_missing = false;
+  int children = 0;
+
+  child_launch graph_child(const execution_machine& m, uint32_t idx) override {
+    return child(m, idx, m.graph_def().steps[idx].child);
+  }
+  child_launch stored_plan(const execution_machine&, uint32_t) override { return {}; }
+  child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override {
+    if (!result.contains("stdout")) {
+      child_launch out;
+      out.error = "planner output is not a graph";
+      out.error_result = std::move(result);
+      return out;
+    }
+    return child(m, idx, graph_of(json::parse(result["stdout"].get<std::string>())));
+  }
+  child_launch agent_step(const execution_machine&, uint32_t) override {
+    child_launch out;
+    if (agent_missing)
+      out.error = "no agent";
+    return out;
+  }
+  child_launch agent_run(const execution_machine& m, uint32_t idx) override {
+    return child(m, idx, agent_graph);
+  }
+
+  child_launch child(const execution_machine& m, uint32_t idx, std::shared_ptr<const graph> g) {
+    child_launch out;
+    if (!g) {
+      out.error = "no graph";
+      return out;
+    }
+    out.graph = std::move(g);
+    out.record.id = m.step(idx).child_id.empty() ? "child-" + std::to_string(++children)
+                                                 : m.step(idx).child_id;
+    out.record.parent_id = m.record().id;
+    out.record.root_id = m.record().root_id;
+    out.record.depth = m.record().depth + 1;
+    out.queued.executions.push_back(out.record);
+    return out;
+  }
+};
+
+/// One machine with everything it needs, and every effect it emitted.
+struct machine_fixture {
+  std::shared_ptr<machine_env> env = std::make_shared<machine_env>();
+  plain_resolver resolver;
+  std::unique_ptr<execution_machine> m;
+  std::shared_ptr<const graph> g;
+  std::vector<effect> all;
+  int64_t now = 1'000'000;
+
+  explicit machine_fixture(const json& doc, bool parent = false,
+                           std::vector<step_record> stored = {}, uint64_t max_steps = 1000) {
+    g = graph_of(doc);
+    machine_init init;
+    init.record.id = "e1";
+    init.record.root_id = parent ? "r0" : "e1";
+    init.record.parent_id = parent ? "r0" : "";
+    init.record.parent_step = parent ? "s" : "";
+    init.graph = g;
+    init.steps = std::move(stored);
+    init.token = std::make_shared<halt_token>();
+    init.scope = std::make_shared<limit_scope>("e1", nullptr, max_steps, std::nullopt,
+                                               std::nullopt, tree_counters{});
+    init.own_scope = true;
+    init.has_parent = parent;
+    m = std::make_unique<execution_machine>(env, std::move(init), &resolver);
+  }
+
+  /// The effects of the last inputs (with their pending write).
+  std::vector<effect> fx() {
+    auto out = m->flush_effects();
+    all.insert(all.end(), out.begin(), out.end());
+    return out;
+  }
+
+  uint32_t idx(const std::string& id) const { return static_cast<uint32_t>(g->index.at(id)); }
+  const execution_machine::step_state& step(const std::string& id) const {
+    return m->step(idx(id));
+  }
+  /// Acknowledges every write in `xs`, in order; @returns the new effects.
+  std::vector<effect> ack(const std::vector<effect>& xs) {
+    for (auto& e : xs)
+      if (auto w = std::get_if<fx::write>(&e))
+        m->write_acknowledged(w->completed, w->then, ++now);
+    return fx();
+  }
+  /// Acknowledges writes until none is left; @returns every effect seen.
+  std::vector<effect> settle(std::vector<effect> xs) {
+    std::vector<effect> seen = xs;
+    for (int i = 0; i < 100; ++i) {
+      auto next = ack(xs);
+      if (next.empty())
+        break;
+      seen.insert(seen.end(), next.begin(), next.end());
+      xs = std::move(next);
+    }
+    return seen;
+  }
+};
+
+template <class T>
+size_t count(const std::vector<effect>& xs) {
+  size_t n = 0;
+  for (auto& e : xs)
+    n += std::holds_alternative<T>(e) ? 1 : 0;
+  return n;
+}
+
+template <class T>
+const T* first(const std::vector<effect>& xs) {
+  for (auto& e : xs)
+    if (auto p = std::get_if<T>(&e))
+      return p;
+  return nullptr;
+}
+
+/// Every event type written by the writes in `xs`, in order.
+inline std::vector<std::string> event_types(const std::vector<effect>& xs) {
+  std::vector<std::string> out;
+  for (auto& e : xs)
+    if (auto w = std::get_if<fx::write>(&e)) {
+      auto b = w->batch;
+      std::vector<event_record> evs;
+      b.take_events(evs);
+      for (auto& ev : evs)
+        out.push_back(ev.type);
+    }
+  return out;
+}
+
+inline bool has_event(const std::vector<effect>& xs, const std::string& type) {
+  auto types = event_types(xs);
+  return std::find(types.begin(), types.end(), type) != types.end();
+}
+
+} // namespace canopy::test

@@ -1,0 +1,161 @@
+// The execution machine with children, agents, functions and a cluster,
+// one transition per test: no CAF, no processes, no sleeps.
+
+#include "actors/fn_registry.hpp"
+#include "machine_harness.hpp"
+
+using namespace canopy;
+using namespace canopy::test;
+
+namespace {
+
+const json one_run = {{"steps", {{"a", {{"run", {"true"}}}}}}};
+const json one_child = {
+  {"steps", {{"c", {{"graph", {{"steps", {{"x", {{"fn", "noop"}}}}}}}}}}}};
+
+} // namespace
+
+TEST_CASE("a child that completes completes its step with the child's outputs",
+          "[actors][machine]") {
+  machine_fixture f{one_child};
+  f.m->start(++f.now);
+  auto xs = f.fx();
+  REQUIRE(first<fx::spawn_child>(xs));
+  CHECK(f.step("c").phase == step_phase::running_child);
+  f.m->child_settled(f.idx("c"), execution_status::completed, json{{"v", 1}}, {}, {}, ++f.now);
+  f.fx();
+  CHECK(f.step("c").phase == step_phase::completed);
+  CHECK(f.m->results()["c"] == json{{"v", 1}});
+}
+
+TEST_CASE("a child that stopped on its own puts its step back to pending and stops the parent",
+          "[actors][machine]") {
+  machine_fixture f{one_child};
+  f.m->start(++f.now);
+  f.fx();
+  f.m->child_settled(f.idx("c"), execution_status::stopped, nullptr, {}, {}, ++f.now);
+  f.settle(f.fx());
+  CHECK(f.step("c").phase == step_phase::idle);
+  CHECK(f.step("c").reason == step_reason::child_stopped);
+  CHECK(f.m->record().status == execution_status::stopped);
+  CHECK(f.m->record().reason == "child_stopped");
+}
+
+TEST_CASE("a child stopped with its parent adds its final batch to the parent's snapshot",
+          "[actors][machine]") {
+  machine_fixture f{one_child};
+  f.m->start(++f.now);
+  f.fx();
+  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.fx();
+  write_batch snap;
+  execution_record child;
+  child.id = "x";
+  snap.executions.push_back(child);
+  f.m->child_settled(f.idx("c"), execution_status::stopped, nullptr, {}, std::move(snap),
+                     ++f.now);
+  auto xs = f.fx();
+  REQUIRE(first<fx::write>(xs));
+  write_batch b = first<fx::write>(xs)->batch;
+  bool found = false;
+  for (auto& n : b.nested)
+    for (auto& r : n.executions)
+      found = found || r.id == "x";
+  for (auto& r : b.executions)
+    found = found || r.id == "x";
+  CHECK(found);
+}
+
+TEST_CASE("a lost node puts its steps back to pending and places them again",
+          "[actors][machine]") {
+  machine_fixture f{one_run};
+  f.env->has_cluster = true;
+  f.m->start(++f.now);
+  auto xs = f.fx();
+  REQUIRE(first<fx::place>(xs));
+  auto ticket = first<fx::place>(xs)->ticket;
+  f.m->placed(f.idx("a"), 1, ticket, "w1", true, ++f.now);
+  f.fx();
+  CHECK(f.step("a").phase == step_phase::placing);
+  CHECK(f.m->remote_started(f.idx("a"), 1));
+  f.m->node_lost("w1", ++f.now);
+  auto ys = f.fx();
+  CHECK(has_event(ys, "step.pending"));
+  CHECK(f.step("a").attempt == 2);
+  CHECK(f.step("a").phase == step_phase::waiting_slot);
+}
+
+TEST_CASE("a stopped function that ignores its token is abandoned", "[actors][machine]") {
+  auto fns = std::make_shared<fn_registry>();
+  fns->add("slow", [](fn_context&) -> caf::expected<json> { return json::object(); });
+  json doc = {{"steps", {{"f", {{"fn", "slow"}}}}}};
+  parse_options opts;
+  opts.fns = {"slow"};
+  auto parsed = parse_graph(doc, "/tmp", opts);
+  REQUIRE(parsed);
+  machine_fixture f{{{"steps", {{"f", {{"fn", "noop"}}}}}}};
+  f.env->fns = fns;
+  f.g = parsed.value;
+  machine_init init;
+  init.record.id = init.record.root_id = "e2";
+  init.graph = parsed.value;
+  init.scope = std::make_shared<limit_scope>("e2", nullptr, 10, std::nullopt, std::nullopt,
+                                             tree_counters{});
+  f.m = std::make_unique<execution_machine>(f.env, std::move(init), &f.resolver);
+  f.m->start(++f.now);
+  auto xs = f.fx();
+  REQUIRE(first<fx::start_fn>(xs));
+  CHECK(f.step("f").phase == step_phase::running_fn);
+  f.m->stop(step_reason::requested, stop_mode::force, {}, false, ++f.now);
+  auto ys = f.fx();
+  CHECK(count<fx::set_fn_stop>(ys) == 1);
+  REQUIRE(first<fx::timer>(ys));
+  CHECK(first<fx::timer>(ys)->kind == timer_kind::abandon);
+  CHECK(f.m->phase() == exec_phase::halting);
+  f.m->abandon_fn(f.idx("f"), 1, ++f.now);
+  f.settle(f.fx());
+  CHECK(f.m->phase() == exec_phase::done);
+  CHECK(f.step("f").phase == step_phase::idle);
+  // Its late result changes nothing.
+  f.m->step_done(f.idx("f"), 1, json::object(), {}, ++f.now);
+  CHECK(f.fx().empty());
+}
+
+TEST_CASE("an agent step waits for a turn and runs the agent's graph when granted",
+          "[actors][machine]") {
+  json doc = {{"steps", {{"ask", {{"agent", "helper"}, {"message", "hi"}}}}}};
+  machine_fixture f{doc};
+  f.resolver.agent_graph = graph_of({{"steps", {{"x", {{"fn", "noop"}}}}}});
+  f.m->start(++f.now);
+  auto xs = f.fx();
+  CHECK(f.step("ask").phase == step_phase::waiting_turn);
+  CHECK(count<fx::request_turn>(xs) == 1);
+  f.m->turn_answered(f.idx("ask"), 1, turn_verdict::granted, 7, ++f.now);
+  auto ys = f.fx();
+  REQUIRE(first<fx::spawn_child>(ys));
+  CHECK(first<fx::spawn_child>(ys)->turn == 7);
+}
+
+TEST_CASE("an agent that answers busy fails the step", "[actors][machine]") {
+  json doc = {{"steps", {{"ask", {{"agent", "helper"}, {"message", "hi"}}}}}};
+  machine_fixture f{doc};
+  f.m->start(++f.now);
+  f.fx();
+  f.m->turn_answered(f.idx("ask"), 1, turn_verdict::busy, 1, ++f.now);
+  f.fx();
+  CHECK(f.step("ask").phase == step_phase::failed);
+}
+
+TEST_CASE("a turn granted after a stop is given back", "[actors][machine]") {
+  json doc = {{"steps", {{"ask", {{"agent", "helper"}, {"message", "hi"}}}}}};
+  machine_fixture f{doc};
+  f.m->start(++f.now);
+  f.fx();
+  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.fx();
+  f.m->turn_answered(f.idx("ask"), 1, turn_verdict::granted, 3, ++f.now);
+  auto xs = f.fx();
+  REQUIRE(first<fx::release_turn>(xs));
+  CHECK(first<fx::release_turn>(xs)->turn == 3);
+}
+

@@ -1,0 +1,272 @@
+// The execution machine under random interleavings: steps finishing and
+// failing, graceful and forced stops at any point, children settling, downs,
+// timeouts, retries and limits, with invariants checked after every input.
+
+#include <deque>
+#include <random>
+#include <set>
+
+#include "machine_harness.hpp"
+
+using namespace canopy;
+using namespace canopy::test;
+
+namespace {
+
+const json random_graph = {
+  {"steps",
+   {{"a", {{"run", {"true"}}, {"retries", 1}, {"retry_delay", "10ms"}}},
+    {"b", {{"fn", "sleep"}, {"with", {{"ms", 5}}}, {"timeout", "1s"}}},
+    {"c", {{"graph", {{"steps", {{"x", {{"fn", "noop"}}}}}}}}},
+    {"d", {{"fn", "noop"}, {"needs", {"a"}}}},
+    {"e", {{"run", {"true"}}, {"needs", {"c", "b"}}}}}}};
+
+/// Everything in flight around one machine, as its shell and the world see it.
+struct world {
+  machine_fixture f;
+  std::mt19937 rng;
+  std::deque<fx::write> writes;
+  std::vector<uint32_t> tickets;
+  std::set<uint32_t> runners;  ///< steps with a live runner
+  std::set<uint32_t> children; ///< steps with a live child
+  std::set<uint32_t> exiting;  ///< workers told to stop
+  std::vector<fx::timer> timers;
+  bool admission = false;
+  bool quit = false;
+  size_t terminal_records = 0;
+  size_t snapshots = 0;
+  std::vector<bool> completed;
+
+  world(uint32_t seed, bool parent, uint64_t max_steps)
+    : f(random_graph, parent, {}, max_steps), rng(seed) {
+    f.env->has_admission = !parent && seed % 3 == 0;
+    completed.assign(f.m->size(), false);
+  }
+
+  size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
+
+  void count_terminal(const write_batch& b) {
+    for (auto& r : b.executions)
+      if (r.id == "e1"
+          && (r.status == execution_status::completed || r.status == execution_status::failed
+              || r.status == execution_status::stopped))
+        ++terminal_records;
+    for (auto& n : b.nested)
+      count_terminal(n);
+  }
+
+  /// Takes the machine's effects and checks them against the invariants.
+  void absorb() {
+    auto xs = f.fx();
+    if (quit) {
+      INFO("effects after quit");
+      REQUIRE(xs.empty());
+    }
+    for (auto& e : xs) {
+      if (auto w = std::get_if<fx::write>(&e)) {
+        count_terminal(w->batch);
+        snapshots += w->then == after_write::report ? 1 : 0;
+        writes.push_back(std::move(*w));
+      } else if (auto a = std::get_if<fx::acquire_slot>(&e)) {
+        if (a->tool.empty())
+          tickets.push_back(a->ticket);
+      } else if (auto r = std::get_if<fx::spawn_runner>(&e)) {
+        REQUIRE_FALSE(completed[r->idx]);
+        runners.insert(r->idx);
+      } else if (auto c = std::get_if<fx::spawn_child>(&e)) {
+        REQUIRE_FALSE(completed[c->idx]);
+        children.insert(c->idx);
+      } else if (auto s = std::get_if<fx::start_fn>(&e)) {
+        REQUIRE_FALSE(completed[s->idx]);
+      } else if (auto t = std::get_if<fx::timer>(&e)) {
+        timers.push_back(*t);
+      } else if (auto x = std::get_if<fx::send_exit>(&e)) {
+        exiting.insert(x->idx);
+      } else if (std::holds_alternative<fx::acquire_admission>(e)) {
+        admission = true;
+      } else if (auto rep = std::get_if<fx::report>(&e)) {
+        count_terminal(rep->snapshot);
+        snapshots += rep->snapshot.empty() ? 0 : 1;
+      } else if (std::holds_alternative<fx::quit>(e)) {
+        quit = true;
+      }
+    }
+    // A completed step stays completed.
+    for (uint32_t i = 0; i < f.m->size(); ++i) {
+      if (completed[i])
+        REQUIRE(f.m->step(i).phase == step_phase::completed);
+      completed[i] = f.m->step(i).phase == step_phase::completed;
+    }
+  }
+
+  /// One random input.
+  void input() {
+    auto& m = *f.m;
+    auto now = ++f.now;
+    switch (pick(14)) {
+      case 0:
+      case 1:
+        if (!writes.empty()) {
+          auto w = std::move(writes.front());
+          writes.pop_front();
+          m.write_acknowledged(w.completed, w.then, now);
+        }
+        break;
+      case 2:
+        if (!tickets.empty()) {
+          auto i = pick(tickets.size());
+          auto t = tickets[i];
+          tickets.erase(tickets.begin() + static_cast<long>(i));
+          m.slot_granted(t, {}, true, now);
+        } else if (admission) {
+          admission = false;
+          m.admitted(now);
+        }
+        break;
+      case 3:
+      case 4:
+        if (!runners.empty()) {
+          auto idx = *std::next(runners.begin(), static_cast<long>(pick(runners.size())));
+          runners.erase(idx);
+          exiting.erase(idx);
+          if (pick(4) == 0)
+            m.down(idx, "killed", now);
+          else
+            m.step_done(idx, m.step(idx).attempt, json::object(), pick(3) == 0 ? "boom" : "",
+                        now);
+        }
+        break;
+      case 5:
+        if (!children.empty()) {
+          auto idx = *children.begin();
+          children.erase(idx);
+          bool stopped = exiting.erase(idx) > 0;
+          write_batch snap;
+          if (stopped) {
+            execution_record r;
+            r.id = "child";
+            snap.executions.push_back(r);
+          }
+          auto status = stopped ? execution_status::stopped
+                                : std::array<execution_status, 3>{execution_status::completed,
+                                                                  execution_status::failed,
+                                                                  execution_status::stopped}[pick(3)];
+          m.child_settled(idx, status, json::object(), {}, std::move(snap), now);
+        }
+        break;
+      case 6:
+      case 7:
+        if (!timers.empty()) {
+          auto i = pick(timers.size());
+          auto t = timers[i];
+          timers.erase(timers.begin() + static_cast<long>(i));
+          switch (t.kind) {
+            case timer_kind::retry: m.retry_due(t.idx, t.attempt, now); break;
+            case timer_kind::wake: m.wake(t.idx, t.attempt, t.ms, now); break;
+            case timer_kind::timeout: m.timeout(t.idx, t.attempt, now); break;
+            case timer_kind::deadline: m.deadline(now); break;
+            case timer_kind::abandon: m.abandon_fn(t.idx, t.attempt, now); break;
+          }
+        }
+        break;
+      case 8:
+        m.stop(pick(2) ? step_reason::requested : step_reason::shutdown,
+               pick(2) ? stop_mode::force : stop_mode::graceful,
+               pick(2) ? "s" + std::to_string(pick(3)) : std::string{}, pick(2) == 0, now);
+        break;
+      case 9:
+        m.deadline(now);
+        break;
+      case 10:
+        m.node_lost("w1", now);
+        break;
+      case 11: {
+        auto idx = static_cast<uint32_t>(pick(m.size()));
+        if (runners.count(idx)) {
+          m.runner_started(idx, m.step(idx).attempt, 42, 7);
+          m.output(idx, m.step(idx).attempt, json::array({"line"}), now);
+        } else {
+          // A stale message for an old attempt changes nothing.
+          m.step_done(idx, m.step(idx).attempt - 1, json::object(), {}, now);
+        }
+        break;
+      }
+      case 12:
+        m.down(static_cast<uint32_t>(pick(m.size())), "stale", now);
+        break;
+      default:
+        m.start(now);
+        break;
+    }
+    absorb();
+  }
+
+  /// Stops the machine and lets the world answer until it quit.
+  void drain() {
+    f.m->stop(step_reason::shutdown, stop_mode::force, {}, false, ++f.now);
+    absorb();
+    for (int i = 0; i < 10'000 && !quit; ++i) {
+      auto& m = *f.m;
+      auto now = ++f.now;
+      if (!writes.empty()) {
+        auto w = std::move(writes.front());
+        writes.pop_front();
+        m.write_acknowledged(w.completed, w.then, now);
+      } else if (!runners.empty()) {
+        auto idx = *runners.begin();
+        runners.erase(idx);
+        m.down(idx, "stopped", now);
+      } else if (!children.empty()) {
+        auto idx = *children.begin();
+        children.erase(idx);
+        write_batch snap;
+        execution_record r;
+        r.id = "child";
+        snap.executions.push_back(r);
+        m.child_settled(idx, execution_status::stopped, nullptr, {}, std::move(snap), now);
+      } else if (!timers.empty()) {
+        auto t = timers.back();
+        timers.pop_back();
+        if (t.kind == timer_kind::abandon)
+          m.abandon_fn(t.idx, t.attempt, now);
+      } else if (admission) {
+        admission = false;
+        m.admitted(now);
+      } else {
+        m.start(now);
+      }
+      absorb();
+    }
+  }
+};
+
+} // namespace
+
+TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
+          "[actors][machine]") {
+  size_t inputs = 0;
+  for (uint32_t seed = 1; inputs < 110'000; ++seed) {
+    CAPTURE(seed);
+    bool parent = seed % 2 == 0;
+    world w{seed, parent, seed % 7 == 0 ? 3u : 1000u};
+    w.f.m->start(++w.f.now);
+    w.absorb();
+    for (int i = 0; i < 55 && !w.quit; ++i, ++inputs)
+      w.input();
+    w.drain();
+    REQUIRE(w.quit);
+    REQUIRE(w.f.m->phase() == exec_phase::done);
+    // Exactly one terminal status, in exactly one final write or report.
+    REQUIRE(w.terminal_records == 1);
+    auto status = w.f.m->record().status;
+    REQUIRE((status == execution_status::completed || status == execution_status::failed
+             || status == execution_status::stopped));
+    if (status != execution_status::completed) {
+      // After a stop settles nothing runs, and one snapshot was written.
+      for (uint32_t i = 0; i < w.f.m->size(); ++i)
+        REQUIRE_FALSE(is_active(w.f.m->step(i).phase));
+      REQUIRE(w.snapshots == 1);
+    }
+  }
+  CHECK(inputs >= 100'000);
+}
