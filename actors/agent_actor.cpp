@@ -36,14 +36,7 @@ caf::expected<json> make_agent_inputs(const graph& g, const json& message, const
 }
 
 event_record make_agent_event(const execution_record& rec, const char* type, json data) {
-  event_record e;
-  e.time = now_ms();
-  e.type = type;
-  e.execution_id = rec.id;
-  e.root_id = rec.root_id;
-  e.parent_id = rec.parent_id;
-  e.data = std::move(data);
-  return e;
+  return make_event(rec, type, now_ms(), {}, {}, {}, std::move(data));
 }
 
 parse_result parse_agent_graph(const agent_record& ag, const execution_services& svc,

@@ -208,6 +208,22 @@ caf::expected<event_record> event_from_json(const json& j) {
   });
 }
 
+event_record make_event(const execution_record& rec, const char* type, int64_t time,
+                        const std::string& step, const std::string& status,
+                        const std::string& reason, json data) {
+  event_record e;
+  e.time = time;
+  e.type = type;
+  e.execution_id = rec.id;
+  e.root_id = rec.root_id;
+  e.parent_id = rec.parent_id;
+  e.step = step;
+  e.status = status;
+  e.reason = reason;
+  e.data = std::move(data);
+  return e;
+}
+
 json event_document(const event_record& x) {
   json j = {{"seq", x.seq}, {"time", to_rfc3339(x.time)}, {"type", x.type},
             {"execution_id", x.execution_id}, {"root_id", x.root_id}};

@@ -176,6 +176,12 @@ struct history_entry {
   int64_t time = 0;
 };
 
+/// An event about execution `rec` at `time` (`seq` is assigned at commit):
+/// every event of the log is built here.
+event_record make_event(const execution_record& rec, const char* type, int64_t time,
+                        const std::string& step = {}, const std::string& status = {},
+                        const std::string& reason = {}, json data = nullptr);
+
 // -- codecs --------------------------------------------------------------------
 
 json to_json(const execution_record& x);

@@ -109,20 +109,11 @@ std::optional<execution_record> load_execution(MDB_txn* txn, unsigned executions
 /// The `stop.requested` / `stop.handled` event of request `r` on `target`.
 event_record stop_event(const execution_record& target, const stop_record& r, const char* type,
                         int64_t time) {
-  event_record e;
-  e.time = time;
-  e.type = type;
-  e.execution_id = target.id;
-  e.root_id = target.root_id;
-  e.parent_id = target.parent_id;
-  if (r.handled) {
-    e.status = to_string(target.status);
-    e.reason = target.reason;
-    e.data = {{"stop_id", r.id}};
-  } else {
-    e.data = {{"stop_id", r.id}, {"mode", r.force ? "force" : "graceful"}, {"who", r.who}};
-  }
-  return e;
+  if (r.handled)
+    return make_event(target, type, time, {}, to_string(target.status), target.reason,
+                      {{"stop_id", r.id}});
+  return make_event(target, type, time, {}, {}, {},
+                    {{"stop_id", r.id}, {"mode", r.force ? "force" : "graceful"}, {"who", r.who}});
 }
 
 /// The one rule that answers stop requests (SPEC §4.1, §4.4, §13 rule 10): a

@@ -39,22 +39,6 @@ std::string default_home() {
 
 namespace {
 
-/// An event about execution `rec`.
-event_record make_event(const execution_record& rec, const char* type, int64_t time,
-                        const std::string& step = {}, const std::string& status = {},
-                        const std::string& reason = {}) {
-  event_record e;
-  e.time = time;
-  e.type = type;
-  e.execution_id = rec.id;
-  e.root_id = rec.root_id;
-  e.parent_id = rec.parent_id;
-  e.step = step;
-  e.status = status;
-  e.reason = reason;
-  return e;
-}
-
 /// The longest a commit through the store writer may take: the writers'
 /// lock wait, plus headroom for the commit itself.
 millis commit_bound(const store& db) {

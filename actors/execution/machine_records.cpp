@@ -12,17 +12,8 @@ write_batch& execution_machine::batch_or_new() {
 
 void execution_machine::emit(const char* type, int64_t now, const std::string& step,
                              const std::string& status, const std::string& reason, json data) {
-  event_record e;
-  e.time = now;
-  e.type = type;
-  e.execution_id = rec_.id;
-  e.root_id = rec_.root_id;
-  e.parent_id = rec_.parent_id;
-  e.step = step;
-  e.status = status;
-  e.reason = reason;
-  e.data = std::move(data);
-  batch_or_new().events.push_back(std::move(e));
+  batch_or_new().events.push_back(
+    make_event(rec_, type, now, step, status, reason, std::move(data)));
 }
 
 step_record execution_machine::step_record_of(uint32_t idx) const {
@@ -76,14 +67,8 @@ void execution_machine::append_history(int64_t now) {
   auto& b = batch_or_new();
   b.history.push_back(std::move(in));
   b.history.push_back(std::move(out));
-  event_record e;
-  e.time = now;
-  e.type = "agent.reply";
-  e.execution_id = rec_.id;
-  e.root_id = rec_.root_id;
-  e.parent_id = rec_.parent_id;
-  e.data = {{"agent", rec_.agent}, {"reply", reply}};
-  b.events.push_back(std::move(e));
+  b.events.push_back(
+    make_event(rec_, "agent.reply", now, {}, {}, {}, {{"agent", rec_.agent}, {"reply", reply}}));
 }
 
 void execution_machine::stop_clock(int64_t now) {

@@ -35,14 +35,7 @@ write_batch make_queued_batch(const execution_record& rec, const graph& g) {
   write_batch b;
   b.executions.push_back(rec);
   b.encoded_graphs.emplace_back(rec.id, encode_graph(g.document, g.base_dir, g.files));
-  event_record e;
-  e.time = now_ms();
-  e.type = "execution.queued";
-  e.execution_id = rec.id;
-  e.root_id = rec.root_id;
-  e.parent_id = rec.parent_id;
-  e.status = "queued";
-  b.events.push_back(std::move(e));
+  b.events.push_back(make_event(rec, "execution.queued", now_ms(), {}, "queued"));
   return b;
 }
 
