@@ -20,10 +20,6 @@ constexpr millis ack_bound{2000};
 /// Headroom over the store's write wait for one commit through the writer.
 constexpr millis commit_headroom{5000};
 
-bool stoppable(const execution_record& rec) {
-  return is_stoppable(rec.status);
-}
-
 stop_ticket nothing_to_stop(const std::string& id) {
   stop_ticket t;
   t.request.target = id;
@@ -86,7 +82,7 @@ caf::expected<stop_ticket> request_stop(caf::actor_system& sys, const stop_conte
   auto rec = ctx.db->execution(id);
   if (!rec)
     return rec.error();
-  if (!stoppable(*rec))
+  if (!is_stoppable(rec->status))
     return nothing_to_stop(id);
   // From this moment nothing in the subtree starts a step, even if its actor
   // has not run yet.
@@ -135,7 +131,7 @@ stop_result await_stop(caf::actor_system& sys, const stop_context& ctx,
 void request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
                         const execution_record& target, stop_mode mode, const std::string& who,
                         write_batch extra, std::function<void(const caf::error&)> done) {
-  if (!stoppable(target))
+  if (!is_stoppable(target.status))
     return;
   if (auto token = ctx.directory->token(target.id))
     token->set();
@@ -176,7 +172,7 @@ caf::expected<stop_ticket> request_stop(store& db, const std::string& id, stop_m
   auto rec = db.execution(id);
   if (!rec)
     return rec.error();
-  if (!stoppable(*rec))
+  if (!is_stoppable(rec->status))
     return nothing_to_stop(id);
   auto [req, batch] = make_stop_request(*rec, mode, who);
   if (auto err = db.commit(batch))

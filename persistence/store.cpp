@@ -772,30 +772,18 @@ caf::error store::grow() {
   return caf::none;
 }
 
-caf::error store::commit(write_batch& batch) {
-  // A home of the previous schema is rewritten before the first write, so
-  // no binary record is ever written under schema 1.
-  if (needs_migration_)
-    if (auto err = migrate())
-      return err;
-  auto began = std::chrono::steady_clock::now();
-  // LMDB's own writer mutex waits without limit: canopy's writers take turns
-  // through the writers' lock first, so that mutex is never contended across
-  // canopy processes, and a stuck holder fails the write after `write_wait_`.
+caf::error store::write_once(const std::function<int(MDB_txn*)>& f, const char* what) {
   if (auto err = lock_writers())
     return err;
   struct unlock_at_exit {
     store* self;
     ~unlock_at_exit() { self->unlock_writers(); }
   } unlock{this};
-  // Events the store writes itself (`stop.requested`, `stop.handled`), after
-  // the batch's own; handed to the batch once committed.
-  std::vector<event_record> generated;
   for (;;) {
-    MDB_txn* txn = nullptr;
     int rc;
     {
       std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+      MDB_txn* txn = nullptr;
       rc = mdb_txn_begin(env_, nullptr, 0, &txn);
       if (rc == MDB_MAP_RESIZED) {
         guard.unlock();
@@ -807,6 +795,36 @@ caf::error store::commit(write_batch& batch) {
       }
       if (rc != 0)
         return lmdb_error("mdb_txn_begin", rc);
+      rc = f(txn);
+      if (rc == 0)
+        rc = mdb_txn_commit(txn);
+      else
+        mdb_txn_abort(txn);
+    }
+    if (rc == MDB_MAP_FULL) {
+      if (auto err = grow())
+        return err;
+      continue;
+    }
+    if (rc != 0)
+      return lmdb_error(what, rc);
+    return caf::none;
+  }
+}
+
+caf::error store::commit(write_batch& batch) {
+  // A home of the previous schema is rewritten before the first write, so
+  // no binary record is ever written under schema 1.
+  if (needs_migration_)
+    if (auto err = migrate())
+      return err;
+  auto began = std::chrono::steady_clock::now();
+  // Events the store writes itself (`stop.requested`, `stop.handled`), after
+  // the batch's own; handed to the batch once committed.
+  std::vector<event_record> generated;
+  auto err = write_once(
+    [&](MDB_txn* txn) {
+      int rc = 0;
       auto put = [&](unsigned dbi, const std::string& key, const std::string& val,
                      unsigned flags = 0) {
         if (rc != 0)
@@ -1015,27 +1033,19 @@ caf::error store::commit(write_batch& batch) {
       }
       if (seq != first_seq)
         put(meta_, seq_meta_key, seq_key(seq));
-      if (rc == 0)
-        rc = mdb_txn_commit(txn);
-      else
-        mdb_txn_abort(txn);
-    }
-    if (rc == MDB_MAP_FULL) {
-      if (auto err = grow())
-        return err;
-      continue;
-    }
-    if (rc != 0)
-      return lmdb_error("commit", rc);
-    if (!generated.empty()) {
-      write_batch tail;
-      tail.events = std::move(generated);
-      batch.nested.push_back(std::move(tail));
-    }
-    if (on_commit_)
-      on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
-    return caf::none;
+      return rc;
+    },
+    "commit");
+  if (err)
+    return err;
+  if (!generated.empty()) {
+    write_batch tail;
+    tail.events = std::move(generated);
+    batch.nested.push_back(std::move(tail));
   }
+  if (on_commit_)
+    on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  return caf::none;
 }
 
 std::string make_execution_id() {

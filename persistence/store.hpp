@@ -59,6 +59,7 @@
 #include "persistence/records.hpp"
 
 struct MDB_env;
+struct MDB_txn;
 
 namespace canopy {
 
@@ -286,10 +287,12 @@ private:
                                          size_t limit, Decode decode) const;
   caf::error grow();
   /// Runs `f(txn) -> LMDB code` in one write transaction under the writers'
-  /// lock, committing when it returns 0; grows the map and runs it again on
-  /// MDB_MAP_FULL.
-  template <class F>
-  caf::error write_once(F&& f);
+  /// lock, committing when it returns 0; adopts a map grown by another
+  /// process, grows the map and runs `f` again on MDB_MAP_FULL (so `f` must
+  /// start from scratch each time). `what` names the write in errors.
+  /// @returns nothing, `store_busy`/`io_error` from the writers' lock, or
+  ///          `store_error`. Every write transaction of the store runs here.
+  caf::error write_once(const std::function<int(MDB_txn*)>& f, const char* what);
   /// Opens every named database in one transaction: a read-only one unless
   /// `create`. @returns an LMDB code: MDB_NOTFOUND when, read-only, a
   /// database or the schema is missing; -1 with `bad_schema` set when the

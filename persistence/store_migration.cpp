@@ -38,46 +38,6 @@ constexpr size_t migration_chunk = 2000;
 
 } // namespace
 
-template <class F>
-caf::error store::write_once(F&& f) {
-  if (auto err = lock_writers())
-    return err;
-  struct unlock_at_exit {
-    store* self;
-    ~unlock_at_exit() { self->unlock_writers(); }
-  } unlock{this};
-  for (;;) {
-    int rc;
-    {
-      std::shared_lock<std::shared_mutex> guard{resize_mtx_};
-      MDB_txn* txn = nullptr;
-      rc = mdb_txn_begin(env_, nullptr, 0, &txn);
-      if (rc == MDB_MAP_RESIZED) {
-        guard.unlock();
-        {
-          std::unique_lock<std::shared_mutex> excl{resize_mtx_};
-          mdb_env_set_mapsize(env_, 0);
-        }
-        continue;
-      }
-      if (rc != 0)
-        return lmdb_error("mdb_txn_begin", rc);
-      rc = f(txn);
-      if (rc == 0)
-        rc = mdb_txn_commit(txn);
-      else
-        mdb_txn_abort(txn);
-    }
-    if (rc == MDB_MAP_FULL) {
-      if (auto err = grow())
-        return err;
-      continue;
-    }
-    if (rc != 0)
-      return lmdb_error("migrating the store", rc);
-    return caf::none;
-  }
-}
 
 caf::error store::migrate() {
   if (!needs_migration_)
@@ -96,7 +56,7 @@ caf::error store::migrate() {
     std::string marker = migrating_schema;
     MDB_val mv = as_val(marker);
     return mdb_put(txn, meta_, &k, &mv, 0);
-  });
+  }, "migrating the store");
   if (err)
     return err;
   if (done) {
@@ -146,7 +106,7 @@ caf::error store::migrate() {
             return rc;
         }
         return 0;
-      });
+      }, "migrating the store");
       if (err)
         return err;
       from = std::move(next);
@@ -159,7 +119,7 @@ caf::error store::migrate() {
     std::string version = schema_version;
     MDB_val v = as_val(version);
     return mdb_put(txn, meta_, &k, &v, 0);
-  });
+  }, "migrating the store");
   if (err)
     return err;
   needs_migration_ = false;
