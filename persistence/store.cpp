@@ -856,6 +856,11 @@ caf::error store::commit(write_batch& batch) {
       generated.clear();
       // Executions whose pending stop requests this commit may answer.
       std::unordered_set<std::string> settle;
+      // Most commits find no request pending: then ended executions need
+      // not be gathered (a stop snapshot ends thousands).
+      MDB_stat pending_stat;
+      bool any_pending = mdb_stat(txn, pending_, &pending_stat) == 0
+                         && pending_stat.ms_entries > 0;
       // Deleted executions of another root, by root: id → the last seq
       // assigned when it was deleted. Their events are in that root's log
       // (SPEC §4.9: nothing of them remains); they are removed after the
@@ -918,7 +923,7 @@ caf::error store::commit(write_batch& batch) {
             deleted_in_tree[rec.root_id][id] = seq;
         }
         for (auto& x : b.executions) {
-          if (is_terminal(x.status))
+          if (any_pending && is_terminal(x.status))
             settle.insert(x.id);
           put(executions_, x.id, encode(x));
           if (rc == 0) {
