@@ -444,8 +444,10 @@ public:
       check_needs();
       auto order = sort_steps();
       check_references();
-      if (errors_.empty())
+      if (errors_.empty()) {
         g_->steps.reserve(order.size());
+        g_->index.reserve(order.size());
+      }
       if (errors_.empty())
         for (auto i : order) {
           g_->index.emplace(work_[i].id, g_->steps.size());

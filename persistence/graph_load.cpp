@@ -120,12 +120,13 @@ private:
   /// are ~40 MB, and building them elsewhere to move them costs as much again.
   void load_steps(graph& g, const json& steps, std::vector<graph_error>& errors) {
     auto n = steps.size();
-    // The ids come in order (a JSON object is a sorted map): every insert
-    // lands at the end. Values are positions in id order until sorted.
+    // Values are positions in id order (a JSON object is a sorted map)
+    // until sorted.
     std::vector<json::const_iterator> by_id;
     by_id.reserve(n);
+    g.index.reserve(n);
     for (auto it = steps.begin(); it != steps.end(); ++it) {
-      g.index.emplace_hint(g.index.end(), it.key(), by_id.size());
+      g.index.emplace(it.key(), by_id.size());
       by_id.push_back(it);
     }
     std::vector<size_t> pending(n, 0);

@@ -117,6 +117,20 @@ struct stop_record {
   std::string who;          ///< requester, e.g. "cli:pid 4242" or "user:alice"
 };
 
+/// A compact snapshot (issue #12): execution `target` stopped (or failed) and,
+/// in the same commit, every execution below it that is stored not terminal
+/// became `stopped`, and each of their running/queued steps `pending`, without
+/// a record per node. Readers resolve it (store.hpp); it stands for `events`
+/// events at seqs first_seq .. first_seq+events-1 of the root's log.
+struct subtree_stop {
+  std::string target;        ///< its own records are written as usual, in the same batch
+  std::string root_id;       ///< the tree (keys the event log)
+  std::string child_reason;  ///< the reason of target's direct children ("parent_stopped" or "sibling_failed"); deeper executions: "parent_stopped"
+  int64_t time = 0;          ///< ended_at of every execution and step it ends
+  uint64_t events = 0;       ///< how many events it stands for (given by the writer of the batch)
+  uint64_t first_seq = 0;    ///< assigned at commit
+};
+
 /// What a tree (or a subtree with limits of its own) has used, kept across
 /// resumes (SPEC §13 rule 8). Merged by maximum on commit: values only grow.
 struct tree_counters {

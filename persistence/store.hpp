@@ -89,6 +89,9 @@ struct write_batch {
   /// pending by an older release. Those of executions this batch ends, and
   /// of new requests, are checked anyway.
   std::vector<std::string> settle_stops;
+  /// Compact snapshots of stopped subtrees (see `subtree_stop`): each gets
+  /// its seq range after the batch's own events.
+  std::vector<subtree_stop> subtree_stops;
   /// Scope execution id → counters, merged with the stored ones by maximum.
   std::vector<std::pair<std::string, tree_counters>> counters;
   /// Graph versions to register; a version of 0 becomes the next version of
@@ -108,7 +111,7 @@ struct write_batch {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
            && events.empty() && deleted_executions.empty() && stops.empty()
            && counters.empty() && registered.empty() && agents.empty() && history.empty()
-           && settle_stops.empty() && nested.empty();
+           && settle_stops.empty() && subtree_stops.empty() && nested.empty();
   }
 
   /// Appends every mutation of `other`, keeping order. O(1).

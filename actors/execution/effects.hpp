@@ -139,9 +139,16 @@ struct report {
   json outputs;
   std::string error;
   write_batch snapshot;
+  /// Events of the executions of this subtree that a stop from above ended
+  /// compactly (none of their records is in `snapshot`): the parent counts
+  /// them into its `subtree_stop`.
+  uint64_t stopped_events = 0;
 };
 /// The execution is over.
 struct quit {};
+/// Feed `resume_pump` on a message of its own: the steps started so far
+/// are written (and their writes committed) while the next ones start.
+struct yield {};
 
 } // namespace fx
 
@@ -149,6 +156,7 @@ using effect = std::variant<fx::acquire_admission, fx::acquire_slot, fx::release
                             fx::return_grant, fx::place, fx::release_place, fx::spawn_runner,
                             fx::start_fn, fx::set_fn_stop, fx::timer, fx::spawn_child,
                             fx::request_turn, fx::release_turn, fx::send_exit,
-                            fx::drop_worker, fx::stop_owner, fx::write, fx::report, fx::quit>;
+                            fx::drop_worker, fx::stop_owner, fx::write, fx::report, fx::quit,
+                            fx::yield>;
 
 } // namespace canopy

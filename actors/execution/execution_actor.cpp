@@ -147,6 +147,10 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
       self->state.m->abandon_fn(step(idx), attempt, now_ms());
       run_effects(self);
     },
+    [=](pump_atom) {
+      self->state.m->resume_pump(now_ms());
+      run_effects(self);
+    },
     [=](deadline_atom) {
       self->state.m->deadline(now_ms());
       run_effects(self);
@@ -213,14 +217,14 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
       run_effects(self);
     },
     [=](child_atom, const std::string& step_id, execution_status status, json& outputs,
-        const std::string& error, write_batch& snapshot) {
+        const std::string& error, write_batch& snapshot, uint64_t stopped_events) {
       auto& st = self->state;
       auto& g = st.m->graph_def();
       auto i = g.index.find(step_id);
       if (i == g.index.end())
         return;
       st.m->child_settled(static_cast<uint32_t>(i->second), status, std::move(outputs), error,
-                          std::move(snapshot), now_ms());
+                          std::move(snapshot), now_ms(), stopped_events);
       run_effects(self);
     },
   };

@@ -30,9 +30,13 @@
 //
 // Stop of a subtree: the execution a stop reaches writes `stopping`, sets its
 // halt token (no descendant starts a step from then on) and forwards the stop
-// as exit signals. Each descendant stopped from above hands its final batch to
-// its parent instead of committing it, so the whole subtree's snapshot, with
-// the stop request `handled`, is one transaction.
+// as exit signals. A descendant stopped from above writes nothing: it resets
+// its active steps in memory, hands its parent the records it had not yet
+// written and a count of the events its snapshot stands for (one
+// `step.pending` per active step, one `execution.stopped`), and quits. The
+// execution the stop reached commits its own records and one `subtree_stop`
+// carrying the subtree's count, with the stop request `handled`, in one
+// transaction; the store resolves it for every reader (persistence/store.hpp).
 // Every execution and runner quits normally; how it ended is in the store
 // and in the (child_atom ...) report, never in the exit reason.
 //   (done_atom, step, attempt, step_outcome)   a runner or fn attempt finished
@@ -42,7 +46,7 @@
 //   (wake_atom, step, attempt)                 a `sleep` finished
 //   (timeout_atom, step, attempt)              an in-process attempt timed out
 //   (retry_atom, step, attempt)                the retry delay passed
-//   (child_atom, step, execution_status, outputs, error, snapshot)
+//   (child_atom, step, execution_status, outputs, error, snapshot, stopped_events)
 //                                              a child execution finished
 //
 // An `agent` step asks the agent's actor for a turn (the step is `queued`

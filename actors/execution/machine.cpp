@@ -75,17 +75,20 @@ execution_machine::execution_machine(std::shared_ptr<const machine_env> env, mac
     any_needs = any_needs || !g.steps[i].needs.empty();
   }
   if (any_needs) {
-    dep_offsets_.assign(n + 1, 0);
+    // Each `needs` entry looked up once: (needed step, dependent) pairs.
+    std::vector<std::pair<uint32_t, uint32_t>> edges;
     for (size_t i = 0; i < n; ++i)
       for (auto& need : g.steps[i].needs)
-        ++dep_offsets_[g.index.at(need) + 1];
+        edges.emplace_back(static_cast<uint32_t>(g.index.at(need)), static_cast<uint32_t>(i));
+    dep_offsets_.assign(n + 1, 0);
+    for (auto& e : edges)
+      ++dep_offsets_[e.first + 1];
     for (size_t i = 0; i < n; ++i)
       dep_offsets_[i + 1] += dep_offsets_[i];
     dep_targets_.resize(dep_offsets_[n]);
     auto fill = dep_offsets_;
-    for (size_t i = 0; i < n; ++i)
-      for (auto& need : g.steps[i].needs)
-        dep_targets_[fill[g.index.at(need)]++] = static_cast<uint32_t>(i);
+    for (auto& e : edges)
+      dep_targets_[fill[e.first]++] = e.second;
   }
   // Resume: completed steps keep their results and never run again.
   for (auto& r : init.steps) {

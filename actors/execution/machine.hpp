@@ -147,6 +147,10 @@ public:
 
 class execution_machine {
 public:
+  /// At most this many steps start in one input; the rest follow a `yield`,
+  /// so a wide layer's records are committed while its later steps start.
+  static constexpr size_t pump_chunk = 256;
+
   /// Per-step state: phase, reason and what the step holds, compactly.
   struct step_state {
     step_phase phase = step_phase::idle;
@@ -216,8 +220,11 @@ public:
   /// Cluster member `node` was lost.
   void node_lost(const std::string& node, int64_t now);
   /// The child execution of step `idx` settled.
+  /// `stopped_events`: the events of its subtree that a stop from above
+  /// ended compactly (see `subtree_stop`), 0 unless stopped with us.
   void child_settled(uint32_t idx, execution_status status, json outputs,
-                     const std::string& error, write_batch snapshot, int64_t now);
+                     const std::string& error, write_batch snapshot, int64_t now,
+                     uint64_t stopped_events = 0);
   /// A stop: `reason`, `mode`, the id of the stop request that carries it
   /// (may be empty; the store answers requests, not the machine: SPEC §4.4
   /// through `store::commit`), `from_above` when the parent sent it (hand
@@ -232,6 +239,8 @@ public:
   void stop_request(const stop_record& req, write_batch batch, int64_t now);
   /// The parent died without a stop.
   void parent_lost(int64_t now);
+  /// Its own `yield`: start the next ready steps.
+  void resume_pump(int64_t now);
   /// A write of `completed` steps (and `then`) was acknowledged.
   void write_acknowledged(std::vector<uint32_t> completed, after_write then, int64_t now);
 
@@ -316,6 +325,9 @@ private:
   /// @returns false when the step was not active.
   bool reset_to_pending(uint32_t idx, step_reason reason, int64_t now, json event_data = nullptr);
   step_reason child_reason() const;
+  /// The halt of an execution stopped from above: no record, no event; its
+  /// active steps go back to idle in memory and the parent counts them.
+  void complete_halt_compactly(int64_t now);
   void report_and_quit();
 
   std::shared_ptr<const machine_env> env_;
@@ -334,6 +346,9 @@ private:
   std::unique_ptr<write_batch> batch_;       ///< allocated when a record is added
   std::vector<uint32_t> batch_completed_;    ///< steps whose completion rides on `batch_`
   std::unique_ptr<write_batch> snapshot_;    ///< children's final batches (halt)
+  /// Events of descendants a stop from above ended compactly: what this
+  /// execution's `subtree_stop` (or its report) stands for.
+  uint64_t stopped_below_ = 0;
   std::vector<effect> effects_;
   std::shared_ptr<halt_token> token_;
   std::shared_ptr<limit_scope> scope_;
@@ -352,6 +367,7 @@ private:
   bool from_above_ = false;
   bool has_parent_ = false;
   bool child_stopped_ = false;
+  bool yielded_ = false;   ///< a `yield` is on its way back (`resume_pump`)
 };
 
 } // namespace canopy

@@ -91,6 +91,9 @@ void execution_machine::begin_halt(execution_status final_status, step_reason re
     emit("execution.stopping", now, {}, "stopping", rec_.reason);
     put_execution();
   }
+  // One allocation for the exits below, not one per doubling (an effect is
+  // large): this runs once per execution of a stopped tree.
+  effects_.reserve(effects_.size() + steps_.size() + 2);
   for (uint32_t i = 0; i < steps_.size(); ++i) {
     auto& s = steps_[i];
     if (has_worker(s.phase))
@@ -133,6 +136,14 @@ void execution_machine::try_complete_halt(int64_t now) {
   if (phase_ != exec_phase::halting || halt_waiting())
     return;
   phase_ = exec_phase::finishing;
+  // Stopped from above: counted into the subtree record, not written. Not
+  // one still being created (its parent may delete it), nor an agent's run
+  // (its agent's index of live runs is kept per record).
+  if (from_above_ && has_parent_ && rec_.started_at != 0 && rec_.agent.empty()
+      && final_status_ == execution_status::stopped) {
+    complete_halt_compactly(now);
+    return;
+  }
   for (uint32_t i = 0; i < steps_.size(); ++i)
     reset_to_pending(i, step_reason_, now);
   rec_.status = final_status_;
@@ -153,6 +164,19 @@ void execution_machine::try_complete_halt(int64_t now) {
     batch_or_new().append(std::move(*snapshot_));
     snapshot_.reset();
   }
+  // The descendants a stop from above ended compactly: one record stands
+  // for all of them, committed with this execution's own (the store resolves
+  // it for every reader).
+  if (stopped_below_ > 0 && !(from_above_ && has_parent_)) {
+    subtree_stop ss;
+    ss.target = rec_.id;
+    ss.root_id = rec_.root_id;
+    ss.child_reason = to_string(child_reason());
+    ss.time = now;
+    ss.events = stopped_below_;
+    batch_or_new().subtree_stops.push_back(std::move(ss));
+    stopped_below_ = 0;
+  }
   if (from_above_ && has_parent_) {
     if (scope_dirty_) {
       scope_dirty_ = false;
@@ -165,9 +189,48 @@ void execution_machine::try_complete_halt(int64_t now) {
   flush(after_write::report);
 }
 
+void execution_machine::complete_halt_compactly(int64_t now) {
+  // What the per-node snapshot would write, counted instead: one
+  // `step.pending` per active step and one `execution.stopped`. The store
+  // derives the same from the stored records (`subtree_stop`).
+  uint64_t events = 1;
+  for (uint32_t i = 0; i < steps_.size(); ++i) {
+    auto& s = steps_[i];
+    if (!is_active(s.phase))
+      continue;
+    release_slots(i);
+    s.phase = step_phase::idle;
+    s.reason = step_reason_;
+    s.ended_at = now;
+    ++events;
+  }
+  stopped_below_ += events;
+  rec_.status = execution_status::stopped;
+  rec_.reason = to_string(final_reason_);
+  rec_.ended_at = now;
+  rec_.outputs = nullptr;
+  stop_clock(now);
+  // Records not yet written (and those of children that reported per node)
+  // still travel up and are committed before the parent's subtree record.
+  if (snapshot_) {
+    batch_or_new().append(std::move(*snapshot_));
+    snapshot_.reset();
+  }
+  if (scope_dirty_) {
+    scope_dirty_ = false;
+    for (auto& c : scope_->snapshot())
+      batch_or_new().counters.push_back(std::move(c));
+  }
+  report_and_quit();
+}
+
 void execution_machine::report_and_quit() {
   if (has_parent_) {
     fx::report r{rec_.parent_step, rec_.status, rec_.outputs, rec_.error, write_batch{}};
+    if (from_above_) {
+      r.stopped_events = stopped_below_;
+      stopped_below_ = 0;
+    }
     if (from_above_ && batch_) {
       r.snapshot = std::move(*batch_);
       batch_.reset();

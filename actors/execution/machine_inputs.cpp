@@ -141,9 +141,10 @@ void execution_machine::node_lost(const std::string& node, int64_t now) {
 
 void execution_machine::child_settled(uint32_t idx, execution_status status, json outputs,
                                       const std::string& error, write_batch snapshot,
-                                      int64_t now) {
+                                      int64_t now, uint64_t stopped_events) {
   if (phase_ == exec_phase::done || idx >= steps_.size())
     return;
+  stopped_below_ += stopped_events;
   auto& s = steps_[idx];
   auto& def = g_->steps[idx];
   // A planned graph stopped before it ran its first step was still being

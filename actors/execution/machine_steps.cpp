@@ -24,9 +24,14 @@ millis retry_delay(const step_def& def, int attempt) {
 // -- scheduling ---------------------------------------------------------------------------
 
 void execution_machine::pump(int64_t now) {
-  if (phase_ != exec_phase::running || blocked_)
+  if (phase_ != exec_phase::running || blocked_ || yielded_)
     return;
-  while (!ready_.empty()) {
+  for (size_t started = 0; !ready_.empty(); ++started) {
+    if (started == pump_chunk) {
+      yielded_ = true;
+      effects_.emplace_back(fx::yield{});
+      return;
+    }
     auto idx = ready_.back();
     if (!start_step(idx, now))
       return; // stays ready: a stop or a limit decides what happens next
@@ -46,6 +51,14 @@ void execution_machine::pump(int64_t now) {
          }))
     begin_halt(execution_status::stopped, step_reason::child_stopped,
                step_reason::child_stopped, stop_mode::graceful, now);
+}
+
+void execution_machine::resume_pump(int64_t now) {
+  if (!yielded_)
+    return;
+  yielded_ = false;
+  pump(now);
+  flush();
 }
 
 void execution_machine::on_durable(const std::vector<uint32_t>& completed, int64_t now) {

@@ -194,10 +194,13 @@ struct effect_runner {
   void operator()(fx::report& e) {
     if (st().parent)
       self->send(st().parent, child_atom::value, e.parent_step, e.status, std::move(e.outputs),
-                 e.error, std::move(e.snapshot));
+                 e.error, std::move(e.snapshot), e.stopped_events);
   }
   void operator()(fx::quit&) {
     self->quit();
+  }
+  void operator()(fx::yield&) {
+    self->send(self, pump_atom::value);
   }
 };
 

@@ -172,18 +172,26 @@ TEST_CASE("a forced stop overtakes a graceful one", "[actors][machine]") {
   CHECK(first<fx::send_exit>(xs)->mode == stop_mode::force);
 }
 
-TEST_CASE("a stop from above hands the snapshot to the parent instead of writing it",
+TEST_CASE("a stop from above writes nothing and reports how many events its snapshot stands "
+          "for",
           "[actors][machine]") {
   machine_fixture f{one_run, true};
   start_and_grant(f, "a");
   f.m->stop(step_reason::parent_stopped, stop_mode::graceful, {}, true, ++f.now);
-  f.fx();
-  f.m->down(f.idx("a"), "stopped", ++f.now);
   auto xs = f.fx();
+  CHECK(!has_event(xs, "execution.stopping"));
+  f.m->down(f.idx("a"), "stopped", ++f.now);
+  xs = f.fx();
   CHECK(count<fx::write>(xs) == 0);
   REQUIRE(first<fx::report>(xs));
-  CHECK(first<fx::report>(xs)->status == execution_status::stopped);
-  CHECK(!first<fx::report>(xs)->snapshot.executions.empty());
+  auto& r = *first<fx::report>(xs);
+  CHECK(r.status == execution_status::stopped);
+  // No record: its `step.pending` for `a` and its `execution.stopped`.
+  CHECK(r.snapshot.executions.empty());
+  CHECK(r.snapshot.steps.empty());
+  CHECK(r.stopped_events == 2);
+  CHECK(f.step("a").phase == step_phase::idle);
+  CHECK(f.step("a").reason == step_reason::parent_stopped);
   CHECK(f.m->phase() == exec_phase::done);
 }
 
@@ -350,4 +358,39 @@ TEST_CASE("step reasons convert to and from their record spelling", "[actors][ma
   }
   step_reason x;
   CHECK_FALSE(from_string("nonsense", x));
+}
+
+TEST_CASE("a wide layer starts in chunks and writes each chunk before the next one starts",
+          "[actors][machine]") {
+  json steps = json::object();
+  auto n = execution_machine::pump_chunk * 2 + 10;
+  for (size_t i = 0; i < n; ++i)
+    steps["s" + std::to_string(i)] = {{"fn", "noop"}};
+  machine_fixture f{json{{"steps", steps}}};
+  auto completed = [&] {
+    size_t k = 0;
+    for (uint32_t i = 0; i < f.m->size(); ++i)
+      k += f.m->step(i).phase == step_phase::completed ? 1 : 0;
+    return k;
+  };
+  f.m->start(++f.now);
+  auto xs = f.fx();
+  CHECK(completed() == execution_machine::pump_chunk);
+  CHECK(count<fx::yield>(xs) == 1);
+  REQUIRE(first<fx::write>(xs));
+  CHECK(first<fx::write>(xs)->completed.size() == execution_machine::pump_chunk);
+  // Another input before the yield comes back starts nothing more.
+  auto w = std::move(*first<fx::write>(xs));
+  f.m->write_acknowledged(w.completed, w.then, ++f.now);
+  f.fx();
+  CHECK(completed() == execution_machine::pump_chunk);
+  f.m->resume_pump(++f.now);
+  xs = f.fx();
+  CHECK(completed() == 2 * execution_machine::pump_chunk);
+  CHECK(count<fx::yield>(xs) == 1);
+  f.m->resume_pump(++f.now);
+  xs = f.fx();
+  CHECK(completed() == n);
+  CHECK(count<fx::yield>(xs) == 0);
+  CHECK(first<fx::write>(xs)->completed.size() == 10);
 }

@@ -66,6 +66,33 @@ TEST_CASE("a child stopped with its parent adds its final batch to the parent's 
   CHECK(found);
 }
 
+TEST_CASE("the execution a stop reaches commits one subtree record for the children that "
+          "reported compactly",
+          "[actors][machine]") {
+  machine_fixture f{one_child};
+  f.m->start(++f.now);
+  f.fx();
+  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.fx();
+  f.m->child_settled(f.idx("c"), execution_status::stopped, nullptr, {}, {}, ++f.now, 7);
+  auto xs = f.fx();
+  REQUIRE(first<fx::write>(xs));
+  auto& b = first<fx::write>(xs)->batch;
+  REQUIRE(b.subtree_stops.size() == 1);
+  auto& ss = b.subtree_stops.front();
+  CHECK(ss.target == f.m->record().id);
+  CHECK(ss.root_id == f.m->record().root_id);
+  CHECK(ss.child_reason == "parent_stopped");
+  CHECK(ss.events == 7);
+  CHECK(ss.time == f.now);
+  // Its own records are written as ever, in the same batch.
+  bool stopped = false;
+  for (auto& r : b.executions)
+    stopped = stopped || (r.id == ss.target && r.status == execution_status::stopped);
+  CHECK(stopped);
+  CHECK(f.step("c").phase == step_phase::idle);
+}
+
 TEST_CASE("a lost node puts its steps back to pending and places them again",
           "[actors][machine]") {
   machine_fixture f{one_run};

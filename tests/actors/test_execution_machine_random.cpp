@@ -35,6 +35,9 @@ struct world {
   bool quit = false;
   size_t terminal_records = 0;
   size_t snapshots = 0;
+  uint64_t child_events = 0;  ///< compact events children reported
+  uint64_t passed_on = 0;     ///< compact events in its subtree records and report
+  bool compact = false;       ///< it ended in a compact report (no record of its own)
   std::vector<bool> completed;
 
   world(uint32_t seed, bool parent, uint64_t max_steps)
@@ -46,6 +49,10 @@ struct world {
   size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
 
   void count_terminal(const write_batch& b) {
+    for (auto& ss : b.subtree_stops) {
+      REQUIRE(ss.target == "e1");
+      passed_on += ss.events;
+    }
     for (auto& r : b.executions)
       if (r.id == "e1"
           && (r.status == execution_status::completed || r.status == execution_status::failed
@@ -85,8 +92,18 @@ struct world {
       } else if (std::holds_alternative<fx::acquire_admission>(e)) {
         admission = true;
       } else if (auto rep = std::get_if<fx::report>(&e)) {
+        auto before = terminal_records;
         count_terminal(rep->snapshot);
-        snapshots += rep->snapshot.empty() ? 0 : 1;
+        passed_on += rep->stopped_events;
+        if (terminal_records == before && rep->status == execution_status::stopped
+            && rep->stopped_events > child_events) {
+          // Stopped from above compactly: the parent counts it, no record.
+          compact = true;
+          ++terminal_records;
+          ++snapshots;
+        } else {
+          snapshots += rep->snapshot.empty() ? 0 : 1;
+        }
       } else if (std::holds_alternative<fx::quit>(e)) {
         quit = true;
       }
@@ -142,16 +159,20 @@ struct world {
           children.erase(idx);
           bool stopped = exiting.erase(idx) > 0;
           write_batch snap;
-          if (stopped) {
+          uint64_t events = 0;
+          if (stopped && pick(2) == 0) {
+            events = 1 + pick(4); // a child stopped compactly
+          } else if (stopped) {
             execution_record r;
             r.id = "child";
             snap.executions.push_back(r);
           }
+          child_events += events;
           auto status = stopped ? execution_status::stopped
                                 : std::array<execution_status, 3>{execution_status::completed,
                                                                   execution_status::failed,
                                                                   execution_status::stopped}[pick(3)];
-          m.child_settled(idx, status, json::object(), {}, std::move(snap), now);
+          m.child_settled(idx, status, json::object(), {}, std::move(snap), now, events);
         }
         break;
       case 6:
@@ -191,9 +212,13 @@ struct world {
         }
         break;
       }
-      case 12:
-        m.down(static_cast<uint32_t>(pick(m.size())), "stale", now);
+      case 12: {
+        // A down: a child gone without a report (it crashed), or a stale one.
+        auto idx = static_cast<uint32_t>(pick(m.size()));
+        children.erase(idx);
+        m.down(idx, "stale", now);
         break;
+      }
       default:
         m.start(now);
         break;
@@ -220,10 +245,16 @@ struct world {
         auto idx = *children.begin();
         children.erase(idx);
         write_batch snap;
-        execution_record r;
-        r.id = "child";
-        snap.executions.push_back(r);
-        m.child_settled(idx, execution_status::stopped, nullptr, {}, std::move(snap), now);
+        uint64_t events = 3;
+        if (pick(2) == 0) {
+          execution_record r;
+          r.id = "child";
+          snap.executions.push_back(r);
+          events = 0;
+        }
+        child_events += events;
+        m.child_settled(idx, execution_status::stopped, nullptr, {}, std::move(snap), now,
+                        events);
       } else if (!timers.empty()) {
         auto t = timers.back();
         timers.pop_back();
@@ -267,6 +298,12 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
         REQUIRE_FALSE(is_active(w.f.m->step(i).phase));
       REQUIRE(w.snapshots == 1);
     }
+    // Every compact event a child reported is passed on exactly once (in its
+    // subtree record or its report), plus its own when it ended compactly.
+    if (w.compact)
+      REQUIRE(w.passed_on > w.child_events);
+    else
+      REQUIRE(w.passed_on == w.child_events);
   }
   CHECK(inputs >= 100'000);
 }
