@@ -1,5 +1,7 @@
 #include "actors/store_writer.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
@@ -40,6 +42,21 @@ void flush(caf::stateful_actor<store_writer_state>* self) {
   if (!err && !st.subscribers.empty()) {
     auto events = std::make_shared<std::vector<event_record>>();
     batch.take_events(*events);
+    // The events of compact snapshots are not in the batch: read them back
+    // (a plain read after the commit) and merge them in seq order.
+    std::vector<subtree_stop> compact;
+    batch.collect_subtree_stops(compact);
+    if (!compact.empty()) {
+      for (auto& s : compact) {
+        auto evs = st.db->subtree_events(s);
+        if (!evs)
+          continue; // the commit stands; its readers still see them in the log
+        for (auto& e : *evs)
+          events->push_back(std::move(e));
+      }
+      std::stable_sort(events->begin(), events->end(),
+                       [](const event_record& a, const event_record& b) { return a.seq < b.seq; });
+    }
     if (!events->empty()) {
       event_list shared = std::move(events);
       for (auto& s : st.subscribers)

@@ -9,7 +9,9 @@
 //   (unsubscribe_atom, actor) -> bool           stop sending; answered after every
 //                                               event committed so far was sent
 // Subscribers receive (events_atom, event_list) after each commit,
-// with seqs assigned, in seq order.
+// with seqs assigned, in seq order: the batch's own events, the store's, and
+// those a compact snapshot of the batch stands for (read back after the commit).
+// The events of one commit are all sent before the next commit begins.
 //
 // Group commit: writes that arrive while a commit is in progress (or queued in
 // the mailbox before the writer's flush) are committed together in one

@@ -117,17 +117,20 @@ struct stop_record {
   std::string who;          ///< requester, e.g. "cli:pid 4242" or "user:alice"
 };
 
-/// A compact snapshot (issue #12): execution `target` stopped (or failed) and,
-/// in the same commit, every execution below it that is stored not terminal
-/// became `stopped`, and each of their running/queued steps `pending`, without
-/// a record per node. Readers resolve it (store.hpp); it stands for `events`
-/// events at seqs first_seq .. first_seq+events-1 of the root's log.
+/// A compact snapshot (issue #12): execution `target` stopped (or failed)
+/// and, in the same commit, every execution below it that is stored not
+/// terminal became `stopped`, and each of their running/queued steps
+/// `pending`, without a record per node. Readers resolve it (store.hpp, "The
+/// compact snapshot"); it stands for `events` events at seqs `first_seq` ..
+/// `first_seq + events - 1` of the root's log.
 struct subtree_stop {
   std::string target;        ///< its own records are written as usual, in the same batch
   std::string root_id;       ///< the tree (keys the event log)
-  std::string child_reason;  ///< the reason of target's direct children ("parent_stopped" or "sibling_failed"); deeper executions: "parent_stopped"
+  /// The reason of target's direct children ("parent_stopped" or
+  /// "sibling_failed"); deeper executions get "parent_stopped".
+  std::string child_reason;
   int64_t time = 0;          ///< ended_at of every execution and step it ends
-  uint64_t events = 0;       ///< how many events it stands for (given by the writer of the batch)
+  uint64_t events = 0;       ///< how many events it stands for (given by the batch's writer)
   uint64_t first_seq = 0;    ///< assigned at commit
 };
 
@@ -220,6 +223,7 @@ std::string encode(const tree_counters& x);
 std::string encode(const registered_graph& x);
 std::string encode(const agent_record& x);
 std::string encode(const history_entry& x);
+std::string encode(const subtree_stop& x);
 
 /// Encodes a stored graph from its parts without copying them (the document
 /// of a large graph is megabytes); the same bytes as `encode(stored_graph)`.
@@ -241,6 +245,8 @@ caf::expected<tree_counters> decode_counters(std::string_view bytes);
 caf::expected<registered_graph> decode_registered_graph(std::string_view bytes);
 caf::expected<agent_record> decode_agent(std::string_view bytes);
 caf::expected<history_entry> decode_history(std::string_view bytes);
+/// Binary only: no schema-1 home holds one.
+caf::expected<subtree_stop> decode_subtree_stop(std::string_view bytes);
 
 /// The `execution_id` of a stored event, without decoding the rest.
 /// @returns it, or `persistence_errc::corrupt_record`.

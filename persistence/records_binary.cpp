@@ -286,6 +286,17 @@ std::string encode(const agent_record& x) {
   return w.finish();
 }
 
+std::string encode(const subtree_stop& x) {
+  record_writer w;
+  w.str("target", x.target);
+  w.str("root", x.root_id);
+  w.str_if("reason", x.child_reason);
+  w.num("time", x.time);
+  w.field("events").uinteger(x.events);
+  w.field("first").uinteger(x.first_seq);
+  return w.finish();
+}
+
 std::string encode(const history_entry& x) {
   record_writer w;
   w.str("owner", x.owner);
@@ -528,6 +539,19 @@ caf::expected<history_entry> decode_history(std::string_view bytes) {
       if (k == "content") return x.content = r.value(), 16u;
       if (k == "ex") return x.execution_id = r.str(), 0u;
       if (k == "time") return x.time = r.integer(), 32u;
+      return unknown;
+    });
+}
+
+caf::expected<subtree_stop> decode_subtree_stop(std::string_view bytes) {
+  return decode_binary<subtree_stop>(
+    "subtree stop", bytes, 31, [](msgpack::reader& r, std::string_view k, subtree_stop& x) {
+      if (k == "target") return x.target = r.str(), 1u;
+      if (k == "root") return x.root_id = r.str(), 2u;
+      if (k == "reason") return x.child_reason = r.str(), 0u;
+      if (k == "time") return x.time = r.integer(), 4u;
+      if (k == "events") return x.events = r.uinteger(), 8u;
+      if (k == "first") return x.first_seq = r.uinteger(), 16u;
       return unknown;
     });
 }

@@ -19,38 +19,13 @@
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
 #include "persistence/store_lmdb.hpp"
+#include "persistence/store_subtree.hpp"
 
 namespace canopy {
 
 using namespace store_lmdb;
 
 namespace {
-
-std::string seq_key(uint64_t seq) {
-  std::string k(8, '\0');
-  for (int i = 7; i >= 0; --i) {
-    k[static_cast<size_t>(i)] = static_cast<char>(seq & 0xff);
-    seq >>= 8;
-  }
-  return k;
-}
-
-uint64_t seq_of(const MDB_val& v) {
-  uint64_t seq = 0;
-  auto p = static_cast<const unsigned char*>(v.mv_data);
-  for (size_t i = v.mv_size - 8; i < v.mv_size; ++i)
-    seq = (seq << 8) | p[i];
-  return seq;
-}
-
-std::string pair_key(const std::string& a, const std::string& b) {
-  std::string k;
-  k.reserve(a.size() + 1 + b.size());
-  k += a;
-  k += '\0';
-  k += b;
-  return k;
-}
 
 /// A read-only transaction that aborts when it goes out of scope.
 struct read_txn {
@@ -60,26 +35,6 @@ struct read_txn {
       mdb_txn_abort(txn);
   }
 };
-
-/// Calls `f(key, value)` for each entry of `dbi` whose key starts with
-/// `prefix`, beginning at `start` (>= prefix), in key order, while `f`
-/// returns true. An empty `start` scans from the first entry.
-template <class F>
-void scan_prefix(MDB_txn* txn, unsigned dbi, const std::string& prefix, const std::string& start,
-                 F f) {
-  MDB_cursor* cur;
-  if (mdb_cursor_open(txn, dbi, &cur) != 0)
-    return;
-  MDB_val k = as_val(start), v;
-  for (int rc = mdb_cursor_get(cur, &k, &v, start.empty() ? MDB_FIRST : MDB_SET_RANGE);
-       rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
-      break;
-    if (!f(k, v))
-      break;
-  }
-  mdb_cursor_close(cur);
-}
 
 int mkdirs(const std::string& path) {
   std::string cur;
@@ -125,13 +80,14 @@ event_record stop_event(const execution_record& target, const stop_record& r, co
 /// re-checked requests) are looked at; the scan of the pending index reads
 /// keys only. Appends the `stop.handled` events to `out`.
 /// @returns an LMDB code.
-int settle_stops(MDB_txn* txn, unsigned executions, unsigned stops, unsigned pending,
+int settle_stops(MDB_txn* txn, const store_subtree::dbs& d, unsigned stops, unsigned pending,
                  const std::unordered_set<std::string>& candidates,
                  std::vector<event_record>& out) {
   MDB_stat stat;
   int rc = mdb_stat(txn, pending, &stat);
   if (rc != 0 || stat.ms_entries == 0 || candidates.empty())
     return rc;
+  store_subtree::resolver resolve{txn, d};
   MDB_cursor* cur;
   if ((rc = mdb_cursor_open(txn, pending, &cur)) != 0)
     return rc;
@@ -144,7 +100,10 @@ int settle_stops(MDB_txn* txn, unsigned executions, unsigned stops, unsigned pen
       r = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
       continue;
     }
-    auto target = load_execution(txn, executions, key.substr(0, sep));
+    auto target = load_execution(txn, d.executions, key.substr(0, sep));
+    // A target covered by a compact snapshot is `stopped`.
+    if (target)
+      resolve.resolve(*target);
     if (target && !is_terminal(target->status)) {
       r = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
       continue;
@@ -196,6 +155,12 @@ void write_batch::take_events(std::vector<event_record>& out) {
     n.take_events(out);
 }
 
+void write_batch::collect_subtree_stops(std::vector<subtree_stop>& out) const {
+  out.insert(out.end(), subtree_stops.begin(), subtree_stops.end());
+  for (auto& n : nested)
+    n.collect_subtree_stops(out);
+}
+
 // -- opening ------------------------------------------------------------------------
 
 store::~store() {
@@ -237,6 +202,19 @@ int store::open_databases(bool create, std::string& bad_schema) {
     }
     *db.dbi = dbi;
   }
+  // `subtrees` came with the compact snapshot: a home written before lacks
+  // it until a write creates it (see the top of store.hpp).
+  {
+    MDB_dbi dbi;
+    rc = mdb_dbi_open(txn, "subtrees", create ? MDB_CREATE : 0, &dbi);
+    if (rc == 0) {
+      subtrees_ = dbi;
+      has_subtrees_ = true;
+    } else if (rc != MDB_NOTFOUND) {
+      mdb_txn_abort(txn);
+      return rc;
+    }
+  }
   std::string key = "schema", val = schema_version;
   MDB_val k = as_val(key), v;
   if (mdb_get(txn, meta_, &k, &v) == MDB_NOTFOUND) {
@@ -277,7 +255,7 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
   int rc = mdb_env_create(&s->env_);
   if (rc != 0)
     return lmdb_error("mdb_env_create", rc);
-  // 14 named databases today; headroom for a few more without a new binary
+  // 15 named databases today; headroom for a few more without a new binary
   // refusing to open a home another version created.
   mdb_env_set_maxdbs(s->env_, 32);
   mdb_env_set_maxreaders(s->env_, 510);
@@ -353,6 +331,40 @@ void store::unlock_writers() {
 
 // -- reads ---------------------------------------------------------------------------
 
+store_subtree::dbs store::subtree_dbs() const {
+  if (!has_subtrees_) {
+    // Another process may have created it since: look once more. Never
+    // waits: while this process's writer is creating it, nothing of it is
+    // committed yet.
+    std::unique_lock<std::mutex> lock{dbi_mtx_, std::try_to_lock};
+    if (lock.owns_lock() && !has_subtrees_) {
+      std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+      MDB_txn* txn = nullptr;
+      if (mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn) == 0) {
+        MDB_dbi dbi;
+        if (mdb_dbi_open(txn, "subtrees", 0, &dbi) != 0) {
+          mdb_txn_abort(txn);
+        } else if (mdb_txn_commit(txn) == 0) {
+          // Committing (even a read-only transaction) keeps the handle.
+          subtrees_ = dbi;
+          has_subtrees_ = true;
+        }
+      }
+    }
+  }
+  store_subtree::dbs d;
+  d.executions = executions_;
+  d.steps = steps_;
+  d.children = children_;
+  d.events = events_;
+  d.live = live_;
+  d.agent_runs = agent_runs_;
+  d.has_subtrees = has_subtrees_;
+  if (d.has_subtrees)
+    d.subtrees = subtrees_;
+  return d;
+}
+
 size_t store::map_size() const {
   MDB_envinfo info;
   mdb_env_info(env_, &info);
@@ -402,11 +414,31 @@ caf::expected<T> store::get_record(unsigned dbi, const std::string& key,
 }
 
 caf::expected<execution_record> store::execution(const std::string& id) const {
-  return get_record<execution_record>(executions_, id, "no execution '" + id + "'",
-                                      decode_execution);
+  auto d = subtree_dbs();
+  execution_record out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_val k = as_val(id), v;
+    int rc = mdb_get(txn, executions_, &k, &v);
+    if (rc == MDB_NOTFOUND)
+      return make_error(persistence_errc::not_found, "no execution '" + id + "'");
+    if (rc != 0)
+      return lmdb_error("mdb_get", rc);
+    auto rec = decode_execution(as_view(v));
+    if (!rec)
+      return rec.error();
+    out = std::move(*rec);
+    // A terminal record is returned as stored without another read.
+    if (!is_terminal(out.status) && d.has_subtrees)
+      store_subtree::resolver{txn, d}.resolve(out);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
 }
 
 caf::expected<std::vector<step_record>> store::steps(const std::string& id) const {
+  auto d = subtree_dbs();
   std::vector<step_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
     caf::error bad;
@@ -420,6 +452,8 @@ caf::expected<std::vector<step_record>> store::steps(const std::string& id) cons
       out.push_back(std::move(*rec));
       return true;
     });
+    if (!bad && d.has_subtrees)
+      store_subtree::resolver{txn, d}.resolve_steps(id, out);
     return bad;
   });
   if (err)
@@ -449,8 +483,13 @@ caf::expected<stored_graph> store::graph(const std::string& id) const {
 }
 
 caf::expected<std::vector<execution_record>> store::list(const execution_filter& f) const {
+  auto d = subtree_dbs();
   std::vector<execution_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
+    // Roots are never covered (a root target is written as it is).
+    std::optional<store_subtree::resolver> resolve;
+    if (!f.roots_only && d.has_subtrees)
+      resolve.emplace(txn, d);
     MDB_cursor* cur;
     mdb_cursor_open(txn, executions_, &cur);
     MDB_val k, v;
@@ -472,6 +511,8 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
         continue;
       if (f.owner && rec->owner != *f.owner)
         continue;
+      if (resolve)
+        resolve->resolve(*rec);
       if (f.status && rec->status != *f.status)
         continue;
       if (!f.graph.empty() && rec->graph != f.graph)
@@ -518,7 +559,99 @@ caf::expected<std::vector<T>> store::read_log(unsigned dbi, const std::string& p
 
 caf::expected<std::vector<event_record>>
 store::tree_events(const std::string& root_id, uint64_t after, size_t limit) const {
-  return read_log<event_record>(events_, root_id + '\0', after, limit, decode_event);
+  std::vector<event_record> out;
+  if (after == ~uint64_t{0})
+    return out;
+  auto d = subtree_dbs();
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    auto prefix = root_id + '\0';
+    auto full = [&] { return limit != 0 && out.size() >= limit; };
+    // Takes one stored entry, expanding a compact one; false once full.
+    auto take = [&](event_record&& e) {
+      if (auto s = store_subtree::from_compact_entry(e)) {
+        for (auto& x : store_subtree::expand(txn, d, *s, false, after).events) {
+          if (full())
+            return false;
+          out.push_back(std::move(x));
+        }
+      } else if (e.seq > after) {
+        out.push_back(std::move(e));
+      }
+      return !full();
+    };
+    auto start = prefix + seq_key(after + 1);
+    caf::error bad;
+    // A compact entry before `after + 1` may stand for events after it: its
+    // range holds no other entry, so only the one right before can.
+    if (after > 0) {
+      MDB_cursor* cur;
+      if (int rc = mdb_cursor_open(txn, events_, &cur); rc != 0)
+        return lmdb_error("mdb_cursor_open", rc);
+      MDB_val k = as_val(start), v;
+      int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+      rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
+      if (rc == 0 && k.mv_size == prefix.size() + 8
+          && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0) {
+        if (auto e = decode_event(as_view(v)); e && e->type == store_subtree::compact_type)
+          if (auto s = store_subtree::from_compact_entry(*e); s && s->first_seq + s->events > after + 1)
+            take(std::move(*e));
+      }
+      mdb_cursor_close(cur);
+    }
+    if (full())
+      return caf::none;
+    scan_prefix(txn, events_, prefix, start, [&](const MDB_val& k, const MDB_val& v) {
+      if (k.mv_size != prefix.size() + 8)
+        return true;
+      auto e = decode_event(as_view(v));
+      if (!e) {
+        bad = e.error();
+        return false;
+      }
+      return take(std::move(*e));
+    });
+    return bad;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::expected<std::vector<event_record>> store::subtree_events(const subtree_stop& s) const {
+  if (s.events == 0 || s.first_seq == 0)
+    return std::vector<event_record>{};
+  auto evs = tree_events(s.root_id, s.first_seq - 1, s.events);
+  if (!evs)
+    return evs;
+  auto end = s.first_seq + s.events;
+  evs->erase(std::remove_if(evs->begin(), evs->end(),
+                            [&](const event_record& e) { return e.seq >= end; }),
+             evs->end());
+  return evs;
+}
+
+caf::expected<std::vector<subtree_stop>> store::subtree_stops(const std::string& root_id) const {
+  std::vector<subtree_stop> out;
+  auto d = subtree_dbs();
+  if (!d.has_subtrees)
+    return out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    caf::error bad;
+    auto prefix = root_id + '\0';
+    scan_prefix(txn, d.subtrees, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
+      auto rec = decode_subtree_stop(as_view(v));
+      if (!rec) {
+        bad = rec.error();
+        return false;
+      }
+      out.push_back(std::move(*rec));
+      return true;
+    });
+    return bad;
+  });
+  if (err)
+    return err;
+  return out;
 }
 
 caf::expected<stop_record> store::stop(const std::string& id) const {
@@ -564,9 +697,12 @@ caf::expected<tree_counters> store::counters(const std::string& id) const {
 }
 
 caf::expected<std::vector<execution_record>> store::live() const {
+  auto d = subtree_dbs();
   std::vector<execution_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
     caf::error bad;
+    // Covered executions keep their `live` entry until materialised.
+    store_subtree::resolver resolve{txn, d};
     scan_prefix(txn, live_, {}, {}, [&](const MDB_val& k, const MDB_val&) {
       MDB_val kk = k, ev;
       if (mdb_get(txn, executions_, &kk, &ev) != 0)
@@ -576,7 +712,8 @@ caf::expected<std::vector<execution_record>> store::live() const {
         bad = rec.error();
         return false;
       }
-      out.push_back(std::move(*rec));
+      if (!resolve.resolve(*rec))
+        out.push_back(std::move(*rec));
       return true;
     });
     return bad;
@@ -628,11 +765,6 @@ int newest_version(MDB_txn* txn, unsigned dbi, const std::string& prefix) {
   return newest;
 }
 
-/// `owner \0 agent \0`: the prefix of an agent's history and runs. The
-/// trailing separator keeps agent "b" from matching agent "bc".
-std::string agent_prefix(const std::string& owner, const std::string& name) {
-  return owner + '\0' + name + '\0';
-}
 
 /// The newest history seq stored under `prefix` (0 when none), found from
 /// the end of the prefix's range: O(log n), whatever the history's length.
@@ -719,13 +851,19 @@ caf::expected<std::vector<history_entry>> store::history(const std::string& owne
 
 caf::expected<std::vector<std::pair<std::string, std::string>>>
 store::agent_runs(const std::string& owner, const std::string& name) const {
+  auto d = subtree_dbs();
   std::vector<std::pair<std::string, std::string>> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
     auto prefix = agent_prefix(owner, name);
+    // Covered runs keep their entry until materialised.
+    store_subtree::resolver resolve{txn, d};
     scan_prefix(txn, agent_runs_, prefix, prefix, [&](const MDB_val& k, const MDB_val& v) {
-      out.emplace_back(std::string{static_cast<const char*>(k.mv_data) + prefix.size(),
-                                   k.mv_size - prefix.size()},
-                       as_string(v));
+      std::string id{static_cast<const char*>(k.mv_data) + prefix.size(),
+                     k.mv_size - prefix.size()};
+      if (resolve.active())
+        if (auto rec = load_execution(txn, executions_, id); rec && resolve.covering(*rec))
+          return true;
+      out.emplace_back(std::move(id), as_string(v));
       return true;
     });
     return caf::none;
@@ -822,9 +960,32 @@ caf::error store::commit(write_batch& batch) {
   // Events the store writes itself (`stop.requested`, `stop.handled`), after
   // the batch's own; handed to the batch once committed.
   std::vector<event_record> generated;
+  // The first write of this process in a home without `subtrees` creates it
+  // (its handle is private to the transaction until it commits, and no other
+  // transaction of this process may open a database meanwhile).
+  std::unique_lock<std::mutex> creating{dbi_mtx_, std::defer_lock};
+  if (!has_subtrees_)
+    creating.lock();
+  MDB_dbi created_subtrees = 0;
   auto err = write_once(
     [&](MDB_txn* txn) {
       int rc = 0;
+      store_subtree::dbs d;
+      d.executions = executions_;
+      d.steps = steps_;
+      d.children = children_;
+      d.events = events_;
+      d.live = live_;
+      d.agent_runs = agent_runs_;
+      d.has_subtrees = true;
+      if (has_subtrees_) {
+        d.subtrees = subtrees_;
+      } else {
+        if ((rc = mdb_dbi_open(txn, "subtrees", MDB_CREATE, &created_subtrees)) != 0)
+          return rc;
+        d.subtrees = created_subtrees;
+      }
+      bool any_subtree_stop = false;
       auto put = [&](unsigned dbi, const std::string& key, const std::string& val,
                      unsigned flags = 0) {
         if (rc != 0)
@@ -895,7 +1056,30 @@ caf::error store::commit(write_batch& batch) {
         }
         mdb_cursor_close(cur);
       };
+      // Before a batch touches an execution a stored compact snapshot
+      // covers (or its target), that snapshot is materialised: the per-node
+      // records the write then changes are there (see store.hpp).
+      auto materialize_touched = [&](const write_batch& b) {
+        if (rc != 0 || !store_subtree::any_stops(txn, d))
+          return;
+        std::unordered_set<std::string> seen;
+        auto touch = [&](const std::string& root, const std::string& id,
+                         const std::string& parent) {
+          if (rc == 0 && seen.insert(id).second)
+            rc = store_subtree::materialize_touching(txn, d, root, id, parent);
+        };
+        for (auto& id : b.deleted_executions)
+          if (auto rec = load_execution(txn, executions_, id))
+            touch(rec->root_id, id, rec->parent_id);
+        for (auto& x : b.executions)
+          touch(x.root_id, x.id, x.parent_id);
+        for (auto& x : b.steps)
+          if (seen.count(x.execution_id) == 0)
+            if (auto rec = load_execution(txn, executions_, x.execution_id))
+              touch(rec->root_id, rec->id, rec->parent_id);
+      };
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
+        materialize_touched(b);
         for (auto& id : b.deleted_executions) {
           MDB_val k = as_val(id);
           execution_record rec;
@@ -917,6 +1101,8 @@ caf::error store::commit(write_batch& batch) {
           }
           mdb_del(txn, graphs_, &k, nullptr);
           mdb_del(txn, live_, &k, nullptr);
+          if (rec.root_id.empty() || rec.root_id == id)
+            del_prefix(d.subtrees, id + '\0');
           del_prefix(steps_, id + '\0');
           del_prefix(events_, id + '\0');
           if (!rec.root_id.empty() && rec.root_id != id)
@@ -1024,14 +1210,43 @@ caf::error store::commit(write_batch& batch) {
             put(events_, key, val);
           }
         }
+        // Compact snapshots: a reserved seq range, one compact entry at its
+        // first seq (none for an empty range) and the record.
+        for (auto& x : b.subtree_stops) {
+          if (rc != 0)
+            break;
+          x.first_seq = seq + 1;
+          seq += x.events;
+          if (x.events > 0) {
+            auto key = pair_key(x.root_id, seq_key(x.first_seq));
+            auto val = encode(store_subtree::compact_entry(x));
+            put(events_, key, val, MDB_APPEND);
+            if (rc == MDB_KEYEXIST) {
+              rc = 0;
+              put(events_, key, val);
+            }
+          }
+          put(d.subtrees, pair_key(x.root_id, x.target), encode(x));
+          any_subtree_stop = true;
+        }
         for (auto& n : b.nested)
           apply(n);
       };
       apply(batch);
       for (auto& [root, ids] : deleted_in_tree)
         del_events_of(root, ids);
+      // A pending request whose target a compact snapshot of this commit
+      // covers is answered now, like one whose target became terminal.
+      if (any_subtree_stop && any_pending && rc == 0)
+        scan_prefix(txn, pending_, {}, {}, [&](const MDB_val& k, const MDB_val&) {
+          auto key = as_view(k);
+          auto sep = key.find('\0');
+          if (sep != std::string_view::npos)
+            settle.emplace(key.substr(0, sep));
+          return true;
+        });
       if (!settle.empty() && rc == 0)
-        rc = settle_stops(txn, executions_, stops_, pending_, settle, generated);
+        rc = settle_stops(txn, d, stops_, pending_, settle, generated);
       for (auto& e : generated) {
         e.seq = ++seq;
         put(events_, pair_key(e.root_id, seq_key(e.seq)), encode(e));
@@ -1041,6 +1256,12 @@ caf::error store::commit(write_batch& batch) {
       return rc;
     },
     "commit");
+  if (!err && created_subtrees != 0) {
+    subtrees_ = created_subtrees;
+    has_subtrees_ = true;
+  }
+  if (creating.owns_lock())
+    creating.unlock();
   if (err)
     return err;
   if (!generated.empty()) {
@@ -1051,6 +1272,30 @@ caf::error store::commit(write_batch& batch) {
   if (on_commit_)
     on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   return caf::none;
+}
+
+caf::error store::materialize(const std::string& root_id) {
+  if (needs_migration_)
+    if (auto err = migrate())
+      return err;
+  auto d = subtree_dbs();
+  if (!d.has_subtrees)
+    return caf::none;
+  return write_once(
+    [&](MDB_txn* txn) {
+      std::vector<std::string> targets;
+      auto prefix = root_id + '\0';
+      scan_prefix(txn, d.subtrees, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
+        targets.emplace_back(static_cast<const char*>(k.mv_data) + prefix.size(),
+                             k.mv_size - prefix.size());
+        return true;
+      });
+      for (auto& t : targets)
+        if (int rc = store_subtree::materialize(txn, d, root_id, t); rc != 0)
+          return rc;
+      return 0;
+    },
+    "materialize");
 }
 
 std::string make_execution_id() {

@@ -18,6 +18,26 @@
 //   history     owner \0 agent name \0 seq (8 bytes, big endian) → history entry
 //   agent_runs  owner \0 agent name \0 execution id → root id, for every execution
 //               with an `agent` that is not yet terminal
+//   subtrees    root id \0 target id → subtree_stop (a compact snapshot not yet
+//               materialised; see below)
+//
+// The compact snapshot (issue #12). A batch's `subtree_stop` for target X
+// says, in one record, that every execution below X stored not terminal
+// became `stopped` and each of their running/queued steps `pending` (the
+// exact rule, its walk and its events: store_subtree.hpp). At commit it gets
+// a reserved seq range [first_seq, first_seq + events) of the root's log, one
+// compact entry in `events` at its first seq (type "subtree.stopped", never
+// shown: readers expand it) and its record in `subtrees`. Every read resolves
+// it: `execution`, `steps`, `list`, `live`, `agent_runs` and `tree_events`
+// return exactly what the per-node records and events would be, and the stop
+// rule answers requests for covered executions (result `stopped`). A write
+// that touches a covered execution (its record, a step, a delete, a child
+// under it), or X's record, first materialises the subtree_stop in the same
+// transaction (per-node records and events at the reserved seqs, `live` and
+// `agent_runs` entries removed, the record deleted); `materialize` does it on
+// demand. Schema stays "2": `subtrees` is created by this release's first
+// write in a home that lacks it (or when the home is created), and reads as
+// empty while absent (a home no release with compact snapshots wrote to).
 //
 // Records are stored in the binary encoding of records.hpp (schema 2). A home
 // written by the release before (schema 1: JSON text records) opens as it
@@ -50,6 +70,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -62,6 +83,11 @@ struct MDB_env;
 struct MDB_txn;
 
 namespace canopy {
+
+namespace store_subtree {
+struct dbs;
+} // namespace store_subtree
+using store_subtree_dbs = store_subtree::dbs;
 
 /// Mutations committed together in one write transaction.
 struct write_batch {
@@ -102,6 +128,11 @@ struct write_batch {
   /// History entries to append; each gets the next seq of its agent at
   /// commit (assigned into the batch).
   std::vector<history_entry> history;
+  /// Compact snapshots (store.hpp top, store_subtree.hpp): each applied after
+  /// this batch's own events got their seqs (before the nested batches and
+  /// the store's `stop.handled` events); `first_seq` is assigned into it.
+  /// The target's own records and events belong in the same batch.
+  std::vector<subtree_stop> subtree_stops;
   /// Batches appended to this one, committed after it in order. Appending
   /// nests instead of copying records, so gathering a large subtree's
   /// snapshot level by level costs O(1) per level.
@@ -118,8 +149,13 @@ struct write_batch {
   void append(write_batch&& other);
 
   /// Moves every event of this batch and the nested ones, in commit order,
-  /// to the end of `out`.
+  /// to the end of `out`. The events of its compact snapshots are not among
+  /// them: read them back with `store::subtree_events`.
   void take_events(std::vector<event_record>& out);
+
+  /// Appends (copies) the subtree_stops of this batch and the nested ones,
+  /// in commit order, to `out` (after a commit: with `first_seq` assigned).
+  void collect_subtree_stops(std::vector<subtree_stop>& out) const;
 };
 
 /// Filter of `list_executions`.
@@ -176,6 +212,10 @@ public:
 
   // -- reads (any thread) --------------------------------------------------------
 
+  // Every read of executions, steps and events resolves the compact
+  // snapshots (see the top of this header): none returns a covered
+  // execution as stored, nor a compact entry of the log.
+
   /// @returns the execution, `not_found`, or `store_error`/`corrupt_record`.
   caf::expected<execution_record> execution(const std::string& id) const;
 
@@ -192,7 +232,9 @@ public:
   caf::expected<std::vector<execution_record>> list(const execution_filter& f) const;
 
   /// @returns the events of the tree rooted at `root_id` with seq > `after`,
-  ///          in seq order, at most `limit` (0: all).
+  ///          in seq order, at most `limit` (0: all). A compact entry is
+  ///          expanded in place into the events it stands for, at their
+  ///          reserved seqs (a seq of a range the walk did not fill is a gap).
   caf::expected<std::vector<event_record>> tree_events(const std::string& root_id,
                                                        uint64_t after = 0,
                                                        size_t limit = 0) const;
@@ -234,6 +276,16 @@ public:
   caf::expected<std::vector<std::pair<std::string, std::string>>>
   agent_runs(const std::string& owner, const std::string& name) const;
 
+  /// @returns the events of compact snapshot `s` (committed: `first_seq` set)
+  ///          as the log holds them now, in seq order: at most `s.events`,
+  ///          all within its reserved range. For the store writer, after the
+  ///          commit (its subscribers see them like the batch's own events).
+  caf::expected<std::vector<event_record>> subtree_events(const subtree_stop& s) const;
+
+  /// @returns the compact snapshots stored for tree `root_id` (not yet
+  ///          materialised), by target id.
+  caf::expected<std::vector<subtree_stop>> subtree_stops(const std::string& root_id) const;
+
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;
 
@@ -259,6 +311,13 @@ public:
   /// Threading: one thread at a time per store (in canopy, the store writer
   /// actor); blocks that thread for at most `write_wait` plus the commit.
   caf::error commit(write_batch& batch);
+
+  /// Materialises every compact snapshot of tree `root_id` (see the top of
+  /// this header) in one write transaction: afterwards the store holds the
+  /// per-node records and events, and every read returns the same as before.
+  /// @returns nothing (also when there is none), or the errors of `commit`.
+  /// Threading: as `commit`.
+  caf::error materialize(const std::string& root_id);
 
   /// Migrates a schema-1 home to schema 2 (see the top of this header) when
   /// `needs_migration()`; `commit` calls it before its first write. Each
@@ -315,6 +374,16 @@ private:
   unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
            live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0, agents_ = 0,
            history_ = 0, agent_runs_ = 0;
+  /// The `subtrees` database, once it exists (`has_subtrees_`); see
+  /// `subtree_dbs`.
+  mutable unsigned subtrees_ = 0;
+  mutable std::atomic<bool> has_subtrees_{false};
+  /// Serialises opening `subtrees` (LMDB: mdb_dbi_open from one transaction
+  /// at a time, which must end before another opens one).
+  mutable std::mutex dbi_mtx_;
+  /// The databases of the compact snapshot; tries once more to open
+  /// `subtrees` when absent (another process may have created it).
+  store_subtree_dbs subtree_dbs() const;
   std::function<void(double)> on_commit_;
   std::atomic<bool> needs_migration_{false};
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB

@@ -5,6 +5,8 @@
 
 #include <lmdb.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -38,6 +40,61 @@ inline std::string as_string(const MDB_val& v) {
 
 inline std::string_view as_view(const MDB_val& v) {
   return {static_cast<const char*>(v.mv_data), v.mv_size};
+}
+
+// -- keys ----------------------------------------------------------------------------
+
+/// A seq as an 8-byte big-endian key suffix (keys sort in seq order).
+inline std::string seq_key(uint64_t seq) {
+  std::string k(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    k[static_cast<size_t>(i)] = static_cast<char>(seq & 0xff);
+    seq >>= 8;
+  }
+  return k;
+}
+
+inline uint64_t seq_of(const MDB_val& v) {
+  uint64_t seq = 0;
+  auto p = static_cast<const unsigned char*>(v.mv_data);
+  for (size_t i = v.mv_size - 8; i < v.mv_size; ++i)
+    seq = (seq << 8) | p[i];
+  return seq;
+}
+
+inline std::string pair_key(const std::string& a, const std::string& b) {
+  std::string k;
+  k.reserve(a.size() + 1 + b.size());
+  k += a;
+  k += '\0';
+  k += b;
+  return k;
+}
+
+/// `owner \0 agent \0`: the prefix of an agent's history and runs. The
+/// trailing separator keeps agent "b" from matching agent "bc".
+inline std::string agent_prefix(const std::string& owner, const std::string& name) {
+  return owner + '\0' + name + '\0';
+}
+
+/// Calls `f(key, value)` for each entry of `dbi` whose key starts with
+/// `prefix`, beginning at `start` (>= prefix), in key order, while `f`
+/// returns true. An empty `start` scans from the first entry.
+template <class F>
+void scan_prefix(MDB_txn* txn, unsigned dbi, const std::string& prefix, const std::string& start,
+                 F f) {
+  MDB_cursor* cur;
+  if (mdb_cursor_open(txn, dbi, &cur) != 0)
+    return;
+  MDB_val k = as_val(start), v;
+  for (int rc = mdb_cursor_get(cur, &k, &v, start.empty() ? MDB_FIRST : MDB_SET_RANGE);
+       rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (k.mv_size < prefix.size() || std::memcmp(k.mv_data, prefix.data(), prefix.size()) != 0)
+      break;
+    if (!f(k, v))
+      break;
+  }
+  mdb_cursor_close(cur);
 }
 
 } // namespace canopy::store_lmdb

@@ -1,0 +1,318 @@
+// The compact snapshot inside the store: expansion, resolution and
+// materialisation of a `subtree_stop` (see store_subtree.hpp).
+
+#include "persistence/store_subtree.hpp"
+
+#include "persistence/store_lmdb.hpp"
+
+namespace canopy::store_subtree {
+
+using namespace store_lmdb;
+
+namespace {
+
+const std::string parent_stopped = "parent_stopped";
+
+std::optional<execution_record> load_execution(MDB_txn* txn, const dbs& d,
+                                               const std::string& id) {
+  MDB_val k = as_val(id), v;
+  if (mdb_get(txn, d.executions, &k, &v) != 0)
+    return std::nullopt;
+  auto rec = decode_execution(as_view(v));
+  if (!rec)
+    return std::nullopt;
+  return std::move(*rec);
+}
+
+std::vector<std::string> children_of(MDB_txn* txn, const dbs& d, const std::string& id) {
+  std::vector<std::string> out;
+  auto prefix = id + '\0';
+  scan_prefix(txn, d.children, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
+    out.emplace_back(static_cast<const char*>(k.mv_data) + prefix.size(),
+                     k.mv_size - prefix.size());
+    return true;
+  });
+  return out;
+}
+
+/// The one walk (see the top of store_subtree.hpp): calls `f(rec, direct)`
+/// for each covered execution in walk order, `direct` when it is a child of
+/// the target. Corrupt or missing records are not covered.
+template <class F>
+void walk(MDB_txn* txn, const dbs& d, const subtree_stop& s, F f) {
+  struct level {
+    std::vector<std::string> ids;
+    size_t next = 0;
+  };
+  std::vector<level> stack;
+  stack.push_back({children_of(txn, d, s.target)});
+  while (!stack.empty()) {
+    auto& top = stack.back();
+    if (top.next == top.ids.size()) {
+      stack.pop_back();
+      continue;
+    }
+    auto id = top.ids[top.next++];
+    auto rec = load_execution(txn, d, id);
+    if (!rec || is_terminal(rec->status))
+      continue;
+    f(*rec, stack.size() == 1);
+    stack.push_back({children_of(txn, d, id)});
+  }
+}
+
+} // namespace
+
+// -- the compact entry ---------------------------------------------------------------
+
+event_record compact_entry(const subtree_stop& s) {
+  event_record e;
+  e.seq = s.first_seq;
+  e.time = s.time;
+  e.type = compact_type;
+  e.execution_id = s.target;
+  e.root_id = s.root_id;
+  e.reason = s.child_reason;
+  e.data = {{"events", s.events}};
+  return e;
+}
+
+std::optional<subtree_stop> from_compact_entry(const event_record& e) {
+  if (e.type != compact_type)
+    return std::nullopt;
+  subtree_stop s;
+  s.target = e.execution_id;
+  s.root_id = e.root_id;
+  s.child_reason = e.reason;
+  s.time = e.time;
+  s.first_seq = e.seq;
+  if (e.data.is_object()) {
+    auto n = e.data.find("events");
+    if (n != e.data.end() && n->is_number_unsigned())
+      s.events = n->get<uint64_t>();
+  }
+  return s;
+}
+
+// -- resolution -----------------------------------------------------------------------
+
+void resolve_execution(execution_record& rec, const std::string& reason, int64_t time) {
+  rec.status = execution_status::stopped;
+  rec.reason = reason;
+  rec.ended_at = time;
+  rec.outputs = nullptr;
+}
+
+bool resolve_step(step_record& rec, const std::string& reason, int64_t time) {
+  if (rec.status != step_status::running && rec.status != step_status::queued)
+    return false;
+  rec.status = step_status::pending;
+  rec.reason = reason;
+  rec.ended_at = time;
+  return true;
+}
+
+expansion expand(MDB_txn* txn, const dbs& d, const subtree_stop& s, bool records,
+                 uint64_t after) {
+  expansion out;
+  uint64_t n = 0; // events the walk yielded so far
+  auto add = [&](event_record e) {
+    auto seq = s.first_seq + n++;
+    if (n > s.events || seq <= after)
+      return;
+    e.seq = seq;
+    out.events.push_back(std::move(e));
+  };
+  walk(txn, d, s, [&](execution_record& rec, bool direct) {
+    auto& reason = direct ? s.child_reason : parent_stopped;
+    resolve_execution(rec, reason, s.time);
+    auto prefix = rec.id + '\0';
+    scan_prefix(txn, d.steps, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
+      auto step = decode_step(as_view(v));
+      if (!step || !resolve_step(*step, reason, s.time))
+        return true;
+      add(make_event(rec, "step.pending", s.time, step->step, "pending", reason));
+      if (records)
+        out.steps.push_back(std::move(*step));
+      return true;
+    });
+    add(make_event(rec, "execution.stopped", s.time, {}, "stopped", reason,
+                   rec.error.empty() ? json(nullptr) : json{{"error", rec.error}}));
+    if (records)
+      out.executions.push_back(std::move(rec));
+  });
+  out.walked_events = n;
+  return out;
+}
+
+bool any_stops(MDB_txn* txn, const dbs& d) {
+  if (!d.has_subtrees)
+    return false;
+  MDB_stat st;
+  return mdb_stat(txn, d.subtrees, &st) == 0 && st.ms_entries > 0;
+}
+
+std::optional<subtree_stop> load_stop(MDB_txn* txn, const dbs& d, const std::string& root,
+                                      const std::string& target) {
+  if (!d.has_subtrees)
+    return std::nullopt;
+  auto key = pair_key(root, target);
+  MDB_val k = as_val(key), v;
+  if (mdb_get(txn, d.subtrees, &k, &v) != 0)
+    return std::nullopt;
+  auto s = decode_subtree_stop(as_view(v));
+  if (!s)
+    return std::nullopt;
+  return std::move(*s);
+}
+
+resolver::resolver(MDB_txn* txn, const dbs& d) : txn_(txn), d_(d) {
+  active_ = any_stops(txn, d);
+}
+
+bool resolver::root_has_stops(const std::string& root) {
+  auto i = roots_.find(root);
+  if (i != roots_.end())
+    return i->second;
+  bool any = false;
+  auto prefix = root + '\0';
+  scan_prefix(txn_, d_.subtrees, prefix, prefix, [&](const MDB_val&, const MDB_val&) {
+    any = true;
+    return false;
+  });
+  roots_.emplace(root, any);
+  return any;
+}
+
+const subtree_stop* resolver::stop_of(const std::string& root, const std::string& id) {
+  auto i = stops_.find(id);
+  if (i == stops_.end())
+    i = stops_.emplace(id, load_stop(txn_, d_, root, id)).first;
+  return i->second ? &*i->second : nullptr;
+}
+
+const std::string& resolver::covering_target(const std::string& root, const std::string& id,
+                                             const std::string& parent) {
+  auto i = targets_.find(id);
+  if (i != targets_.end())
+    return i->second;
+  std::string target;
+  if (!parent.empty()) {
+    if (stop_of(root, parent)) {
+      target = parent;
+    } else if (auto p = load_execution(txn_, d_, parent); p && !is_terminal(p->status)) {
+      target = covering_target(root, parent, p->parent_id);
+    }
+  }
+  return targets_.emplace(id, std::move(target)).first->second;
+}
+
+const resolver::coverage* resolver::covering(const execution_record& rec) {
+  if (!active_ || is_terminal(rec.status) || rec.parent_id.empty()
+      || !root_has_stops(rec.root_id))
+    return nullptr;
+  auto c = coverage_.find(rec.id);
+  if (c != coverage_.end())
+    return &c->second;
+  auto& target = covering_target(rec.root_id, rec.id, rec.parent_id);
+  if (target.empty())
+    return nullptr;
+  auto s = stop_of(rec.root_id, target);
+  coverage cov{*s, rec.parent_id == target ? s->child_reason : parent_stopped};
+  return &coverage_.emplace(rec.id, std::move(cov)).first->second;
+}
+
+bool resolver::resolve(execution_record& rec) {
+  auto c = covering(rec);
+  if (!c)
+    return false;
+  resolve_execution(rec, c->reason, c->stop.time);
+  return true;
+}
+
+void resolver::resolve_steps(const std::string& id, std::vector<step_record>& steps) {
+  if (!active_)
+    return;
+  bool active_step = false;
+  for (auto& s : steps)
+    active_step = active_step || s.status == step_status::running
+                  || s.status == step_status::queued;
+  if (!active_step)
+    return;
+  auto rec = load_execution(txn_, d_, id);
+  if (!rec)
+    return;
+  auto c = covering(*rec);
+  if (!c)
+    return;
+  for (auto& s : steps)
+    resolve_step(s, c->reason, c->stop.time);
+}
+
+// -- materialisation ------------------------------------------------------------------
+
+int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::string& target) {
+  auto s = load_stop(txn, d, root, target);
+  if (!s)
+    return 0;
+  auto ex = expand(txn, d, *s);
+  int rc = 0;
+  auto put = [&](unsigned dbi, const std::string& key, const std::string& val) {
+    if (rc != 0)
+      return;
+    MDB_val k = as_val(key), v = as_val(val);
+    rc = mdb_put(txn, dbi, &k, &v, 0);
+  };
+  auto del = [&](unsigned dbi, const std::string& key) {
+    if (rc != 0)
+      return;
+    MDB_val k = as_val(key);
+    int r = mdb_del(txn, dbi, &k, nullptr);
+    if (r != 0 && r != MDB_NOTFOUND)
+      rc = r;
+  };
+  for (auto& x : ex.executions) {
+    put(d.executions, x.id, encode(x));
+    del(d.live, x.id);
+    if (!x.agent.empty())
+      del(d.agent_runs, agent_prefix(x.owner, x.agent) + x.id);
+  }
+  for (auto& x : ex.steps)
+    put(d.steps, pair_key(x.execution_id, x.step), encode(x));
+  // The first event (if any) takes the compact entry's key: delete it first
+  // in case the walk yields none.
+  if (s->events > 0)
+    del(d.events, pair_key(root, seq_key(s->first_seq)));
+  for (auto& e : ex.events)
+    put(d.events, pair_key(e.root_id, seq_key(e.seq)), encode(e));
+  del(d.subtrees, pair_key(root, target));
+  return rc;
+}
+
+int materialize_touching(MDB_txn* txn, const dbs& d, const std::string& root,
+                         const std::string& id, const std::string& parent) {
+  if (!d.has_subtrees || root.empty())
+    return 0;
+  bool any = false;
+  auto prefix = root + '\0';
+  scan_prefix(txn, d.subtrees, prefix, prefix, [&](const MDB_val&, const MDB_val&) {
+    any = true;
+    return false;
+  });
+  if (!any)
+    return 0;
+  if (int rc = materialize(txn, d, root, id); rc != 0)
+    return rc;
+  auto up = parent;
+  while (!up.empty()) {
+    if (load_stop(txn, d, root, up))
+      return materialize(txn, d, root, up);
+    auto p = load_execution(txn, d, up);
+    if (!p || is_terminal(p->status))
+      return 0;
+    up = p->parent_id;
+  }
+  return 0;
+}
+
+} // namespace canopy::store_subtree
