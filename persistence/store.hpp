@@ -115,9 +115,6 @@ struct write_batch {
   /// pending by an older release. Those of executions this batch ends, and
   /// of new requests, are checked anyway.
   std::vector<std::string> settle_stops;
-  /// Compact snapshots of stopped subtrees (see `subtree_stop`): each gets
-  /// its seq range after the batch's own events.
-  std::vector<subtree_stop> subtree_stops;
   /// Scope execution id → counters, merged with the stored ones by maximum.
   std::vector<std::pair<std::string, tree_counters>> counters;
   /// Graph versions to register; a version of 0 becomes the next version of
