@@ -20,15 +20,15 @@ struct timer_entry {
   caf::message msg;
 };
 
+/// Two nodes per pending timer (a live `sleep` holds one for its execution).
 struct timer_state {
-  /// Due time → entry id, in due order.
-  std::multimap<clock_type::time_point, uint64_t> due;
-  std::unordered_map<uint64_t, std::pair<timer_entry, decltype(due)::iterator>> entries;
-  /// Receiver → its entry ids, to cancel them all when it quits.
-  std::map<caf::actor_addr, std::set<uint64_t>> by_receiver;
+  using due_map = std::multimap<clock_type::time_point, timer_entry>;
+  /// Due time → entry, in due order.
+  due_map due;
+  /// Receiver → its entries, to cancel them all when it quits.
+  std::unordered_multimap<caf::actor_addr, due_map::iterator> by_receiver;
   /// Wake-ups already requested from CAF's clock.
   std::multiset<clock_type::time_point> armed;
-  uint64_t next_id = 0;
   static const char* name;
 };
 
@@ -36,19 +36,16 @@ const char* timer_state::name = "timer";
 
 using timer_actor = caf::stateful_actor<timer_state>;
 
-void forget(timer_actor* self, uint64_t id) {
+/// Drops the entry `i` (and its index entry).
+void forget(timer_actor* self, timer_state::due_map::iterator i) {
   auto& st = self->state;
-  auto i = st.entries.find(id);
-  if (i == st.entries.end())
-    return;
-  st.due.erase(i->second.second);
-  auto r = st.by_receiver.find(i->second.first.receiver);
-  if (r != st.by_receiver.end()) {
-    r->second.erase(id);
-    if (r->second.empty())
+  auto range = st.by_receiver.equal_range(i->second.receiver);
+  for (auto r = range.first; r != range.second; ++r)
+    if (r->second == i) {
       st.by_receiver.erase(r);
-  }
-  st.entries.erase(i);
+      break;
+    }
+  st.due.erase(i);
 }
 
 /// Makes sure CAF's clock wakes us no later than the earliest due time.
@@ -69,20 +66,17 @@ caf::behavior timer(timer_actor* self) {
   return {
     [=](schedule_atom, int64_t delay_ms, const caf::actor_addr& receiver, caf::message& msg) {
       auto& st = self->state;
-      auto id = ++st.next_id;
-      auto at = st.due.emplace(clock_type::now() + millis{delay_ms}, id);
-      st.entries.emplace(id, std::make_pair(timer_entry{receiver, std::move(msg)}, at));
-      st.by_receiver[receiver].insert(id);
+      auto at = st.due.emplace(clock_type::now() + millis{delay_ms},
+                               timer_entry{receiver, std::move(msg)});
+      st.by_receiver.emplace(receiver, at);
       arm(self);
     },
     [=](cancel_atom, const caf::actor_addr& receiver) {
       auto& st = self->state;
-      auto r = st.by_receiver.find(receiver);
-      if (r == st.by_receiver.end())
-        return;
-      auto ids = r->second;
-      for (auto id : ids)
-        forget(self, id);
+      auto range = st.by_receiver.equal_range(receiver);
+      for (auto r = range.first; r != range.second; ++r)
+        st.due.erase(r->second);
+      st.by_receiver.erase(range.first, range.second);
     },
     [=](tick_atom, int64_t armed_for) {
       auto& st = self->state;
@@ -91,13 +85,13 @@ caf::behavior timer(timer_actor* self) {
         st.armed.erase(a);
       auto now = clock_type::now();
       while (!st.due.empty() && st.due.begin()->first <= now) {
-        auto id = st.due.begin()->second;
-        auto& e = st.entries.at(id).first;
+        auto i = st.due.begin();
+        auto& e = i->second;
         if (auto dest = caf::actor_cast<caf::actor>(e.receiver))
           dest->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {},
                                                   std::move(e.msg)),
                         nullptr);
-        forget(self, id);
+        forget(self, i);
       }
       arm(self);
     },

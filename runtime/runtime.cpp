@@ -26,6 +26,7 @@
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
 #include "runtime/error.hpp"
+#include "runtime/memory.hpp"
 
 namespace canopy {
 
@@ -193,6 +194,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   // A step that closes its stdin must not kill us with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   raise_open_files_limit();
+  fix_malloc_thresholds(); // large transient buffers go back to the kernel
   auto db = store::open({opts.home});
   if (!db)
     return db.error();

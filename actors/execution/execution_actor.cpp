@@ -80,92 +80,58 @@ machine_init machine_init_of(execution_init& init, const execution_services& svc
   return mi;
 }
 
-} // namespace
+// -- handlers ---------------------------------------------------------------------------
 
-caf::behavior execution_behavior(execution_shell* self, execution_init init,
-                                 std::shared_ptr<const execution_services> svc,
-                                 caf::actor parent) {
-  auto& st = self->state;
-  st.svc = std::move(svc);
-  st.parent = std::move(parent);
-  auto env = st.svc->machine ? st.svc->machine : make_machine_env(*st.svc);
-  st.resolver.bind(self);
-  st.m = std::make_unique<execution_machine>(
-    std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr), &st.resolver);
-  self->attach_functor([dir = st.svc->directory, id = st.m->record().id, timer = st.svc->timer,
-                        addr = self->address()] {
-    dir->remove(id);
-    if (timer)
-      caf::anon_send(timer, cancel_atom::value, addr);
-  });
-  self->set_exit_handler([=](caf::exit_msg& msg) {
-    // Workers always quit normally and report by message; a stop exit reason
-    // only ever comes from above (the parent, or the runtime for a root).
-    auto& st = self->state;
-    std::string reason;
-    bool force = false;
-    bool from_parent = st.parent && msg.source == st.parent.address();
-    if (is_stop(msg.reason, reason, force))
-      st.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful, {},
-                 from_parent, now_ms());
-    else if (from_parent && msg.reason)
-      // The parent died without stopping us: halt all the same.
-      st.m->parent_lost(now_ms());
-    run_effects(self);
-  });
-  self->set_down_handler([=](caf::down_msg& msg) {
-    auto& st = self->state;
-    auto idx = step_of(st, msg.source);
-    if (!idx)
-      return; // it reported before it went down
-    st.workers.erase(*idx);
-    st.m->down(*idx, caf::to_string(msg.reason), now_ms());
-    run_effects(self);
-  });
-  // Start on a message of its own: a stop that races with the creation of
-  // this execution is handled before any step starts.
-  self->send(self, start_atom::value);
+/// The execution actor whose message the shared handlers handle (set by
+/// `dispatch`, on the thread that runs that actor).
+thread_local execution_shell* current_shell = nullptr;
+
+/// The handlers every execution actor shares: built once, so an actor holds
+/// no handler objects of its own (a behavior with its captures was ~0.8 KiB
+/// per execution). Each handler finds its actor through `current_shell`.
+caf::behavior make_handlers() {
   auto step = [](uint64_t idx) { return static_cast<uint32_t>(idx); };
   return {
-    [=](start_atom) {
+    [](start_atom) {
+      auto self = current_shell;
       self->state.m->start(now_ms());
       run_effects(self);
     },
-    [=](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
+    [](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
+      auto self = current_shell;
       self->state.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful,
                           stop_id, false, now_ms());
       run_effects(self);
     },
-    [=](request_atom, const stop_record& req, write_batch& batch) -> caf::result<bool> {
-      auto& st = self->state;
-      st.reply = self->make_response_promise();
-      st.m->stop_request(req, std::move(batch), now_ms());
-      run_effects(self);
-      return caf::delegated<bool>{};
-    },
     [=](abandon_atom, uint64_t idx, int attempt) {
+      auto self = current_shell;
       self->state.m->abandon_fn(step(idx), attempt, now_ms());
       run_effects(self);
     },
-    [=](pump_atom) {
+    [](pump_atom) {
+      auto self = current_shell;
       self->state.m->resume_pump(now_ms());
       run_effects(self);
     },
-    [=](deadline_atom) {
+    [](deadline_atom) {
+      auto self = current_shell;
       self->state.m->deadline(now_ms());
       run_effects(self);
     },
     [=](done_atom, uint64_t idx, int attempt, step_outcome& out) {
+      auto self = current_shell;
       self->state.m->step_done(step(idx), attempt, std::move(out.result), out.error, now_ms());
       run_effects(self);
     },
     [=](started_atom, uint64_t idx, int attempt, int64_t pid, uint64_t pid_start) {
+      auto self = current_shell;
       self->state.m->runner_started(step(idx), attempt, pid, pid_start);
       run_effects(self);
     },
     // A runner on a worker reports in wire form (JSON text).
     // Handled at once, not re-sent: the runner's down follows its result.
     [=](output_atom, uint64_t idx, int attempt, const std::string& text) {
+      auto self = current_shell;
       auto lines = json::parse(text, nullptr, false);
       if (lines.is_discarded())
         return;
@@ -174,21 +140,25 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
     },
     [=](done_atom, uint64_t idx, int attempt, const std::string& result,
         const std::string& error) {
+      auto self = current_shell;
       auto parsed = json::parse(result, nullptr, false);
       self->state.m->step_done(step(idx), attempt,
                                parsed.is_discarded() ? json{} : std::move(parsed), error,
                                now_ms());
       run_effects(self);
     },
-    [=](lost_atom, const std::string& node) {
+    [](lost_atom, const std::string& node) {
+      auto self = current_shell;
       self->state.m->node_lost(node, now_ms());
       run_effects(self);
     },
     [=](output_atom, uint64_t idx, int attempt, json& lines) {
+      auto self = current_shell;
       self->state.m->output(step(idx), attempt, std::move(lines), now_ms());
       run_effects(self);
     },
-    [=](grant_atom, uint64_t ticket) {
+    [](grant_atom, uint64_t ticket) {
+      auto self = current_shell;
       auto& st = self->state;
       if (ticket == 0) { // admission
         st.m->admitted(now_ms());
@@ -205,19 +175,23 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
       run_effects(self);
     },
     [=](wake_atom, uint64_t idx, int attempt, int64_t ms) {
+      auto self = current_shell;
       self->state.m->wake(step(idx), attempt, ms, now_ms());
       run_effects(self);
     },
     [=](timeout_atom, uint64_t idx, int attempt) {
+      auto self = current_shell;
       self->state.m->timeout(step(idx), attempt, now_ms());
       run_effects(self);
     },
     [=](retry_atom, uint64_t idx, int attempt) {
+      auto self = current_shell;
       self->state.m->retry_due(step(idx), attempt, now_ms());
       run_effects(self);
     },
-    [=](child_atom, const std::string& step_id, execution_status status, json& outputs,
-        const std::string& error, write_batch& snapshot, uint64_t stopped_events) {
+    [](child_atom, const std::string& step_id, execution_status status, json& outputs,
+       const std::string& error, write_batch& snapshot, uint64_t stopped_events) {
+      auto self = current_shell;
       auto& st = self->state;
       auto& g = st.m->graph_def();
       auto i = g.index.find(step_id);
@@ -228,6 +202,87 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
       run_effects(self);
     },
   };
+}
+
+/// Every message of an execution actor arrives here (its default handler:
+/// its own behavior matches nothing) and goes to the shared handlers.
+caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view& view) {
+  static auto* handlers = new caf::behavior{make_handlers()}; // never destroyed
+  auto self = static_cast<execution_shell*>(ptr);
+  auto& x = view.content();
+  if (x.match_elements<request_atom, stop_record, write_batch>()) {
+    // (request_atom, stop_record, write_batch) -> bool: answered once stored.
+    auto& st = self->state;
+    st.reply = std::make_unique<caf::response_promise>(self->make_response_promise());
+    auto batch = x.shared() ? x.get_as<write_batch>(2)
+                            : std::move(x.get_mutable_as<write_batch>(2));
+    st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms());
+    run_effects(self);
+    return caf::delegated<caf::message>{};
+  }
+  auto outer = current_shell;
+  current_shell = self;
+  auto handled = (*handlers)(x);
+  current_shell = outer;
+  if (!handled)
+    return caf::print_and_drop(ptr, view);
+  return caf::message{};
+}
+
+} // namespace
+
+execution_shell_state::~execution_shell_state() {
+  if (!m || !svc)
+    return;
+  svc->directory->remove(m->record().id);
+  if (svc->timer && resolver.self())
+    caf::anon_send(svc->timer, cancel_atom::value, resolver.self()->address());
+}
+
+caf::behavior execution_behavior(execution_shell* self, execution_init init,
+                                 std::shared_ptr<const execution_services> svc,
+                                 caf::actor parent) {
+  // What every execution actor returns as its behavior: it matches nothing
+  // (the message is never sent), so each message goes to `dispatch`; shared,
+  // so it costs an actor nothing.
+  static auto* keep_alive = new caf::behavior{[](start_atom, start_atom) {}};
+  auto& st = self->state;
+  st.svc = std::move(svc);
+  st.parent = std::move(parent);
+  auto env = st.svc->machine ? st.svc->machine : make_machine_env(*st.svc);
+  st.resolver.bind(self);
+  st.m.emplace(std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr),
+               &st.resolver);
+  // The directory entry and the timers go with the state (~execution_shell_state).
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    // Workers always quit normally and report by message; a stop exit reason
+    // only ever comes from above (the parent, or the runtime for a root).
+    auto& st = self->state;
+    std::string reason;
+    bool force = false;
+    bool from_parent = st.parent && msg.source == st.parent.address();
+    if (is_stop(msg.reason, reason, force))
+      st.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful, {},
+                 from_parent, now_ms());
+    else if (from_parent && msg.reason)
+      // The parent died without stopping us: halt all the same.
+      st.m->parent_lost(now_ms());
+    run_effects(self);
+  });
+  self->set_down_handler([self](caf::down_msg& msg) {
+    auto& st = self->state;
+    auto idx = step_of(st, msg.source);
+    if (!idx)
+      return; // it reported before it went down
+    st.workers.erase(*idx);
+    st.m->down(*idx, caf::to_string(msg.reason), now_ms());
+    run_effects(self);
+  });
+  self->set_default_handler(dispatch);
+  // Start on a message of its own: a stop that races with the creation of
+  // this execution is handled before any step starts.
+  self->send(self, start_atom::value);
+  return *keep_alive;
 }
 
 caf::actor spawn_execution(caf::actor_system& sys, execution_init init,

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,7 @@ using execution_shell = caf::stateful_actor<execution_shell_state>;
 class shell_resolver : public step_resolver {
 public:
   void bind(execution_shell* self) { self_ = self; }
+  execution_shell* self() const { return self_; }
   child_launch graph_child(const execution_machine& m, uint32_t idx) override;
   child_launch stored_plan(const execution_machine& m, uint32_t idx) override;
   child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override;
@@ -64,15 +66,19 @@ private:
 };
 
 struct execution_shell_state {
+  /// Leaves the directory and drops the actor's timers (its state goes as it
+  /// quits, just before its attachables run: no attachable of its own).
+  ~execution_shell_state();
   std::shared_ptr<const execution_services> svc;
   caf::actor parent;
   shell_resolver resolver; ///< held by value: no allocation per execution
-  std::unique_ptr<execution_machine> m;
+  std::optional<execution_machine> m; ///< in the actor itself: no allocation of its own
   step_map<caf::actor> workers; ///< step runners and child executions
   step_map<caf::actor> nodes;   ///< the worker node a step was placed on
   step_map<caf::actor> agents;  ///< the agent an `agent` step asked for a turn
   step_map<std::shared_ptr<std::atomic<bool>>> fn_flags; ///< running functions
-  caf::response_promise reply;  ///< an in-process stop request's answer
+  /// An in-process stop request's answer (rare: allocated when one comes).
+  std::unique_ptr<caf::response_promise> reply;
   static const char* name;
 };
 

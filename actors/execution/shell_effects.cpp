@@ -176,8 +176,10 @@ struct effect_runner {
     auto completed = std::move(e.completed);
     auto then = e.then;
     caf::response_promise rp;
-    if (then == after_write::reply)
-      rp = std::move(st().reply);
+    if (then == after_write::reply && st().reply) {
+      rp = std::move(*st().reply);
+      st().reply.reset();
+    }
     self->request(svc().writer, caf::infinite, write_atom::value, std::move(e.batch))
       .then(
         [=](bool) mutable {

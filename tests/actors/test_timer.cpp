@@ -87,3 +87,28 @@ TEST_CASE("a pending timer does not keep its ended receiver alive", "[actors][ti
   CHECK(eventually([&] { return caf::actor_cast<caf::actor>(weak) == nullptr; }));
   caf::anon_send_exit(timer, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("cancelling a receiver's timers drops those already scheduled, not later ones",
+          "[actors][timer]") {
+  system_fixture f;
+  auto timer = spawn_timer(*f.sys);
+  auto got = std::make_shared<std::promise<std::vector<int>>>();
+  auto receiver = f.sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    auto seen = std::make_shared<std::vector<int>>();
+    // Messages from one sender arrive in order: the cancel drops 1 and 2,
+    // and 3 comes after it. Had 1 or 2 survived, they would arrive first.
+    schedule(self, timer, 10ms, caf::make_message(wake_atom::value, 1));
+    schedule(self, timer, 20ms, caf::make_message(wake_atom::value, 2));
+    self->send(timer, cancel_atom::value, self->address());
+    schedule(self, timer, 40ms, caf::make_message(wake_atom::value, 3));
+    return {[=](wake_atom, int n) {
+      seen->push_back(n);
+      if (n == 3) {
+        got->set_value(*seen);
+        self->quit();
+      }
+    }};
+  });
+  CHECK(got->get_future().get() == std::vector<int>{3});
+  caf::anon_send_exit(timer, caf::exit_reason::user_shutdown);
+}
