@@ -381,6 +381,15 @@ private:
   /// The databases of the compact snapshot; tries once more to open
   /// `subtrees` when absent (another process may have created it).
   store_subtree_dbs subtree_dbs() const;
+  /// The events a compact entry stands for, expanded in `txn`; the last
+  /// expansion is kept (by root and first seq: it cannot change while the
+  /// entry exists, see store_subtree.hpp), so a reader paging through a
+  /// large range (SSE, 1,000 at a time) walks the subtree once, not per page.
+  std::shared_ptr<const std::vector<event_record>>
+  expansion_of(MDB_txn* txn, const store_subtree_dbs& d, const subtree_stop& s) const;
+  mutable std::mutex expansion_mtx_;
+  mutable std::string expansion_key_;
+  mutable std::shared_ptr<const std::vector<event_record>> expansion_;
   std::function<void(double)> on_commit_;
   std::atomic<bool> needs_migration_{false};
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
