@@ -77,8 +77,10 @@ event_record stop_event(const execution_record& target, const stop_record& r, co
 /// `stopped` and `no_execution` otherwise. So no request stays pending for
 /// an execution that has ended, whatever raced with it. Only the requests of
 /// `candidates` (executions this transaction ended, targets of new or
-/// re-checked requests) are looked at; the scan of the pending index reads
-/// keys only. Appends the `stop.handled` events to `out`.
+/// re-checked requests, every pending target when the commit stored a
+/// compact snapshot) are looked at; the scan of the pending index reads keys
+/// only. A target is read resolved: one a compact snapshot covers is
+/// `stopped`. Appends the `stop.handled` events to `out`.
 /// @returns an LMDB code.
 int settle_stops(MDB_txn* txn, const store_subtree::dbs& d, unsigned stops, unsigned pending,
                  const std::unordered_set<std::string>& candidates,

@@ -38,6 +38,13 @@
 // demand. Schema stays "2": `subtrees` is created by this release's first
 // write in a home that lacks it (or when the home is created), and reads as
 // empty while absent (a home no release with compact snapshots wrote to).
+// The price of not bumping it: a binary from before the compact snapshot
+// opening a home that holds one unmaterialised reads its covered executions
+// as stored (running); materialise every tree (`materialize`) before such a
+// downgrade. Reads of a compact range walk the subtree (O(covered executions
+// and their steps)); the last walk's events are kept, so paging through one
+// range walks it once. `live()` still visits covered executions (their
+// `live` entries stay until materialised).
 //
 // Records are stored in the binary encoding of records.hpp (schema 2). A home
 // written by the release before (schema 1: JSON text records) opens as it
