@@ -77,8 +77,10 @@ event_record stop_event(const execution_record& target, const stop_record& r, co
 /// `stopped` and `no_execution` otherwise. So no request stays pending for
 /// an execution that has ended, whatever raced with it. Only the requests of
 /// `candidates` (executions this transaction ended, targets of new or
-/// re-checked requests) are looked at; the scan of the pending index reads
-/// keys only. Appends the `stop.handled` events to `out`.
+/// re-checked requests, every pending target when the commit stored a
+/// compact snapshot) are looked at; the scan of the pending index reads keys
+/// only. A target is read resolved: one a compact snapshot covers is
+/// `stopped`. Appends the `stop.handled` events to `out`.
 /// @returns an LMDB code.
 int settle_stops(MDB_txn* txn, const store_subtree::dbs& d, unsigned stops, unsigned pending,
                  const std::unordered_set<std::string>& candidates,
@@ -569,10 +571,13 @@ store::tree_events(const std::string& root_id, uint64_t after, size_t limit) con
     // Takes one stored entry, expanding a compact one; false once full.
     auto take = [&](event_record&& e) {
       if (auto s = store_subtree::from_compact_entry(e)) {
-        for (auto& x : store_subtree::expand(txn, d, *s, false, after).events) {
+        auto evs = expansion_of(txn, d, *s);
+        auto i = std::upper_bound(evs->begin(), evs->end(), after,
+                                  [](uint64_t a, const event_record& x) { return a < x.seq; });
+        for (; i != evs->end(); ++i) {
           if (full())
             return false;
-          out.push_back(std::move(x));
+          out.push_back(*i);
         }
       } else if (e.seq > after) {
         out.push_back(std::move(e));
@@ -615,6 +620,22 @@ store::tree_events(const std::string& root_id, uint64_t after, size_t limit) con
   if (err)
     return err;
   return out;
+}
+
+std::shared_ptr<const std::vector<event_record>>
+store::expansion_of(MDB_txn* txn, const store_subtree::dbs& d, const subtree_stop& s) const {
+  auto key = pair_key(s.root_id, seq_key(s.first_seq));
+  {
+    std::lock_guard<std::mutex> guard{expansion_mtx_};
+    if (expansion_ && expansion_key_ == key)
+      return expansion_;
+  }
+  auto evs = std::make_shared<const std::vector<event_record>>(
+    store_subtree::expand(txn, d, s, false).events);
+  std::lock_guard<std::mutex> guard{expansion_mtx_};
+  expansion_key_ = std::move(key);
+  expansion_ = evs;
+  return evs;
 }
 
 caf::expected<std::vector<event_record>> store::subtree_events(const subtree_stop& s) const {

@@ -38,6 +38,13 @@
 // demand. Schema stays "2": `subtrees` is created by this release's first
 // write in a home that lacks it (or when the home is created), and reads as
 // empty while absent (a home no release with compact snapshots wrote to).
+// The price of not bumping it: a binary from before the compact snapshot
+// opening a home that holds one unmaterialised reads its covered executions
+// as stored (running); materialise every tree (`materialize`) before such a
+// downgrade. Reads of a compact range walk the subtree (O(covered executions
+// and their steps)); the last walk's events are kept, so paging through one
+// range walks it once. `live()` still visits covered executions (their
+// `live` entries stay until materialised).
 //
 // Records are stored in the binary encoding of records.hpp (schema 2). A home
 // written by the release before (schema 1: JSON text records) opens as it
@@ -381,6 +388,15 @@ private:
   /// The databases of the compact snapshot; tries once more to open
   /// `subtrees` when absent (another process may have created it).
   store_subtree_dbs subtree_dbs() const;
+  /// The events a compact entry stands for, expanded in `txn`; the last
+  /// expansion is kept (by root and first seq: it cannot change while the
+  /// entry exists, see store_subtree.hpp), so a reader paging through a
+  /// large range (SSE, 1,000 at a time) walks the subtree once, not per page.
+  std::shared_ptr<const std::vector<event_record>>
+  expansion_of(MDB_txn* txn, const store_subtree_dbs& d, const subtree_stop& s) const;
+  mutable std::mutex expansion_mtx_;
+  mutable std::string expansion_key_;
+  mutable std::shared_ptr<const std::vector<event_record>> expansion_;
   std::function<void(double)> on_commit_;
   std::atomic<bool> needs_migration_{false};
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB

@@ -207,26 +207,22 @@ const std::string& resolver::covering_target(const std::string& root, const std:
   return targets_.emplace(id, std::move(target)).first->second;
 }
 
-const resolver::coverage* resolver::covering(const execution_record& rec) {
+std::optional<resolver::coverage> resolver::covering(const execution_record& rec) {
   if (!active_ || is_terminal(rec.status) || rec.parent_id.empty()
       || !root_has_stops(rec.root_id))
-    return nullptr;
-  auto c = coverage_.find(rec.id);
-  if (c != coverage_.end())
-    return &c->second;
+    return std::nullopt;
   auto& target = covering_target(rec.root_id, rec.id, rec.parent_id);
   if (target.empty())
-    return nullptr;
+    return std::nullopt;
   auto s = stop_of(rec.root_id, target);
-  coverage cov{*s, rec.parent_id == target ? s->child_reason : parent_stopped};
-  return &coverage_.emplace(rec.id, std::move(cov)).first->second;
+  return coverage{s, rec.parent_id == target ? &s->child_reason : &parent_stopped};
 }
 
 bool resolver::resolve(execution_record& rec) {
   auto c = covering(rec);
   if (!c)
     return false;
-  resolve_execution(rec, c->reason, c->stop.time);
+  resolve_execution(rec, *c->reason, c->stop->time);
   return true;
 }
 
@@ -246,7 +242,7 @@ void resolver::resolve_steps(const std::string& id, std::vector<step_record>& st
   if (!c)
     return;
   for (auto& s : steps)
-    resolve_step(s, c->reason, c->stop.time);
+    resolve_step(s, *c->reason, c->stop->time);
 }
 
 // -- materialisation ------------------------------------------------------------------

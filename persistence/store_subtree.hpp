@@ -21,7 +21,7 @@
 
 #include <lmdb.h>
 
-#include <map>
+#include <unordered_map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,17 +92,17 @@ class resolver {
 public:
   resolver(MDB_txn* txn, const dbs& d);
 
-  /// What covers an execution.
+  /// What covers an execution (valid as long as the resolver).
   struct coverage {
-    subtree_stop stop;
-    std::string reason; ///< its resolved reason
+    const subtree_stop* stop = nullptr;
+    const std::string* reason = nullptr; ///< its resolved reason
   };
 
   /// The coverage of stored execution `rec`: nothing when `rec` is terminal
   /// or no stored subtree_stop covers it. Walks up the parents: a parent with
   /// a subtree_stop covers it, a non-terminal parent passes the question up,
   /// a terminal (or missing) parent ends it uncovered.
-  const coverage* covering(const execution_record& rec);
+  std::optional<coverage> covering(const execution_record& rec);
 
   /// Resolves `rec` in place when covered. @returns true when covered.
   bool resolve(execution_record& rec);
@@ -125,10 +125,9 @@ private:
   MDB_txn* txn_;
   dbs d_;
   bool active_ = false;
-  std::map<std::string, bool> roots_;
-  std::map<std::string, std::optional<subtree_stop>> stops_;
-  std::map<std::string, std::string> targets_; ///< execution id → covering target or ""
-  std::map<std::string, coverage> coverage_;   ///< execution id → its coverage
+  std::unordered_map<std::string, bool> roots_;
+  std::unordered_map<std::string, std::optional<subtree_stop>> stops_;
+  std::unordered_map<std::string, std::string> targets_; ///< execution id → covering target or ""
 };
 
 /// Materialises the subtree_stop of `target` in tree `root` in write

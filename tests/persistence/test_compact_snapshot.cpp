@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <caf/all.hpp>
+#include <lmdb.h>
 
 #include "actors/messages.hpp"
 #include "actors/store_writer.hpp"
@@ -693,4 +694,45 @@ TEST_CASE("a compact snapshot round-trips through its binary codec", "[persisten
   CHECK(back->events == 99);
   CHECK(back->first_seq == 7);
   CHECK(!decode_subtree_stop("\x81\xa1x\x01"));
+}
+
+TEST_CASE("a home without the subtrees database reads as before and its first write creates it",
+          "[persistence]") {
+  test::temp_dir old_home, home;
+  tree t;
+  {
+    auto db = open_store(home);
+    t = build(*db);
+    auto old_db = open_store(old_home);
+    build(*old_db);
+    auto a = per_node_stop(t);
+    REQUIRE(!old_db->commit(a));
+  }
+  // As a home written before the compact snapshot: no `subtrees`.
+  {
+    MDB_env* env = nullptr;
+    REQUIRE(mdb_env_create(&env) == 0);
+    mdb_env_set_maxdbs(env, 32);
+    REQUIRE(mdb_env_open(env, home.path.c_str(), 0, 0644) == 0);
+    MDB_txn* txn = nullptr;
+    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
+    MDB_dbi dbi;
+    REQUIRE(mdb_dbi_open(txn, "subtrees", 0, &dbi) == 0);
+    REQUIRE(mdb_drop(txn, dbi, 1) == 0);
+    REQUIRE(mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+  }
+  // A reader opened now (another process, say) and a writer.
+  auto reader = open_store(home);
+  auto writer = open_store(home);
+  CHECK(reader->execution("xa")->status == execution_status::running);
+  auto none = reader->subtree_stops("x");
+  REQUIRE(none);
+  CHECK(none->empty());
+  auto b = compact_stop(t, walked);
+  REQUIRE(!writer->commit(b));
+  auto old_db = open_store(old_home);
+  same_reads(*writer, *old_db);
+  // The reader finds the database the writer created.
+  same_reads(*reader, *old_db);
 }
