@@ -28,6 +28,22 @@ bool is_stop(const caf::error& err, std::string& reason, bool& force) {
   return true;
 }
 
+caf::error make_compact_stop(uint64_t events) {
+  return caf::error{static_cast<uint8_t>(actors_errc::stopped_compactly), actors_category,
+                    caf::make_message(events)};
+}
+
+bool is_compact_stop(const caf::error& err, uint64_t& events) {
+  if (!err || err.category() != actors_category
+      || static_cast<actors_errc>(err.code()) != actors_errc::stopped_compactly)
+    return false;
+  auto& ctx = err.context();
+  if (ctx.size() != 1 || !ctx.match_element<uint64_t>(0))
+    return false;
+  events = ctx.get_as<uint64_t>(0);
+  return true;
+}
+
 const char* to_string(actors_errc x) {
   switch (x) {
     case actors_errc::stop: return "stop";
@@ -36,6 +52,7 @@ const char* to_string(actors_errc x) {
     case actors_errc::timeout: return "timeout";
     case actors_errc::spawn_failed: return "spawn_failed";
     case actors_errc::refused: return "refused";
+    case actors_errc::stopped_compactly: return "stopped_compactly";
   }
   return "unknown";
 }

@@ -23,6 +23,11 @@ enum class actors_errc : uint8_t {
   spawn_failed,
   /// The cluster refused a node (wrong secret, name taken); context says why.
   refused,
+  /// Exit reason of an execution a stop from above ended compactly: its
+  /// report rides in its down message (one message fewer per execution of a
+  /// stopped tree). The context holds the events its subtree's snapshot
+  /// stands for (`uint64_t`, see `subtree_stop`).
+  stopped_compactly,
 };
 
 /// The error category atom of `actors_errc`.
@@ -37,6 +42,13 @@ caf::error make_stop(const std::string& reason, bool force);
 
 /// If `err` is a stop exit reason, sets `reason` and `force` and returns true.
 bool is_stop(const caf::error& err, std::string& reason, bool& force);
+
+/// The exit reason of an execution stopped compactly, standing for `events`.
+caf::error make_compact_stop(uint64_t events);
+
+/// If `err` is the exit reason of `make_compact_stop`, sets `events` and
+/// returns true.
+bool is_compact_stop(const caf::error& err, uint64_t& events);
 
 const char* to_string(actors_errc x);
 

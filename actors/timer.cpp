@@ -101,7 +101,7 @@ caf::behavior timer(timer_actor* self) {
 } // namespace
 
 caf::actor spawn_timer(caf::actor_system& sys) {
-  return sys.spawn<caf::detached>(timer);
+  return sys.spawn(timer);
 }
 
 void schedule(caf::event_based_actor* self, const caf::actor& timer, millis delay,

@@ -21,8 +21,10 @@
 
 namespace canopy {
 
-/// Spawns the timer service (detached: it never blocks a scheduler thread for
-/// long, but its queue may hold many entries). Threading: any thread.
+/// Spawns the timer service. Not detached: each message costs it O(log n),
+/// and an execution's `cancel` as it quits must not wake a thread of its own
+/// (a stopped tree of 11,111 executions sends 11,111 of them at once).
+/// Threading: any thread.
 caf::actor spawn_timer(caf::actor_system& sys);
 
 /// Has `timer` deliver `msg` to `self` after `delay`; the timer is dropped

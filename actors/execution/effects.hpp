@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -152,11 +153,39 @@ struct yield {};
 
 } // namespace fx
 
+/// The large effects travel boxed, so that an `effect` stays small (~90
+/// bytes, not ~480): a halt appends one per worker, and every input's
+/// effects are one allocation.
+template <class T>
+using boxed = std::unique_ptr<T>;
+
 using effect = std::variant<fx::acquire_admission, fx::acquire_slot, fx::release_slot,
-                            fx::return_grant, fx::place, fx::release_place, fx::spawn_runner,
-                            fx::start_fn, fx::set_fn_stop, fx::timer, fx::spawn_child,
-                            fx::request_turn, fx::release_turn, fx::send_exit,
-                            fx::drop_worker, fx::stop_owner, fx::write, fx::report, fx::quit,
-                            fx::yield>;
+                            fx::return_grant, fx::place, fx::release_place,
+                            boxed<fx::spawn_runner>, fx::start_fn, fx::set_fn_stop, fx::timer,
+                            boxed<fx::spawn_child>, fx::request_turn, fx::release_turn,
+                            fx::send_exit, fx::drop_worker, fx::stop_owner, boxed<fx::write>,
+                            boxed<fx::report>, fx::quit, fx::yield>;
+
+/// True for the effects that travel boxed.
+template <class T>
+constexpr bool is_boxed_v = std::is_same_v<T, fx::spawn_runner>
+                            || std::is_same_v<T, fx::spawn_child>
+                            || std::is_same_v<T, fx::write> || std::is_same_v<T, fx::report>;
+
+/// The effect `e` as a `T`, boxed or not; null when it is another one.
+template <class T>
+const T* effect_as(const effect& e) {
+  if constexpr (is_boxed_v<T>) {
+    auto p = std::get_if<boxed<T>>(&e);
+    return p ? p->get() : nullptr;
+  } else {
+    return std::get_if<T>(&e);
+  }
+}
+
+template <class T>
+T* effect_as(effect& e) {
+  return const_cast<T*>(effect_as<T>(static_cast<const effect&>(e)));
+}
 
 } // namespace canopy

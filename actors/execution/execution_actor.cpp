@@ -255,8 +255,9 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
                &st.resolver);
   // The directory entry and the timers go with the state (~execution_shell_state).
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    // Workers always quit normally and report by message; a stop exit reason
-    // only ever comes from above (the parent, or the runtime for a root).
+    // Workers report by message (or, stopped compactly, in the exit reason
+    // their down carries); a stop exit reason only ever comes from above
+    // (the parent, or the runtime for a root).
     auto& st = self->state;
     std::string reason;
     bool force = false;
@@ -275,7 +276,12 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
     if (!idx)
       return; // it reported before it went down
     st.workers.erase(*idx);
-    st.m->down(*idx, caf::to_string(msg.reason), now_ms());
+    uint64_t events = 0;
+    if (is_compact_stop(msg.reason, events))
+      // A child stopped with us, compactly: its report is its exit reason.
+      st.m->child_settled(*idx, execution_status::stopped, nullptr, {}, {}, now_ms(), events);
+    else
+      st.m->down(*idx, caf::to_string(msg.reason), now_ms());
     run_effects(self);
   });
   self->set_default_handler(dispatch);

@@ -38,7 +38,10 @@
 // carrying the subtree's count, with the stop request `handled`, in one
 // transaction; the store resolves it for every reader (persistence/store.hpp).
 // Every execution and runner quits normally; how it ended is in the store
-// and in the (child_atom ...) report, never in the exit reason.
+// and in the (child_atom ...) report, never in the exit reason. Except: an
+// execution stopped compactly with nothing to hand up quits with
+// `make_compact_stop(events)` (actors/error.hpp) instead of reporting, and
+// its parent reads the count from the down message.
 //   (done_atom, step, attempt, step_outcome)   a runner or fn attempt finished
 //   (started_atom, step, attempt, pid)         a runner's process started
 //   (output_atom, step, attempt, lines)        output lines to log as events

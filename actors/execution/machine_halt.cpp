@@ -235,7 +235,7 @@ void execution_machine::report_and_quit() {
       r.snapshot = std::move(*batch_);
       batch_.reset();
     }
-    effects_.emplace_back(std::move(r));
+    effects_.emplace_back(std::make_unique<fx::report>(std::move(r)));
   }
   effects_.emplace_back(fx::quit{});
   phase_ = exec_phase::done;

@@ -97,7 +97,7 @@ void execution_machine::flush(after_write then) {
   w.completed = std::move(batch_completed_);
   batch_completed_.clear();
   w.then = then;
-  effects_.emplace_back(std::move(w));
+  effects_.emplace_back(std::make_unique<fx::write>(std::move(w)));
 }
 
 } // namespace canopy

@@ -83,7 +83,7 @@ void execution_machine::start_runner(uint32_t idx, int64_t now) {
   spec.process.cwd = cwd;
   s.pid = 0;
   mark_running(idx, remote ? step_phase::placing : step_phase::running_runner, now);
-  effects_.emplace_back(std::move(out));
+  effects_.emplace_back(std::make_unique<fx::spawn_runner>(std::move(out)));
 }
 
 } // namespace canopy

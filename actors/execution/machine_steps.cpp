@@ -290,8 +290,8 @@ bool execution_machine::spawn_child(uint32_t idx, child_launch c, uint64_t turn,
   if (!c.queued.empty())
     batch_or_new().append(std::move(c.queued));
   mark_running(idx, step_phase::running_child, now);
-  effects_.emplace_back(fx::spawn_child{idx, std::move(c.graph), std::move(c.record),
-                                        std::move(c.steps), turn});
+  effects_.emplace_back(std::make_unique<fx::spawn_child>(
+    fx::spawn_child{idx, std::move(c.graph), std::move(c.record), std::move(c.steps), turn}));
   return true;
 }
 

@@ -79,6 +79,8 @@ struct execution_shell_state {
   step_map<std::shared_ptr<std::atomic<bool>>> fn_flags; ///< running functions
   /// An in-process stop request's answer (rare: allocated when one comes).
   std::unique_ptr<caf::response_promise> reply;
+  /// Why it quits: normal, or a compact stop's report (`make_compact_stop`).
+  caf::error exit_reason;
   static const char* name;
 };
 

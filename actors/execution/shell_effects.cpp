@@ -194,12 +194,23 @@ struct effect_runner {
         });
   }
   void operator()(fx::report& e) {
-    if (st().parent)
-      self->send(st().parent, child_atom::value, e.parent_step, e.status, std::move(e.outputs),
-                 e.error, std::move(e.snapshot), e.stopped_events);
+    if (!st().parent)
+      return;
+    if (e.status == execution_status::stopped && e.stopped_events > 0 && e.snapshot.empty()) {
+      // Stopped compactly with nothing to hand up: the count rides in the
+      // exit reason, which the parent reads from our down message.
+      st().exit_reason = make_compact_stop(e.stopped_events);
+      return;
+    }
+    self->send(st().parent, child_atom::value, e.parent_step, e.status, std::move(e.outputs),
+               e.error, std::move(e.snapshot), e.stopped_events);
+  }
+  template <class T>
+  void operator()(boxed<T>& e) {
+    (*this)(*e);
   }
   void operator()(fx::quit&) {
-    self->quit();
+    self->quit(std::move(st().exit_reason));
   }
   void operator()(fx::yield&) {
     self->send(self, pump_atom::value);

@@ -69,6 +69,29 @@ public:
   }
 };
 
+/// Copies of effects (a boxed effect is copied into a new box).
+struct effect_copier {
+  template <class T>
+  effect operator()(const boxed<T>& x) const {
+    return std::make_unique<T>(*x);
+  }
+  template <class T>
+  effect operator()(const T& x) const {
+    return x;
+  }
+};
+
+/// A copy of `e`.
+inline effect copy_of(const effect& e) {
+  return std::visit(effect_copier{}, e);
+}
+
+/// Appends a copy of every effect of `from` to `to`.
+inline void append_copies(std::vector<effect>& to, const std::vector<effect>& from) {
+  for (auto& e : from)
+    to.push_back(copy_of(e));
+}
+
 /// One machine with everything it needs, and every effect it emitted.
 struct machine_fixture {
   std::shared_ptr<machine_env> env = std::make_shared<machine_env>();
@@ -99,7 +122,7 @@ struct machine_fixture {
   /// The effects of the last inputs (with their pending write).
   std::vector<effect> fx() {
     auto out = m->flush_effects();
-    all.insert(all.end(), out.begin(), out.end());
+    append_copies(all, out);
     return out;
   }
 
@@ -110,18 +133,19 @@ struct machine_fixture {
   /// Acknowledges every write in `xs`, in order; @returns the new effects.
   std::vector<effect> ack(const std::vector<effect>& xs) {
     for (auto& e : xs)
-      if (auto w = std::get_if<fx::write>(&e))
+      if (auto w = effect_as<fx::write>(e))
         m->write_acknowledged(w->completed, w->then, ++now);
     return fx();
   }
   /// Acknowledges writes until none is left; @returns every effect seen.
   std::vector<effect> settle(std::vector<effect> xs) {
-    std::vector<effect> seen = xs;
+    std::vector<effect> seen;
+    append_copies(seen, xs);
     for (int i = 0; i < 100; ++i) {
       auto next = ack(xs);
       if (next.empty())
         break;
-      seen.insert(seen.end(), next.begin(), next.end());
+      append_copies(seen, next);
       xs = std::move(next);
     }
     return seen;
@@ -132,14 +156,14 @@ template <class T>
 size_t count(const std::vector<effect>& xs) {
   size_t n = 0;
   for (auto& e : xs)
-    n += std::holds_alternative<T>(e) ? 1 : 0;
+    n += effect_as<T>(e) ? 1 : 0;
   return n;
 }
 
 template <class T>
 const T* first(const std::vector<effect>& xs) {
   for (auto& e : xs)
-    if (auto p = std::get_if<T>(&e))
+    if (auto p = effect_as<T>(e))
       return p;
   return nullptr;
 }
@@ -148,7 +172,7 @@ const T* first(const std::vector<effect>& xs) {
 inline std::vector<std::string> event_types(const std::vector<effect>& xs) {
   std::vector<std::string> out;
   for (auto& e : xs)
-    if (auto w = std::get_if<fx::write>(&e)) {
+    if (auto w = effect_as<fx::write>(e)) {
       auto b = w->batch;
       std::vector<event_record> evs;
       b.take_events(evs);

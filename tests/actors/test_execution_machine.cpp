@@ -157,7 +157,7 @@ TEST_CASE("a stop settles with one snapshot once every worker is down", "[actors
   CHECK(f.step("a").phase == step_phase::idle);
   CHECK(f.step("a").reason == step_reason::requested);
   CHECK(has_event(xs, "execution.stopped"));
-  f.settle(xs);
+  f.settle(std::move(xs));
   CHECK(f.m->phase() == exec_phase::done);
 }
 

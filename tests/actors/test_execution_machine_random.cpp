@@ -70,17 +70,17 @@ struct world {
       REQUIRE(xs.empty());
     }
     for (auto& e : xs) {
-      if (auto w = std::get_if<fx::write>(&e)) {
+      if (auto w = effect_as<fx::write>(e)) {
         count_terminal(w->batch);
         snapshots += w->then == after_write::report ? 1 : 0;
         writes.push_back(std::move(*w));
       } else if (auto a = std::get_if<fx::acquire_slot>(&e)) {
         if (a->tool.empty())
           tickets.push_back(a->ticket);
-      } else if (auto r = std::get_if<fx::spawn_runner>(&e)) {
+      } else if (auto r = effect_as<fx::spawn_runner>(e)) {
         REQUIRE_FALSE(completed[r->idx]);
         runners.insert(r->idx);
-      } else if (auto c = std::get_if<fx::spawn_child>(&e)) {
+      } else if (auto c = effect_as<fx::spawn_child>(e)) {
         REQUIRE_FALSE(completed[c->idx]);
         children.insert(c->idx);
       } else if (auto s = std::get_if<fx::start_fn>(&e)) {
@@ -91,7 +91,7 @@ struct world {
         exiting.insert(x->idx);
       } else if (std::holds_alternative<fx::acquire_admission>(e)) {
         admission = true;
-      } else if (auto rep = std::get_if<fx::report>(&e)) {
+      } else if (auto rep = effect_as<fx::report>(e)) {
         auto before = terminal_records;
         count_terminal(rep->snapshot);
         passed_on += rep->stopped_events;
