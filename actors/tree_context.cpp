@@ -23,8 +23,9 @@ std::shared_ptr<halt_token> execution_directory::token(const std::string& id) co
 }
 
 void execution_directory::remove(const std::string& id) {
+  decltype(actors_)::node_type gone; // released after the lock
   std::lock_guard<std::mutex> guard{mtx_};
-  actors_.erase(id);
+  gone = actors_.extract(id);
 }
 
 caf::actor execution_directory::find(const std::string& id) const {
