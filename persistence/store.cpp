@@ -439,21 +439,33 @@ caf::expected<execution_record> store::execution(const std::string& id) const {
   return out;
 }
 
+namespace {
+
+/// Decodes every record of `dbi` whose key starts with `prefix`, in key
+/// order, into `out`. @returns nothing, or the first decoding error.
+template <class T, class Decode>
+caf::error decode_prefix(MDB_txn* txn, unsigned dbi, const std::string& prefix, Decode decode,
+                         std::vector<T>& out) {
+  caf::error bad;
+  scan_prefix(txn, dbi, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
+    auto rec = decode(as_view(v));
+    if (!rec) {
+      bad = rec.error();
+      return false;
+    }
+    out.push_back(std::move(*rec));
+    return true;
+  });
+  return bad;
+}
+
+} // namespace
+
 caf::expected<std::vector<step_record>> store::steps(const std::string& id) const {
   auto d = subtree_dbs();
   std::vector<step_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    caf::error bad;
-    auto prefix = id + '\0';
-    scan_prefix(txn, steps_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = decode_step(as_view(v));
-      if (!rec) {
-        bad = rec.error();
-        return false;
-      }
-      out.push_back(std::move(*rec));
-      return true;
-    });
+    auto bad = decode_prefix(txn, steps_, id + '\0', decode_step, out);
     if (!bad && d.has_subtrees)
       store_subtree::resolver{txn, d}.resolve_steps(id, out);
     return bad;
@@ -656,19 +668,8 @@ caf::expected<std::vector<subtree_stop>> store::subtree_stops(const std::string&
   auto d = subtree_dbs();
   if (!d.has_subtrees)
     return out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    caf::error bad;
-    auto prefix = root_id + '\0';
-    scan_prefix(txn, d.subtrees, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = decode_subtree_stop(as_view(v));
-      if (!rec) {
-        bad = rec.error();
-        return false;
-      }
-      out.push_back(std::move(*rec));
-      return true;
-    });
-    return bad;
+  auto err = read([&](MDB_txn* txn) {
+    return decode_prefix(txn, d.subtrees, root_id + '\0', decode_subtree_stop, out);
   });
   if (err)
     return err;
@@ -842,19 +843,9 @@ caf::expected<agent_record> store::agent(const std::string& owner,
 caf::expected<std::vector<agent_record>>
 store::agents(const std::optional<std::string>& owner) const {
   std::vector<agent_record> out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    caf::error bad;
-    auto prefix = owner ? *owner + '\0' : std::string{};
-    scan_prefix(txn, agents_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = decode_agent(as_view(v));
-      if (!rec) {
-        bad = rec.error();
-        return false;
-      }
-      out.push_back(std::move(*rec));
-      return true;
-    });
-    return bad;
+  auto err = read([&](MDB_txn* txn) {
+    return decode_prefix(txn, agents_, owner ? *owner + '\0' : std::string{}, decode_agent,
+                         out);
   });
   if (err)
     return err;

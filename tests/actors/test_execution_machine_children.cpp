@@ -13,6 +13,14 @@ const json one_run = {{"steps", {{"a", {{"run", {"true"}}}}}}};
 const json one_child = {
   {"steps", {{"c", {{"graph", {{"steps", {{"x", {{"fn", "noop"}}}}}}}}}}}};
 
+/// Starts `f` (its child step running) and stops it, as a request would.
+void start_and_stop(machine_fixture& f) {
+  f.m->start(++f.now);
+  f.fx();
+  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.fx();
+}
+
 } // namespace
 
 TEST_CASE("a child that completes completes its step with the child's outputs",
@@ -44,10 +52,7 @@ TEST_CASE("a child that stopped on its own puts its step back to pending and sto
 TEST_CASE("a child stopped with its parent adds its final batch to the parent's snapshot",
           "[actors][machine]") {
   machine_fixture f{one_child};
-  f.m->start(++f.now);
-  f.fx();
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
-  f.fx();
+  start_and_stop(f);
   write_batch snap;
   execution_record child;
   child.id = "x";
@@ -70,10 +75,7 @@ TEST_CASE("the execution a stop reaches commits one subtree record for the child
           "reported compactly",
           "[actors][machine]") {
   machine_fixture f{one_child};
-  f.m->start(++f.now);
-  f.fx();
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
-  f.fx();
+  start_and_stop(f);
   f.m->child_settled(f.idx("c"), execution_status::stopped, nullptr, {}, {}, ++f.now, 7);
   auto xs = f.fx();
   REQUIRE(first<fx::write>(xs));
