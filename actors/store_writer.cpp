@@ -1,6 +1,8 @@
 #include "actors/store_writer.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <set>
 
 #include <caf/all.hpp>
 
@@ -11,16 +13,54 @@ namespace canopy {
 
 namespace {
 
+using clock_type = std::chrono::steady_clock;
+
+/// How long the writer must have had no write before it materialises a
+/// compact snapshot (one transaction over the whole stopped subtree).
+constexpr auto idle_delay = std::chrono::milliseconds{1000};
+
 struct store_writer_state {
   std::shared_ptr<store> db;
   write_batch pending;
   std::vector<caf::response_promise> waiting;
   bool flush_scheduled = false;
   std::vector<caf::actor> subscribers;
+  /// Trees with a compact snapshot this writer committed and has not yet
+  /// materialised; `idle_armed` while an `idle_atom` is on its way.
+  std::set<std::string> compact_roots;
+  bool idle_armed = false;
+  clock_type::time_point last_write;
   static const char* name;
 };
 
 const char* store_writer_state::name = "store_writer";
+
+/// Asks for an `idle_atom` after `idle_delay` while compact snapshots wait.
+void arm_idle(caf::stateful_actor<store_writer_state>* self) {
+  auto& st = self->state;
+  if (st.idle_armed || st.compact_roots.empty())
+    return;
+  st.idle_armed = true;
+  self->delayed_send(self, idle_delay, idle_atom::value);
+}
+
+/// Idle-time work: once no write came for `idle_delay`, materialises the
+/// compact snapshots of one tree (so `live()` and recovery no longer walk
+/// them), then waits again for the next.
+void on_idle(caf::stateful_actor<store_writer_state>* self) {
+  auto& st = self->state;
+  st.idle_armed = false;
+  if (st.compact_roots.empty())
+    return;
+  if (clock_type::now() - st.last_write >= idle_delay) {
+    auto root = *st.compact_roots.begin();
+    st.compact_roots.erase(st.compact_roots.begin());
+    // A failure (a busy store) leaves the snapshot compact: try again later.
+    if (st.db->materialize(root))
+      st.compact_roots.insert(root);
+  }
+  arm_idle(self);
+}
 
 /// Commits every buffered batch in one transaction and answers the writers.
 void flush(caf::stateful_actor<store_writer_state>* self) {
@@ -39,13 +79,17 @@ void flush(caf::stateful_actor<store_writer_state>* self) {
     else
       rp.deliver(true);
   }
+  std::vector<subtree_stop> compact;
+  if (!err)
+    batch.collect_subtree_stops(compact);
+  for (auto& s : compact)
+    st.compact_roots.insert(s.root_id);
+  arm_idle(self);
   if (!err && !st.subscribers.empty()) {
     auto events = std::make_shared<std::vector<event_record>>();
     batch.take_events(*events);
     // The events of compact snapshots are not in the batch: read them back
     // (a plain read after the commit) and merge them in seq order.
-    std::vector<subtree_stop> compact;
-    batch.collect_subtree_stops(compact);
     if (!compact.empty()) {
       for (auto& s : compact) {
         auto evs = st.db->subtree_events(s);
@@ -77,6 +121,7 @@ caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
   return {
     [=](write_atom, write_batch& batch) -> caf::result<bool> {
       auto& st = self->state;
+      st.last_write = clock_type::now();
       st.pending.append(std::move(batch));
       st.waiting.push_back(self->make_response_promise());
       if (!st.flush_scheduled) {
@@ -88,6 +133,7 @@ caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
       return caf::delegated<bool>{};
     },
     [=](flush_atom) { flush(self); },
+    [=](idle_atom) { on_idle(self); },
     [=](subscribe_atom, caf::actor& who) -> caf::result<uint64_t> {
       self->monitor(who);
       self->state.subscribers.push_back(std::move(who));

@@ -16,6 +16,12 @@
 // Group commit: writes that arrive while a commit is in progress (or queued in
 // the mailbox before the writer's flush) are committed together in one
 // transaction, so throughput does not collapse to one fsync per step.
+//
+// Idle time: a compact snapshot it committed (store.hpp) is materialised
+// once no write came for a second, one tree per transaction, so readers of
+// the live index (recovery at every CLI start) stop walking stopped trees.
+// Readers see the same before and after; a write touching the tree earlier
+// materialises it itself.
 
 #include <memory>
 

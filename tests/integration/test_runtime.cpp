@@ -755,6 +755,62 @@ TEST_CASE("a requested stop snapshots the running steps and resume finishes the 
   }
 }
 
+TEST_CASE("a stopped tree is materialised once the store writer is idle and reads the same "
+          "before and after",
+          "[runtime][stop]") {
+  fixture f;
+  // Root → two children → two grandchildren each, every leaf sleeping.
+  json leaf = {{"steps", {{"nap", {{"fn", "sleep"}, {"with", {{"ms", 600000}}}}}}}};
+  json mid = {{"steps", {{"g1", {{"graph", leaf}}}, {"g2", {{"graph", leaf}}}}}};
+  json doc = {{"steps", {{"c1", {{"graph", mid}}}, {"c2", {{"graph", mid}}}}}};
+  auto h = f.start(doc);
+  auto seen = std::make_shared<collector>();
+  auto sub = h.subscribe(seen->callback());
+  auto naps = [&] {
+    size_t n = 0;
+    for (auto& e : seen->snapshot())
+      n += e.type == "step.started" && e.step == "nap" ? 1 : 0;
+    return n;
+  };
+  REQUIRE(test::eventually([&] { return naps() == 4; }));
+  REQUIRE(h.stop());
+  CHECK(f.finish(h).status == execution_status::stopped);
+  auto& db = *f.rt->db();
+  // Everything a reader sees of the tree, as JSON documents.
+  auto reads = [&] {
+    json out = json::object();
+    std::vector<std::string> todo{h.id()};
+    while (!todo.empty()) {
+      auto id = todo.back();
+      todo.pop_back();
+      out["executions"][id] = to_json(get(db.execution(id)));
+      for (auto& st : get(db.steps(id)))
+        out["steps"][id + "/" + st.step] = to_json(st);
+      for (auto& c : get(db.children(id)))
+        todo.push_back(c);
+    }
+    for (auto& e : get(db.tree_events(h.id())))
+      out["events"].push_back(to_json(e));
+    out["live"] = get(db.live()).size();
+    return out;
+  };
+  auto before = reads();
+  CHECK(before["executions"].size() == 7);
+  for (auto& [id, x] : before["executions"].items()) {
+    INFO(id);
+    CHECK(x["status"] == "stopped");
+    CHECK(x["reason"] == (id == h.id() ? "requested" : "parent_stopped"));
+  }
+  for (auto& [id, st] : before["steps"].items()) {
+    INFO(id);
+    CHECK(st["status"] == "pending");
+  }
+  CHECK(before["live"] == 0);
+  // The writer materialises it once no write came for a second.
+  REQUIRE(test::eventually([&] { return get(db.subtree_stops(h.id())).empty(); }));
+  CHECK(reads() == before);
+}
+
 TEST_CASE("a stop returns queued steps to pending and frees their slots", "[runtime]") {
   test::temp_dir dir;
   runtime_options opts;
