@@ -289,6 +289,10 @@ private:
             json data = nullptr);
   void put_step(uint32_t idx);
   void put_execution();
+  /// Adds the limit scope's counters when they changed.
+  void put_counters();
+  /// Adds the final batches children handed up during a halt.
+  void put_snapshot();
   void append_history(int64_t now);
   void stop_clock(int64_t now);
   void flush(after_write then = after_write::none);
@@ -324,6 +328,9 @@ private:
   /// with `reason` (its slots released, its record and event written).
   /// @returns false when the step was not active.
   bool reset_to_pending(uint32_t idx, step_reason reason, int64_t now, json event_data = nullptr);
+  /// Its in-memory half (a compact stop writes nothing): slots released,
+  /// idle with `reason`, ended at `now`. @returns false when not active.
+  bool reset_in_memory(uint32_t idx, step_reason reason, int64_t now);
   step_reason child_reason() const;
   /// The halt of an execution stopped from above: no record, no event; its
   /// active steps go back to idle in memory and the parent counts them.

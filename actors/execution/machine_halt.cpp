@@ -117,8 +117,7 @@ bool execution_machine::halt_waiting() const {
   });
 }
 
-bool execution_machine::reset_to_pending(uint32_t idx, step_reason reason, int64_t now,
-                                         json event_data) {
+bool execution_machine::reset_in_memory(uint32_t idx, step_reason reason, int64_t now) {
   auto& s = steps_[idx];
   if (!is_active(s.phase))
     return false;
@@ -126,6 +125,13 @@ bool execution_machine::reset_to_pending(uint32_t idx, step_reason reason, int64
   s.phase = step_phase::idle;
   s.reason = reason;
   s.ended_at = now;
+  return true;
+}
+
+bool execution_machine::reset_to_pending(uint32_t idx, step_reason reason, int64_t now,
+                                         json event_data) {
+  if (!reset_in_memory(idx, reason, now))
+    return false;
   emit("step.pending", now, g_->steps[idx].id, "pending", to_string(reason),
        std::move(event_data));
   put_step(idx);
@@ -160,10 +166,7 @@ void execution_machine::try_complete_halt(int64_t now) {
   // ends (`stop.handled`), in the same transaction.
   put_execution();
   // Children stopped with us handed us their final batches: one transaction.
-  if (snapshot_) {
-    batch_or_new().append(std::move(*snapshot_));
-    snapshot_.reset();
-  }
+  put_snapshot();
   // The descendants a stop from above ended compactly: one record stands
   // for all of them, committed with this execution's own (the store resolves
   // it for every reader).
@@ -178,11 +181,7 @@ void execution_machine::try_complete_halt(int64_t now) {
     stopped_below_ = 0;
   }
   if (from_above_ && has_parent_) {
-    if (scope_dirty_) {
-      scope_dirty_ = false;
-      for (auto& c : scope_->snapshot())
-        batch_or_new().counters.push_back(std::move(c));
-    }
+    put_counters();
     report_and_quit();
     return;
   }
@@ -194,16 +193,8 @@ void execution_machine::complete_halt_compactly(int64_t now) {
   // `step.pending` per active step and one `execution.stopped`. The store
   // derives the same from the stored records (`subtree_stop`).
   uint64_t events = 1;
-  for (uint32_t i = 0; i < steps_.size(); ++i) {
-    auto& s = steps_[i];
-    if (!is_active(s.phase))
-      continue;
-    release_slots(i);
-    s.phase = step_phase::idle;
-    s.reason = step_reason_;
-    s.ended_at = now;
-    ++events;
-  }
+  for (uint32_t i = 0; i < steps_.size(); ++i)
+    events += reset_in_memory(i, step_reason_, now) ? 1 : 0;
   stopped_below_ += events;
   rec_.status = execution_status::stopped;
   rec_.reason = to_string(final_reason_);
@@ -212,15 +203,8 @@ void execution_machine::complete_halt_compactly(int64_t now) {
   stop_clock(now);
   // Records not yet written (and those of children that reported per node)
   // still travel up and are committed before the parent's subtree record.
-  if (snapshot_) {
-    batch_or_new().append(std::move(*snapshot_));
-    snapshot_.reset();
-  }
-  if (scope_dirty_) {
-    scope_dirty_ = false;
-    for (auto& c : scope_->snapshot())
-      batch_or_new().counters.push_back(std::move(c));
-  }
+  put_snapshot();
+  put_counters();
   report_and_quit();
 }
 

@@ -49,6 +49,21 @@ void execution_machine::put_execution() {
   batch_or_new().executions.push_back(rec_);
 }
 
+void execution_machine::put_counters() {
+  if (!scope_dirty_)
+    return;
+  scope_dirty_ = false;
+  for (auto& c : scope_->snapshot())
+    batch_or_new().counters.push_back(std::move(c));
+}
+
+void execution_machine::put_snapshot() {
+  if (!snapshot_)
+    return;
+  batch_or_new().append(std::move(*snapshot_));
+  snapshot_.reset();
+}
+
 void execution_machine::append_history(int64_t now) {
   // An agent's run completed: its message and reply join the agent's history
   // in the run's final commit.
@@ -82,11 +97,7 @@ void execution_machine::stop_clock(int64_t now) {
 void execution_machine::flush(after_write then) {
   if (phase_ == exec_phase::done)
     return; // nothing after quit
-  if (scope_dirty_) {
-    scope_dirty_ = false;
-    for (auto& c : scope_->snapshot())
-      batch_or_new().counters.push_back(std::move(c));
-  }
+  put_counters();
   if ((!batch_ || batch_->empty()) && then == after_write::none)
     return;
   fx::write w;

@@ -21,6 +21,21 @@ std::vector<effect> start_and_grant(machine_fixture& f, const std::string& id) {
   return f.fx();
 }
 
+/// Sends `f` an in-process stop request `id`; checks that it is written
+/// first, answered on its write. @returns the effects.
+std::vector<effect> send_request(machine_fixture& f, const std::string& id) {
+  stop_record req;
+  req.id = id;
+  write_batch b;
+  b.stops.push_back(req);
+  f.m->stop_request(req, std::move(b), ++f.now);
+  auto xs = f.fx();
+  REQUIRE(first<fx::write>(xs));
+  CHECK(first<fx::write>(xs)->then == after_write::reply);
+  CHECK(first<fx::write>(xs)->batch.stops.size() == 1);
+  return xs;
+}
+
 } // namespace
 
 TEST_CASE("a new execution starts its ready steps and writes that it started",
@@ -217,15 +232,7 @@ TEST_CASE("a stop request that finds the execution finishing is still written, a
   f.m->start(++f.now);
   f.ack(f.fx());
   REQUIRE(f.m->phase() == exec_phase::finishing);
-  stop_record req;
-  req.id = "s3";
-  write_batch b;
-  b.stops.push_back(req);
-  f.m->stop_request(req, std::move(b), ++f.now);
-  auto xs = f.fx();
-  REQUIRE(first<fx::write>(xs));
-  CHECK(first<fx::write>(xs)->then == after_write::reply);
-  CHECK(first<fx::write>(xs)->batch.stops.size() == 1);
+  auto xs = send_request(f, "s3");
   CHECK(f.m->phase() == exec_phase::finishing);
   CHECK(count<fx::send_exit>(xs) == 0);
 }
@@ -234,15 +241,7 @@ TEST_CASE("an in-process stop request is written before the halt and answered on
           "[actors][machine]") {
   machine_fixture f{one_run};
   start_and_grant(f, "a");
-  stop_record req;
-  req.id = "s2";
-  write_batch b;
-  b.stops.push_back(req);
-  f.m->stop_request(req, std::move(b), ++f.now);
-  auto xs = f.fx();
-  REQUIRE(first<fx::write>(xs));
-  CHECK(first<fx::write>(xs)->then == after_write::reply);
-  CHECK(first<fx::write>(xs)->batch.stops.size() == 1);
+  auto xs = send_request(f, "s2");
   CHECK(f.m->phase() == exec_phase::halting);
 }
 

@@ -10,19 +10,14 @@
 #include <vector>
 
 #include "tests/integration/helpers.hpp"
+#include "tests/persistence/render_errors.hpp"
 
 using namespace canopy;
+using canopy::test::render;
 
 namespace {
 
 // -- helpers -------------------------------------------------------------------
-
-std::string render(const std::vector<graph_error>& errors) {
-  std::string result;
-  for (auto& e : errors)
-    result += "  " + to_string(e) + "\n";
-  return result;
-}
 
 bool has_error(const std::vector<graph_error>& errors, const std::string& path,
                const std::string& part = "") {

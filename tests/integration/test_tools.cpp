@@ -21,8 +21,10 @@
 #include "persistence/error.hpp"
 #include "persistence/tools.hpp"
 #include "tests/integration/helpers.hpp"
+#include "tests/persistence/render_errors.hpp"
 
 using namespace canopy;
+using canopy::test::render;
 using namespace std::chrono_literals;
 
 namespace {
@@ -41,13 +43,6 @@ T get(caf::expected<T> x) {
 long elapsed_ms(clock_type::time_point since) {
   return static_cast<long>(
     std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - since).count());
-}
-
-std::string render(const std::vector<graph_error>& errors) {
-  std::string result;
-  for (auto& e : errors)
-    result += "  " + to_string(e) + "\n";
-  return result;
 }
 
 /// Parses a `tools` object with the real parser; the test fails on any error.

@@ -8,8 +8,10 @@
 #include <sstream>
 
 #include "persistence/error.hpp"
+#include "tests/persistence/render_errors.hpp"
 
 using namespace canopy;
+using canopy::test::render;
 
 namespace fs = std::filesystem;
 
@@ -21,13 +23,6 @@ std::vector<graph_error> errors_of(const json& doc, const parse_options& opts = 
   auto result = parse_graph(doc, "/tmp", opts);
   CHECK_FALSE(result);
   return result.errors;
-}
-
-std::string render(const std::vector<graph_error>& errors) {
-  std::string result;
-  for (auto& e : errors)
-    result += "  " + to_string(e) + "\n";
-  return result;
 }
 
 /// Returns true when some error has exactly `path` and a message containing `part`.

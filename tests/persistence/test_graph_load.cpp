@@ -13,21 +13,16 @@
 #include "persistence/error.hpp"
 #include "persistence/store.hpp"
 #include "tests/integration/helpers.hpp"
+#include "tests/persistence/render_errors.hpp"
 
 using namespace canopy;
+using canopy::test::render;
 
 namespace fs = std::filesystem;
 
 namespace {
 
 // -- helpers -------------------------------------------------------------------
-
-std::string render(const std::vector<graph_error>& errors) {
-  std::string result;
-  for (auto& e : errors)
-    result += "  " + to_string(e) + "\n";
-  return result;
-}
 
 fs::path fixtures_dir() {
   return fs::path{CANOPY_SOURCE_DIR} / "tests" / "fixtures";

@@ -45,6 +45,20 @@ void commit(store& db, write_batch b) {
   REQUIRE(!db.commit(b));
 }
 
+/// Commits one execution record.
+void commit_exec(store& db, execution_record r) {
+  write_batch b;
+  b.executions.push_back(std::move(r));
+  commit(db, std::move(b));
+}
+
+/// Commits one stop request.
+void commit_request(store& db, stop_record r) {
+  write_batch b;
+  b.stops.push_back(std::move(r));
+  commit(db, std::move(b));
+}
+
 /// The types of the events of tree `root`, in seq order.
 std::vector<std::string> types(store& db, const std::string& root) {
   std::vector<std::string> out;
@@ -61,12 +75,8 @@ TEST_CASE("a stop request for a running execution stays pending with its stop.re
           "[persistence][stop]") {
   test::temp_dir home;
   auto db = open_store(home);
-  write_batch b;
-  b.executions.push_back(make_exec("x", execution_status::running));
-  commit(*db, std::move(b));
-  write_batch req;
-  req.stops.push_back(make_request("s1", "x"));
-  commit(*db, std::move(req));
+  commit_exec(*db, make_exec("x", execution_status::running));
+  commit_request(*db, make_request("s1", "x"));
   auto r = db->stop("s1");
   REQUIRE(r);
   CHECK_FALSE(r->handled);
@@ -139,17 +149,11 @@ TEST_CASE("a request written twice is stored once, with one stop.requested event
   b.executions.push_back(make_exec("x", execution_status::running));
   b.stops.push_back(make_request("s1", "x"));
   commit(*db, std::move(b));
-  write_batch again;
-  again.stops.push_back(make_request("s1", "x"));
-  commit(*db, std::move(again));
+  commit_request(*db, make_request("s1", "x"));
   CHECK(types(*db, "x") == std::vector<std::string>{"stop.requested"});
   // Written again after it was handled: still handled, nothing new logged.
-  write_batch snap;
-  snap.executions.push_back(make_exec("x", execution_status::stopped));
-  commit(*db, std::move(snap));
-  write_batch late;
-  late.stops.push_back(make_request("s1", "x"));
-  commit(*db, std::move(late));
+  commit_exec(*db, make_exec("x", execution_status::stopped));
+  commit_request(*db, make_request("s1", "x"));
   CHECK(db->stop("s1")->handled);
   CHECK(types(*db, "x") == std::vector<std::string>{"stop.requested", "stop.handled"});
 }
@@ -162,9 +166,7 @@ TEST_CASE("a request for a child answered by the root's snapshot carries the chi
   b.executions.push_back(make_exec("r", execution_status::running));
   b.executions.push_back(make_exec("c", execution_status::running, "r"));
   commit(*db, std::move(b));
-  write_batch req;
-  req.stops.push_back(make_request("s1", "c"));
-  commit(*db, std::move(req));
+  commit_request(*db, make_request("s1", "c"));
   // The snapshot: the root stopping ends the child too, in one commit.
   write_batch snap;
   auto root = make_exec("r", execution_status::stopped);

@@ -2,6 +2,7 @@
 // valid tables and a corpus of bad ones, each rejected at its exact path.
 
 #include "persistence/tools.hpp"
+#include "tests/persistence/render_errors.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -9,17 +10,11 @@
 #include <vector>
 
 using namespace canopy;
+using canopy::test::render;
 
 namespace {
 
 // -- helpers -------------------------------------------------------------------
-
-std::string render(const std::vector<graph_error>& errors) {
-  std::string result;
-  for (auto& e : errors)
-    result += "  " + to_string(e) + "\n";
-  return result;
-}
 
 bool has_error(const std::vector<graph_error>& errors, const std::string& path,
                const std::string& part = "") {
