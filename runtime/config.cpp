@@ -22,7 +22,9 @@ constexpr size_t max_config_bytes = 8u * 1024u * 1024u;
 constexpr const char* config_keys = "home, listen, users, allow_inline_commands, max_parallel, "
                                     "max_request_bytes, tools, cluster";
 
-constexpr const char* cluster_keys = "listen, secret, heartbeat, timeout";
+constexpr const char* cluster_keys = "listen, secret, heartbeat, timeout, tls";
+
+constexpr const char* tls_keys = "certificate, key, ca";
 
 // -- helpers -------------------------------------------------------------------
 
@@ -202,7 +204,12 @@ private:
           c.secret = *s;
       } else if (in_tools_file && key == "listen") {
         fail(kpath, "unknown key 'listen' (a tools file's cluster holds only: secret, "
-                    "heartbeat, timeout)");
+                    "heartbeat, timeout, tls)");
+      } else if (key == "tls") {
+        if (val.is_boolean() && !val.get<bool>())
+          c.tls_disabled = true;
+        else
+          c.tls = tls(val, kpath);
       } else if (key == "listen") {
         if (auto s = host_port(val, kpath))
           c.listen = *s;
@@ -226,6 +233,39 @@ private:
            "the heartbeat (" + to_duration_string(c.heartbeat)
              + ") must be shorter than the timeout (" + to_duration_string(c.timeout) + ")");
     return c;
+  }
+
+  /// `cluster.tls`: the three PEM files, all of them (or `false`, handled by
+  /// the caller).
+  std::optional<tls_files> tls(const json& v, const std::string& path) {
+    if (!v.is_object()) {
+      fail(path, "expected {\"certificate\": FILE, \"key\": FILE, \"ca\": FILE}, or false "
+                 "for plain TCP, " + got(v));
+      return std::nullopt;
+    }
+    tls_files t;
+    bool complete = true;
+    for (auto [key, out] : {std::make_pair("certificate", &t.certificate),
+                            std::make_pair("key", &t.key), std::make_pair("ca", &t.ca)}) {
+      if (!v.contains(key)) {
+        fail(path + "/" + key, std::string{"missing '"} + key
+                                 + "' (a PEM file): TLS needs all of " + tls_keys);
+        complete = false;
+      } else if (auto s = non_empty_string(v.at(key), path + "/" + key, "a PEM file")) {
+        *out = *s;
+      } else {
+        complete = false;
+      }
+    }
+    for (auto& [key, val] : v.items())
+      if (key != "certificate" && key != "key" && key != "ca") {
+        fail(path + "/" + escape_pointer(key),
+             "unknown key '" + key + "' (expected one of: " + tls_keys + ")");
+        complete = false;
+      }
+    if (!complete)
+      return std::nullopt;
+    return t;
   }
 
   std::vector<graph_error>& errors_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/tls.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/tools.hpp"
@@ -21,6 +22,12 @@ struct cluster_config {
   std::string secret;          ///< empty: `$CANOPY_CLUSTER_SECRET` applies
   millis heartbeat{1000};
   millis timeout{5000};
+  /// `tls`: the node's certificate and key and the cluster's CA (all three
+  /// or none); unset: plain TCP.
+  std::optional<tls_files> tls;
+  /// `"tls": false`: plain TCP on purpose, also on a non-loopback address
+  /// (without it, a non-loopback cluster port or `--join` is refused).
+  bool tls_disabled = false;
 };
 
 /// A node's configuration; defaults are SPEC §12's.

@@ -175,8 +175,9 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   // The supervisor: no tool of its own, so the step goes to a worker; its
   // cluster port on the root side of the pair.
   server_process::options o;
+  // Plain TCP on a non-loopback address must be asked for (`"tls": false`).
   o.config = {{"cluster", {{"secret", partition_secret}, {"heartbeat", "500ms"},
-                           {"timeout", "2s"}}}};
+                           {"timeout", "2s"}, {"tls", false}}}};
   o.args = {"--cluster", net.root_addr + ":0"};
   server_process sup{o};
   int port = sup.cluster_port();
@@ -195,7 +196,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
             {{"argv", {"sh", "-c", "echo $$ > " + a_pid_file + "; echo started >> " + a_starts
                                      + "; exec sleep 120"}},
              {"grace", {{"interrupt", "1s"}, {"terminate", "1s"}}}}}}},
-         {"cluster", {{"secret", partition_secret}}}}
+         {"cluster", {{"secret", partition_secret}, {"tls", false}}}}
       .dump());
   worker_process::options wa_options;
   wa_options.prefix = net.exec_prefix();
@@ -243,7 +244,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
     "b.json",
     json{{"tools", {{"sleeper", {{"argv", {"sh", "-c", "echo started >> " + b_starts
                                                          + "; echo ran-on-b"}}}}}},
-         {"cluster", {{"secret", partition_secret}}}}
+         {"cluster", {{"secret", partition_secret}, {"tls", false}}}}
       .dump());
   wb = std::make_unique<worker_process>(std::vector<std::string>{
     "--join", join, "--name", "wb", "--slots", "2", "--tools", b_tools});
