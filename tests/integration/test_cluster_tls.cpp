@@ -26,6 +26,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/tcp_relay.hpp"
+#include "tests/integration/test_certs.hpp"
 
 using namespace canopy;
 using namespace canopy::test;
@@ -35,48 +36,6 @@ namespace {
 
 /// Long and unusual, so that finding it in a capture means it was sent.
 const std::string tls_secret = "tls-test-secret-5d8c1f7e";
-
-// -- certificates -----------------------------------------------------------------
-
-/// Runs `openssl ARGS...`; fails the test when it fails.
-void openssl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"openssl"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto r = run_command(argv, std::chrono::seconds{60});
-  INFO("openssl " << args.at(0) << ": exit " << r.exit_code << "\n" << r.err);
-  REQUIRE(r.exit_code == 0);
-}
-
-/// A CA: its certificate and key in `dir`.
-struct test_ca {
-  std::string cert;
-  std::string key;
-};
-
-test_ca make_ca(const temp_dir& dir, const std::string& name) {
-  test_ca ca{dir.path + "/" + name + ".pem", dir.path + "/" + name + ".key"};
-  openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-           "-keyout", ca.key, "-out", ca.cert, "-days", "2", "-subj", "/CN=" + name});
-  return ca;
-}
-
-/// A key and a certificate for `node` signed by `ca`; `ca_file` is the CA
-/// the node trusts (default: `ca`'s own).
-tls_files issue(const temp_dir& dir, const test_ca& ca, const std::string& node,
-                const std::string& ca_file = {}) {
-  tls_files t{dir.path + "/" + node + ".pem", dir.path + "/" + node + ".key",
-              ca_file.empty() ? ca.cert : ca_file};
-  auto csr = dir.path + "/" + node + ".csr";
-  openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-           "-keyout", t.key, "-out", csr, "-subj", "/CN=" + node});
-  openssl({"x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key, "-CAcreateserial",
-           "-out", t.certificate, "-days", "2"});
-  return t;
-}
-
-json tls_json(const tls_files& t) {
-  return {{"certificate", t.certificate}, {"key", t.key}, {"ca", t.ca}};
-}
 
 // -- nodes ------------------------------------------------------------------------
 
@@ -174,13 +133,13 @@ TEST_CASE("a worker whose certificate the cluster CA signed joins a TLS supervis
           "[integration][cluster][tls]") {
   temp_dir dir;
   auto ca = make_ca(dir, "cluster-ca");
-  server_process sup{supervisor(tls_json(issue(dir, ca, "supervisor")))};
+  server_process sup{supervisor(tls_json(issue_cert(dir, ca, "supervisor")))};
   int port = sup.cluster_port();
   INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
   REQUIRE(port > 0);
   CHECK(has(sup.log(), "tls=on"));
-  worker_process w1{worker(port, "w1",
-                           worker_tools(dir, "w1", tls_json(issue(dir, ca, "w1")), "ran-on-w1"))};
+  auto w1_tls = tls_json(issue_cert(dir, ca, "w1"));
+  worker_process w1{worker(port, "w1", worker_tools(dir, "w1", w1_tls, "ran-on-w1"))};
   INFO("w1 stderr: " << w1.err());
   REQUIRE(w1.wait_joined(port, "w1"));
   CHECK(has(w1.err(), "tls=on"));
@@ -200,7 +159,7 @@ TEST_CASE("a TLS supervisor refuses a worker with a certificate from another CA 
   temp_dir dir;
   auto ca = make_ca(dir, "cluster-ca");
   auto other = make_ca(dir, "other-ca");
-  server_process sup{supervisor(tls_json(issue(dir, ca, "supervisor")))};
+  server_process sup{supervisor(tls_json(issue_cert(dir, ca, "supervisor")))};
   int port = sup.cluster_port();
   INFO("supervisor log: " << sup.log());
   REQUIRE(port > 0);
@@ -208,8 +167,8 @@ TEST_CASE("a TLS supervisor refuses a worker with a certificate from another CA 
   // own start-up check), but its certificate is from the other one; the
   // plain worker speaks no TLS at all.
   auto both = dir.write("both-cas.pem", read_file(other.cert) + read_file(ca.cert));
-  worker_process rogue{
-    worker(port, "rogue", worker_tools(dir, "rogue", tls_json(issue(dir, other, "rogue", both))))};
+  auto rogue_tls = tls_json(issue_cert(dir, other, "rogue", both));
+  worker_process rogue{worker(port, "rogue", worker_tools(dir, "rogue", rogue_tls))};
   worker_process plain{worker(port, "plain", worker_tools(dir, "plain", nullptr))};
   INFO("rogue stderr: " << rogue.err() << "\nplain stderr: " << plain.err());
   auto retried = [](const std::string&, const std::string& err) {
@@ -218,7 +177,8 @@ TEST_CASE("a TLS supervisor refuses a worker with a certificate from another CA 
   REQUIRE(rogue.wait_for(retried, 30s));
   REQUIRE(plain.wait_for(retried, 30s));
   // A worker with a certificate from the cluster CA still joins after them.
-  worker_process good{worker(port, "good", worker_tools(dir, "good", tls_json(issue(dir, ca, "good"))))};
+  auto good_tls = tls_json(issue_cert(dir, ca, "good"));
+  worker_process good{worker(port, "good", worker_tools(dir, "good", good_tls))};
   INFO("good stderr: " << good.err());
   REQUIRE(good.wait_joined(port, "good"));
   REQUIRE(eventually([&] { return node_names(sup).count("good") == 1; }, 10s));
@@ -231,6 +191,33 @@ TEST_CASE("a TLS supervisor refuses a worker with a certificate from another CA 
   CHECK(plain.running());
   CHECK_FALSE(has(sup.log(), "rogue"));
   CHECK(sup.running());
+}
+
+TEST_CASE("a TLS worker does not join a supervisor whose certificate another CA signed, "
+          "though that supervisor knows the secret",
+          "[integration][cluster][tls]") {
+  temp_dir dir;
+  auto ca = make_ca(dir, "cluster-ca");
+  auto other = make_ca(dir, "other-ca");
+  // The impostor trusts both CAs (it would admit the worker, whose secret it
+  // shares), but its own certificate is from the other CA.
+  auto both = dir.write("both-cas.pem", read_file(other.cert) + read_file(ca.cert));
+  server_process impostor{supervisor(tls_json(issue_cert(dir, other, "impostor", both)))};
+  int port = impostor.cluster_port();
+  INFO("impostor log: " << impostor.log());
+  REQUIRE(port > 0);
+  worker_process w{
+    worker(port, "w1", worker_tools(dir, "w1", tls_json(issue_cert(dir, ca, "w1"))))};
+  INFO("worker stderr: " << w.err());
+  REQUIRE(w.wait_for([](const std::string&, const std::string& err) {
+    return has(err, "event=retry");
+  }, 30s));
+  // The worker refused the handshake, so no join (and no secret) reached
+  // the impostor: it would have admitted and listed it.
+  CHECK_FALSE(has(w.out(), "joined"));
+  CHECK(node_names(impostor) == std::set<std::string>{"supervisor"});
+  CHECK_FALSE(has(impostor.log(), "w1"));
+  CHECK(w.running());
 }
 
 TEST_CASE("the secret and a step's arguments cross a TLS cluster port only encrypted, while a "
@@ -252,13 +239,13 @@ TEST_CASE("the secret and a step's arguments cross a TLS cluster port only encry
     CHECK(has(relay.captured(), "canopy_node_info"));
   }
   auto ca = make_ca(dir, "cluster-ca");
-  server_process sup{supervisor(tls_json(issue(dir, ca, "supervisor")))};
+  server_process sup{supervisor(tls_json(issue_cert(dir, ca, "supervisor")))};
   int port = sup.cluster_port();
   INFO("supervisor log: " << sup.log());
   REQUIRE(port > 0);
   tcp_relay relay{port};
-  worker_process w{worker(relay.port(), "wtls",
-                          worker_tools(dir, "wtls", tls_json(issue(dir, ca, "wtls")), marker))};
+  auto wtls = tls_json(issue_cert(dir, ca, "wtls"));
+  worker_process w{worker(relay.port(), "wtls", worker_tools(dir, "wtls", wtls, marker))};
   INFO("tls worker stderr: " << w.err());
   REQUIRE(w.wait_joined(relay.port(), "wtls"));
   REQUIRE(eventually([&] { return node_names(sup).count("wtls") == 1; }, 10s));
@@ -290,8 +277,8 @@ TEST_CASE("an incomplete or unusable cluster TLS setup and a cleartext cluster o
   temp_dir dir;
   auto ca = make_ca(dir, "cluster-ca");
   auto other = make_ca(dir, "other-ca");
-  auto good = issue(dir, ca, "node");
-  auto foreign = issue(dir, other, "foreign", ca.cert);
+  auto good = issue_cert(dir, ca, "node");
+  auto foreign = issue_cert(dir, other, "foreign", ca.cert);
   std::map<std::string, std::string> env{{"CANOPY_CLUSTER_SECRET", ""}};
 
   auto serve = [&](const json& cluster, const std::string& listen = "127.0.0.1:0") {
