@@ -22,7 +22,10 @@
 
 #include <catch2/catch.hpp>
 
+#include "persistence/error.hpp"
 #include "runtime/config.hpp"
+#include "runtime/error.hpp"
+#include "runtime/runtime.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/tcp_relay.hpp"
@@ -388,4 +391,27 @@ TEST_CASE("cluster.tls parses into the three files and false opts out", "[integr
   REQUIRE(none);
   CHECK_FALSE(none.value->cluster->tls);
   CHECK_FALSE(none.value->cluster->tls_disabled);
+}
+
+TEST_CASE("runtime::open refuses cluster TLS files that do not load instead of publishing",
+          "[integration][cluster][tls]") {
+  temp_dir dir;
+  auto ca = make_ca(dir, "cluster-ca");
+  auto node = issue_cert(dir, ca, "node");
+  runtime_options opts;
+  opts.home = dir.path + "/home";
+  cluster_listen cl;
+  cl.secret = tls_secret;
+  cl.tls = node;
+  cl.tls->key = dir.path + "/missing.key";
+  opts.cluster = cl;
+  auto rt = runtime::open(opts);
+  REQUIRE_FALSE(rt);
+  CHECK(is(rt.error(), runtime_errc::cluster_port));
+  CHECK(has(message_of(rt.error()), "cluster.tls.key"));
+  // With usable files it opens and publishes the port.
+  opts.cluster->tls = node;
+  auto ok = runtime::open(opts);
+  REQUIRE(ok);
+  CHECK((*ok)->cluster_port() > 0);
 }
