@@ -21,6 +21,7 @@
 #include "persistence/reference.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
+#include "runtime/http_listener.hpp"
 #include "runtime/http_routes.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/runtime.hpp"
@@ -41,12 +42,9 @@ constexpr double max_stop_wait = 3600;
 constexpr size_t default_page = 100;
 constexpr size_t max_page = 1000;
 
-/// Threads answering requests; each live SSE stream holds one.
-constexpr size_t http_threads = 128;
-
-/// Agent messages waiting for their runs at once; each holds an HTTP thread,
-/// and the rest stay free for cancels, stops and reads.
-constexpr size_t max_agent_sends = http_threads - 32;
+/// Agent messages waiting for their runs at once; each holds an HTTP thread
+/// (of up to http_limits::max_threads, see http_listener.hpp).
+constexpr size_t max_agent_sends = 96;
 
 /// A comment line on an idle SSE stream this often (SPEC §13 rule 20).
 constexpr auto sse_keepalive = std::chrono::seconds{15};
@@ -1292,14 +1290,13 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                       message_of(h.error()));
     }
   }
-  httplib::Server svr;
-  svr.new_task_queue = [] { return new httplib::ThreadPool(http_threads); };
+  http_listener svr;
   svr.set_payload_max_length(cfg.max_request_bytes);
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
   api_server api{cfg, **rt, *m, events};
   api.install(svr);
-  int bound = port == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, port) ? port : -1);
+  int bound = svr.bind(host, port);
   if (bound < 0) {
     spdlog::error("event=listen address={} error=\"cannot bind\"", cfg.listen);
     sub.cancel();

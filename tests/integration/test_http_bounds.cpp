@@ -372,3 +372,120 @@ TEST_CASE("2,000 requests with random bogus methods and paths leave the request 
   });
   CHECK(raw == 0);
 }
+
+// -- slow clients -----------------------------------------------------------------
+
+namespace {
+
+/// Opens `n` connections from `source` that send a request line and one
+/// header, and nothing more. @returns their sockets.
+std::vector<int> partial_connections(int port, size_t n, const char* source) {
+  std::vector<int> fds;
+  for (size_t i = 0; i < n; ++i) {
+    int fd = connect_from(port, source);
+    if (fd < 0)
+      break;
+    send_all(fd, "GET / HTTP/1.1\r\nHost: x\r\n");
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+/// The time one `GET /healthz` on a new connection from 127.0.0.1 takes to
+/// be answered in full; its status in `status`.
+std::chrono::milliseconds timed_healthz(int port, int& status) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto answer = exchange(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  auto t1 = std::chrono::steady_clock::now();
+  status = status_of(answer);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0);
+}
+
+} // namespace
+
+TEST_CASE("with 500 partial-header connections open from 127.0.0.1, /healthz answers "
+          "within 100 ms",
+          "[integration][http]") {
+  server_process srv;
+  auto fds = partial_connections(srv.port(), 500, "127.0.0.1");
+  REQUIRE(fds.size() == 500);
+  int status = 0;
+  auto took = timed_healthz(srv.port(), status);
+  CHECK(status == 200);
+  CHECK(took < 100ms);
+  // The partial connections are still open: none was answered.
+  size_t answered = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    answered += ::poll(&p, 1, 0) > 0 ? 1 : 0;
+    ::close(fd);
+  }
+  CHECK(answered == 0);
+  CHECK(srv.running());
+}
+
+TEST_CASE("one client address holds at most 128 connections, the rest answer 503, and "
+          "/healthz from 127.0.0.1 answers within 100 ms",
+          "[integration][http]") {
+  server_process srv;
+  auto fds = partial_connections(srv.port(), 500, "127.0.0.2");
+  REQUIRE(fds.size() == 500);
+  int status = 0;
+  auto took = timed_healthz(srv.port(), status);
+  CHECK(status == 200);
+  CHECK(took < 100ms);
+  // Connections over the cap are answered 503 and closed at once; the
+  // others wait for the rest of their headers.
+  std::vector<pollfd> waiting;
+  for (int fd : fds)
+    waiting.push_back({fd, POLLIN, 0});
+  size_t refused = 0;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (refused < 500 - 128 && std::chrono::steady_clock::now() < deadline) {
+    if (::poll(waiting.data(), waiting.size(), 100) <= 0)
+      continue;
+    for (auto& p : waiting) {
+      if (p.fd < 0 || (p.revents & (POLLIN | POLLHUP)) == 0)
+        continue;
+      refused += status_of(read_until_closed(p.fd, 1s)) == 503 ? 1 : 0;
+      p.fd = -1; // poll skips it from now on
+    }
+  }
+  CHECK(refused == 500 - 128);
+  // The admitted ones got nothing.
+  CHECK(::poll(waiting.data(), waiting.size(), 0) == 0);
+  for (int fd : fds)
+    ::close(fd);
+  CHECK(srv.running());
+}
+
+TEST_CASE("a client trickling header bytes is cut off at the 10 s header deadline",
+          "[integration][http]") {
+  server_process srv;
+  int fd = connect_from(srv.port());
+  REQUIRE(fd >= 0);
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(send_all(fd, "GET /healthz HTTP/1.1\r\n"));
+  // One header byte every 200 ms (each read well within the 30 s read
+  // timeout) until the server closes the connection, for at most 20 s.
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - t0 < 20s) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      // An answer (400) and the end of the connection.
+      read_until_closed(fd, 2s);
+      closed = true;
+      break;
+    }
+    closed = !send_all(fd, "x");
+  }
+  auto took = std::chrono::steady_clock::now() - t0;
+  pollfd p{fd, POLLIN, 0};
+  char byte;
+  bool ended = ::poll(&p, 1, 0) > 0 && ::recv(fd, &byte, 1, 0) == 0;
+  ::close(fd);
+  CHECK(ended);
+  CHECK(closed);
+  CHECK(took >= 9s);
+  CHECK(took < 13s);
+}
