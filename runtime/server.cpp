@@ -20,6 +20,7 @@
 
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
+#include "runtime/auth.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
 #include "runtime/metrics.hpp"
@@ -252,9 +253,7 @@ struct call {
 class api_server {
 public:
   api_server(const node_config& cfg, runtime& rt, metrics& m, notifier& n)
-    : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n) {
-    for (auto& kv : cfg.users)
-      users_.emplace_back(kv.second, kv.first);
+    : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n), users_(cfg.users) {
     add("GET", "/healthz", "/healthz", false, &api_server::healthz);
     add("GET", "/metrics", "/metrics", false, &api_server::get_metrics);
     add("POST", "/v1/graphs", "/v1/graphs", true, &api_server::post_graph);
@@ -415,17 +414,7 @@ private:
     const std::string scheme = "Bearer ";
     if (h.size() <= scheme.size() || h.compare(0, scheme.size(), scheme) != 0)
       return std::nullopt;
-    auto token = h.substr(scheme.size());
-    std::optional<std::string> user;
-    for (auto& u : users_) {
-      // Compare every byte of every token: no early exit to time.
-      unsigned diff = u.first.size() != token.size() ? 1u : 0u;
-      for (size_t i = 0; i < u.first.size(); ++i)
-        diff |= static_cast<unsigned>(u.first[i] ^ (i < token.size() ? token[i] : 0));
-      if (diff == 0)
-        user = u.second;
-    }
-    return user;
+    return users_.find(h.substr(scheme.size()));
   }
 
   // -- helpers --------------------------------------------------------------------
@@ -1155,7 +1144,7 @@ private:
   store& db_;
   metrics& metrics_;
   notifier& events_;
-  std::vector<std::pair<std::string, std::string>> users_; ///< token → user
+  token_table users_; ///< token → user, constant time
   std::vector<route> routes_;
   std::mutex cache_mtx_;
   std::map<std::string, std::shared_ptr<const graph>> cache_;
