@@ -13,6 +13,7 @@
 #include "persistence/shell_argv.hpp"
 #include "runtime/config.hpp"
 #include "tests/integration/helpers.hpp"
+#include "tests/integration/server_process.hpp"
 
 using namespace canopy::test;
 using namespace std::chrono_literals;
@@ -123,4 +124,25 @@ TEST_CASE("validate refuses run and plan steps that paste a value into shell cod
   CHECK_THAT(r.err, Catch::Contains(file + ": /steps/plan/plan/2: ${steps.greet.stdout} inside "
                                            "the script of 'bash -c'"));
   CHECK_THAT(r.err, !Catch::Contains("/steps/safe"));
+}
+
+TEST_CASE("a server answers 400 at the script's path for a graph that pastes a value into "
+          "shell code",
+          "[integration][server][shell]") {
+  server_process::options opts;
+  opts.config = {{"allow_inline_commands", true}};
+  server_process srv{opts};
+  auto c = srv.client(alice_token);
+  auto a = post_json(c, "/v1/graphs", json::parse(R"({"name": "g", "inputs": ["who"],
+    "steps": {"s": {"run": ["/bin/sh", "-xc", "echo ${inputs.who}"]}}})"));
+  INFO(a.text);
+  CHECK(a.status == 400);
+  CHECK(a.body["error"]["code"] == "invalid_graph");
+  CHECK(a.body["error"]["path"] == "/steps/s/run/2");
+  CHECK_THAT(a.body["error"]["message"].get<std::string>(),
+             Catch::Contains(R"(["/bin/sh", "-xc", "echo \"$1\"", "sh", "${inputs.who}"])"));
+  CHECK(get_json(c, "/v1/graphs/g").status == 404);
+  auto safe = post_json(c, "/v1/graphs", json::parse(R"({"name": "g", "inputs": ["who"],
+    "steps": {"s": {"run": ["/bin/sh", "-xc", "echo \"$1\"", "sh", "${inputs.who}"]}}})"));
+  CHECK(safe.status == 201);
 }
