@@ -45,11 +45,14 @@ struct config_result {
 };
 
 /// Parses a node configuration document (unknown keys and bad values are
-/// errors). Thread-safe.
-config_result parse_node_config(const json& doc);
+/// errors). A user's token is `token`, or read from `token_file` (a path
+/// relative to `base_dir`; empty: the working directory) or `token_env`
+/// (runtime/secrets.hpp has the rules); exactly one of them.
+/// Reads those files and the environment; otherwise thread-safe.
+config_result parse_node_config(const json& doc, const std::string& base_dir = {});
 
-/// Reads and parses the file `path`; a missing file or malformed JSON is one
-/// error with path `""`.
+/// Reads and parses the file `path` (relative `token_file` paths start from
+/// its folder); a missing file or malformed JSON is one error with path `""`.
 config_result load_node_config(const std::string& path);
 
 /// Parses a worker's tools file: `{"tools": {...}, "cluster": {"secret": ...}}`

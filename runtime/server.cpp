@@ -19,6 +19,7 @@
 
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
+#include "runtime/auth.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
 #include "runtime/http_listener.hpp"
@@ -251,9 +252,7 @@ struct call {
 class api_server {
 public:
   api_server(const node_config& cfg, runtime& rt, metrics& m, notifier& n)
-    : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n) {
-    for (auto& kv : cfg.users)
-      users_.emplace_back(kv.second, kv.first);
+    : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n), users_(cfg.users) {
     add("GET", "/healthz", false, &api_server::healthz);
     add("GET", "/metrics", false, &api_server::get_metrics);
     add("POST", "/v1/graphs", true, &api_server::post_graph);
@@ -418,17 +417,7 @@ private:
     const std::string scheme = "Bearer ";
     if (h.size() <= scheme.size() || h.compare(0, scheme.size(), scheme) != 0)
       return std::nullopt;
-    auto token = h.substr(scheme.size());
-    std::optional<std::string> user;
-    for (auto& u : users_) {
-      // Compare every byte of every token: no early exit to time.
-      unsigned diff = u.first.size() != token.size() ? 1u : 0u;
-      for (size_t i = 0; i < u.first.size(); ++i)
-        diff |= static_cast<unsigned>(u.first[i] ^ (i < token.size() ? token[i] : 0));
-      if (diff == 0)
-        user = u.second;
-    }
-    return user;
+    return users_.find(h.substr(scheme.size()));
   }
 
   // -- helpers --------------------------------------------------------------------
@@ -1158,7 +1147,7 @@ private:
   store& db_;
   metrics& metrics_;
   notifier& events_;
-  std::vector<std::pair<std::string, std::string>> users_; ///< token → user
+  token_table users_; ///< token → user, constant time
   route_table routes_;
   std::vector<std::pair<bool, handler>> handlers_; ///< by route index: auth, handler
   std::mutex cache_mtx_;
