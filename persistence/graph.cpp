@@ -16,6 +16,7 @@
 #include "persistence/error.hpp"
 #include "persistence/graph_paths.hpp"
 #include "persistence/reference.hpp"
+#include "persistence/shell_argv.hpp"
 
 namespace canopy {
 
@@ -792,6 +793,10 @@ private:
       } else {
         w.texts.emplace_back(ipath, v[i].get<std::string>());
       }
+    }
+    if (auto e = ok ? check_shell_argv(v, path, "") : std::nullopt) {
+      errors_.push_back(std::move(*e));
+      ok = false;
     }
     return ok;
   }

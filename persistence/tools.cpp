@@ -4,6 +4,7 @@
 
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
+#include "persistence/shell_argv.hpp"
 
 namespace canopy {
 
@@ -102,6 +103,9 @@ private:
                         + ": a tool's argv may only use ${with.KEY} and ${inputs.KEY}"
                           " (pass step results through the step's 'with')");
     }
+    if (errors_.size() == before)
+      if (auto e = check_shell_argv(v, path, def.name))
+        errors_.push_back(std::move(*e));
     if (errors_.size() == before)
       def.argv = v;
   }

@@ -36,7 +36,8 @@ using tool_table = std::map<std::string, tool_def>;
 /// Parses a `tools` object. `path` is the JSON pointer of the object in its
 /// document (e.g. `/tools`); every problem is appended to `errors` with the
 /// path of the offending key (unknown keys, wrong types, bad durations,
-/// an empty argv, a reference other than `${with.*}`/`${inputs.*}`).
+/// an empty argv, a reference other than `${with.*}`/`${inputs.*}`, a
+/// reference inside the script of a shell's `-c`: persistence/shell_argv.hpp).
 /// @returns the table (complete only when no error was appended).
 /// Thread-safe.
 tool_table parse_tools(const json& tools, const std::string& path,

@@ -9,6 +9,8 @@
 
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
+#include "runtime/error.hpp"
+#include "runtime/secrets.hpp"
 
 namespace canopy {
 
@@ -21,6 +23,8 @@ constexpr size_t max_config_bytes = 8u * 1024u * 1024u;
 
 constexpr const char* config_keys = "home, listen, users, allow_inline_commands, max_parallel, "
                                     "max_request_bytes, tools, cluster";
+
+constexpr const char* user_keys = "token, token_file, token_env";
 
 constexpr const char* cluster_keys = "listen, secret, heartbeat, timeout, tls";
 
@@ -37,7 +41,9 @@ std::string got(const json& v) {
 /// Collects every error of one configuration document.
 class config_parser {
 public:
-  explicit config_parser(std::vector<graph_error>& errors) : errors_(errors) {
+  /// `base_dir`: the folder relative `token_file` paths start from.
+  config_parser(std::vector<graph_error>& errors, std::string base_dir)
+    : errors_(errors), base_dir_(std::move(base_dir)) {
     // nop
   }
 
@@ -163,27 +169,66 @@ private:
         fail(upath, "expected an object such as {\"token\": \"...\"}, " + got(val));
         continue;
       }
-      std::optional<std::string> token;
-      for (auto& [key, x] : val.items()) {
-        auto kpath = upath + "/" + escape_pointer(key);
-        if (key == "token")
-          token = non_empty_string(x, kpath, "a bearer token");
-        else
-          fail(kpath, "unknown key '" + key + "' (expected one of: token)");
-      }
-      if (!val.contains("token"))
-        fail(upath, "missing 'token' (a non-empty string)");
-      if (!token)
+      auto found = user_token(val, upath);
+      if (!found)
         continue;
-      auto [it, fresh] = owner_of.emplace(*token, name);
+      auto& [token, kpath] = *found;
+      auto [it, fresh] = owner_of.emplace(token, name);
       if (!fresh) {
-        fail(upath + "/token", "token is already used by user '" + it->second
-                                 + "' (tokens must be unique)");
+        fail(kpath, "token is already used by user '" + it->second
+                      + "' (tokens must be unique)");
         continue;
       }
       if (!name.empty())
-        cfg.users[name] = *token;
+        cfg.users[name] = token;
     }
+  }
+
+  /// A user's token from exactly one of `token`, `token_file` (relative to
+  /// the config file's folder) and `token_env`.
+  /// @returns the token and the path of its key, or nothing (errors added).
+  std::optional<std::pair<std::string, std::string>> user_token(const json& val,
+                                                                const std::string& upath) {
+    std::vector<std::string> given;
+    std::optional<std::pair<std::string, std::string>> result;
+    for (auto& [key, x] : val.items()) {
+      auto kpath = upath + "/" + escape_pointer(key);
+      if (key != "token" && key != "token_file" && key != "token_env") {
+        fail(kpath, "unknown key '" + key + "' (expected one of: " + user_keys + ")");
+        continue;
+      }
+      given.push_back(key);
+      auto text = non_empty_string(x, kpath, key == "token"        ? "a bearer token"
+                                             : key == "token_file" ? "a file path"
+                                                                   : "a variable name");
+      if (!text)
+        continue;
+      caf::expected<std::string> token{*text};
+      if (key == "token") {
+        if (auto why = token_problem(*text); !why.empty())
+          token = make_error(runtime_errc::invalid_input, why);
+      } else if (key == "token_file") {
+        auto file = text->front() == '/' || base_dir_.empty() ? *text : base_dir_ + "/" + *text;
+        token = read_token_file(file);
+      } else {
+        token = read_token_env(*text);
+      }
+      if (token)
+        result.emplace(std::move(*token), kpath);
+      else
+        fail(kpath, message_of(token.error()));
+    }
+    if (given.empty()) {
+      fail(upath, "missing 'token' (a non-empty string), or 'token_file' (a file holding it) "
+                  "or 'token_env' (an environment variable holding it)");
+      return std::nullopt;
+    }
+    if (given.size() > 1) {
+      fail(upath, "expected exactly one of " + std::string{user_keys} + ", got "
+                    + given[0] + " and " + given[1]);
+      return std::nullopt;
+    }
+    return result;
   }
 
   /// A config's `cluster` section; a tools file's (`in_tools_file`) has no
@@ -252,7 +297,8 @@ private:
                                  + "' (a PEM file): TLS needs all of " + tls_keys);
         complete = false;
       } else if (auto s = non_empty_string(v.at(key), path + "/" + key, "a PEM file")) {
-        *out = *s;
+        // Relative to the file's folder, as `token_file`.
+        *out = s->front() == '/' || base_dir_.empty() ? *s : base_dir_ + "/" + *s;
       } else {
         complete = false;
       }
@@ -269,6 +315,7 @@ private:
   }
 
   std::vector<graph_error>& errors_;
+  std::string base_dir_;
 };
 
 config_result failed(std::string path, std::string message) {
@@ -322,15 +369,23 @@ caf::expected<json> read_json_file(const std::string& path, const char* what) {
   return doc;
 }
 
+/// The folder of the file `path` (empty: the working directory).
+std::string folder_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string{}
+         : slash == 0              ? std::string{"/"}
+                                   : path.substr(0, slash);
+}
+
 } // namespace
 
 // -- parsing -------------------------------------------------------------------
 
-config_result parse_node_config(const json& doc) {
+config_result parse_node_config(const json& doc, const std::string& base_dir) {
   try {
     node_config cfg;
     std::vector<graph_error> errors;
-    config_parser{errors}.node(doc, cfg);
+    config_parser{errors, base_dir}.node(doc, cfg);
     return finish(std::move(cfg), std::move(errors));
   } catch (const std::exception& ex) {
     return failed("", std::string{"cannot read configuration: "} + ex.what());
@@ -341,7 +396,7 @@ config_result load_node_config(const std::string& path) {
   auto doc = read_json_file(path, "config file");
   if (!doc)
     return failed("", message_of(doc.error()));
-  return parse_node_config(*doc);
+  return parse_node_config(*doc, folder_of(path));
 }
 
 config_result load_tools_file(const std::string& path) {
@@ -351,7 +406,7 @@ config_result load_tools_file(const std::string& path) {
   try {
     node_config cfg;
     std::vector<graph_error> errors;
-    config_parser{errors}.tools_file(*doc, cfg);
+    config_parser{errors, folder_of(path)}.tools_file(*doc, cfg);
     return finish(std::move(cfg), std::move(errors));
   } catch (const std::exception& ex) {
     return failed("", std::string{"cannot read tools file: "} + ex.what());

@@ -23,7 +23,8 @@ struct cluster_config {
   millis heartbeat{1000};
   millis timeout{5000};
   /// `tls`: the node's certificate and key and the cluster's CA (all three
-  /// or none); unset: plain TCP.
+  /// or none; relative paths start from the config or tools file's folder);
+  /// unset: plain TCP.
   std::optional<tls_files> tls;
   /// `"tls": false`: plain TCP on purpose, also on a non-loopback address
   /// (without it, a non-loopback cluster port or `--join` is refused).
@@ -52,16 +53,19 @@ struct config_result {
 };
 
 /// Parses a node configuration document (unknown keys and bad values are
-/// errors). Thread-safe.
-config_result parse_node_config(const json& doc);
+/// errors). A user's token is `token`, or read from `token_file` (a path
+/// relative to `base_dir`; empty: the working directory) or `token_env`
+/// (runtime/secrets.hpp has the rules); exactly one of them.
+/// Reads those files and the environment; otherwise thread-safe.
+config_result parse_node_config(const json& doc, const std::string& base_dir = {});
 
-/// Reads and parses the file `path`; a missing file or malformed JSON is one
-/// error with path `""`.
+/// Reads and parses the file `path` (relative `token_file` paths start from
+/// its folder); a missing file or malformed JSON is one error with path `""`.
 config_result load_node_config(const std::string& path);
 
 /// Parses a worker's tools file: `{"tools": {...}, "cluster": {"secret": ...}}`
-/// (only those keys). @returns the config with `tools` (and `cluster.secret`)
-/// set, or the errors.
+/// (only those keys; relative `cluster.tls` paths start from its folder).
+/// @returns the config with `tools` (and `cluster`) set, or the errors.
 config_result load_tools_file(const std::string& path);
 
 /// Splits `HOST:PORT`. @returns false when it is not of that form (port 0..65535).

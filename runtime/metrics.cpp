@@ -1,6 +1,9 @@
 #include "runtime/metrics.hpp"
 
+#include <algorithm>
 #include <cstdio>
+
+#include "runtime/http_routes.hpp"
 
 namespace canopy {
 
@@ -114,9 +117,20 @@ void metrics::observe_commit(double seconds) {
   commit_latency_.observe(seconds);
 }
 
+void metrics::set_routes(std::vector<std::string> routes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  routes_ = std::move(routes);
+  if (std::find(routes_.begin(), routes_.end(), "unmatched") == routes_.end())
+    routes_.push_back("unmatched");
+}
+
 void metrics::count_request(const std::string& method, const std::string& route, int code) {
   std::lock_guard<std::mutex> guard{mtx_};
-  ++requests_[method + '\0' + route + '\0' + std::to_string(code)];
+  bool known = std::find(routes_.begin(), routes_.end(), route) != routes_.end();
+  if (code < 100 || code > 599)
+    code = 0;
+  ++requests_[method_label(method) + '\0' + (known ? route : std::string{"unmatched"}) + '\0'
+              + std::to_string(code)];
 }
 
 std::string metrics::render(size_t live_actors) const {

@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
-#include <regex>
 #include <system_error>
 #include <thread>
 
@@ -20,8 +19,11 @@
 
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
+#include "runtime/auth.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
+#include "runtime/http_listener.hpp"
+#include "runtime/http_routes.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/worker.hpp"
@@ -32,8 +34,6 @@ namespace {
 
 // -- constants ------------------------------------------------------------------
 
-/// Threads answering requests; each live SSE stream holds one.
-constexpr size_t http_threads = 128;
 
 /// Default and largest `wait` of a stop (SPEC §13 rule 19).
 constexpr double default_stop_wait = 15;
@@ -43,9 +43,9 @@ constexpr double max_stop_wait = 3600;
 constexpr size_t default_page = 100;
 constexpr size_t max_page = 1000;
 
-/// Agent messages waiting for their runs at once; each holds an HTTP thread,
-/// and the rest stay free for cancels, stops and reads.
-constexpr size_t max_agent_sends = http_threads - 32;
+/// Agent messages waiting for their runs at once; each holds an HTTP thread
+/// (of up to http_limits::max_threads, see http_listener.hpp).
+constexpr size_t max_agent_sends = 96;
 
 /// A comment line on an idle SSE stream this often (SPEC §13 rule 20).
 constexpr auto sse_keepalive = std::chrono::seconds{15};
@@ -241,47 +241,36 @@ private:
 
 // -- the server ------------------------------------------------------------------------
 
-/// A matched request: the user and the route's captures.
+/// A matched request: the user and the text of the route's `{...}` segment.
 struct call {
   const httplib::Request& req;
   httplib::Response& res;
   std::string user;
-  std::smatch match;
+  std::string capture;
 };
 
 class api_server {
 public:
   api_server(const node_config& cfg, runtime& rt, metrics& m, notifier& n)
-    : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n) {
-    for (auto& kv : cfg.users)
-      users_.emplace_back(kv.second, kv.first);
-    add("GET", "/healthz", "/healthz", false, &api_server::healthz);
-    add("GET", "/metrics", "/metrics", false, &api_server::get_metrics);
-    add("POST", "/v1/graphs", "/v1/graphs", true, &api_server::post_graph);
-    add("GET", "/v1/graphs/([^/]+)", "/v1/graphs/{id}", true, &api_server::get_graph);
-    add("POST", "/v1/graphs/([^/]+)/executions", "/v1/graphs/{id}/executions", true,
-        &api_server::start_execution);
-    add("POST", "/v1/graphs/([^/]+)/stop", "/v1/graphs/{id}/stop", true,
-        &api_server::stop_graph);
-    add("GET", "/v1/executions", "/v1/executions", true, &api_server::list_executions);
-    add("GET", "/v1/executions/([^/]+)", "/v1/executions/{id}", true,
-        &api_server::get_execution);
-    add("GET", "/v1/executions/([^/]+)/tree", "/v1/executions/{id}/tree", true,
-        &api_server::get_tree);
-    add("POST", "/v1/executions/([^/]+)/stop", "/v1/executions/{id}/stop", true,
-        &api_server::stop_execution);
-    add("POST", "/v1/executions/([^/]+)/resume", "/v1/executions/{id}/resume", true,
-        &api_server::resume_execution);
-    add("GET", "/v1/executions/([^/]+)/events", "/v1/executions/{id}/events", true,
-        &api_server::get_events);
-    add("POST", "/v1/agents", "/v1/agents", true, &api_server::post_agent);
-    add("GET", "/v1/agents", "/v1/agents", true, &api_server::list_agents);
-    add("GET", "/v1/agents/([^/]+)", "/v1/agents/{name}", true, &api_server::get_agent);
-    add("POST", "/v1/agents/([^/]+)/messages", "/v1/agents/{name}/messages", true,
-        &api_server::message_agent);
-    add("POST", "/v1/agents/([^/]+)/cancel", "/v1/agents/{name}/cancel", true,
-        &api_server::cancel_agent);
-    add("GET", "/v1/nodes", "/v1/nodes", true, &api_server::list_nodes);
+    : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n), users_(cfg.users) {
+    add("GET", "/healthz", false, &api_server::healthz);
+    add("GET", "/metrics", false, &api_server::get_metrics);
+    add("POST", "/v1/graphs", true, &api_server::post_graph);
+    add("GET", "/v1/graphs/{id}", true, &api_server::get_graph);
+    add("POST", "/v1/graphs/{id}/executions", true, &api_server::start_execution);
+    add("POST", "/v1/graphs/{id}/stop", true, &api_server::stop_graph);
+    add("GET", "/v1/executions", true, &api_server::list_executions);
+    add("GET", "/v1/executions/{id}", true, &api_server::get_execution);
+    add("GET", "/v1/executions/{id}/tree", true, &api_server::get_tree);
+    add("POST", "/v1/executions/{id}/stop", true, &api_server::stop_execution);
+    add("POST", "/v1/executions/{id}/resume", true, &api_server::resume_execution);
+    add("GET", "/v1/executions/{id}/events", true, &api_server::get_events);
+    add("POST", "/v1/agents", true, &api_server::post_agent);
+    add("GET", "/v1/agents", true, &api_server::list_agents);
+    add("GET", "/v1/agents/{name}", true, &api_server::get_agent);
+    add("POST", "/v1/agents/{name}/messages", true, &api_server::message_agent);
+    add("POST", "/v1/agents/{name}/cancel", true, &api_server::cancel_agent);
+    add("GET", "/v1/nodes", true, &api_server::list_nodes);
   }
 
   /// Waits for the agent messages in flight to end (after the runtime, which
@@ -300,21 +289,34 @@ public:
     sends_cv_.notify_all();
   }
 
-  /// Installs the routes and handlers on `svr`.
+  /// Installs the routes and handlers on `svr`. httplib gets no route of
+  /// its own (its routes are std::regex patterns, whose matching recurses
+  /// once per byte of the path): a request without a body is answered from
+  /// the pre-routing hook; one with a body (POST, PUT, PATCH, DELETE) is
+  /// marked there, httplib reads its body, finds no route and calls the
+  /// error hook with 404, which answers the marked request.
   void install(httplib::Server& svr) {
-    auto dispatch = [this](const httplib::Request& req, httplib::Response& res) {
-      this->dispatch(req, res);
-    };
-    svr.Get(".*", dispatch);
-    svr.Post(".*", dispatch);
-    svr.Put(".*", dispatch);
-    svr.Delete(".*", dispatch);
-    svr.Patch(".*", dispatch);
-    svr.Options(".*", dispatch);
+    metrics_.set_routes(routes_.labels());
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (expects_body(req.method)) {
+        res.set_header(deferred_header, "1");
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      guarded_dispatch(req, res);
+      return httplib::Server::HandlerResponse::Handled;
+    });
     // Answers httplib gives itself (413, 400 for a bad request line, ...)
     // get the error body too.
-    httplib::Server::HandlerWithResponse on_error = [](const httplib::Request& req,
-                                                       httplib::Response& res) {
+    httplib::Server::HandlerWithResponse on_error = [this](const httplib::Request& req,
+                                                           httplib::Response& res) {
+      bool deferred = res.has_header(deferred_header);
+      res.headers.erase(deferred_header);
+      if (deferred && res.status == 404 && res.body.empty()) {
+        // The body is read and httplib found no route: the request is ours.
+        res.status = 200;
+        guarded_dispatch(req, res);
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (!res.body.empty())
         return httplib::Server::HandlerResponse::Unhandled;
       // httplib answers malformed requests itself, e.g. a POST without
@@ -331,8 +333,8 @@ public:
                  "Content-Type: application/json"
                : "request body is over max_request_bytes",
              ""};
-      else if (res.status == 404)
-        e = not_found("no such route");
+      else if (res.status == 414)
+        e = {414, "uri_too_long", "the request line is over 8192 bytes", ""};
       reply(res, e.status, error_body(e));
       return httplib::Server::HandlerResponse::Handled;
     };
@@ -346,68 +348,68 @@ public:
           what = ex.what();
         } catch (...) {
         }
-        spdlog::error("event=http.exception error=\"{}\"", what);
+        spdlog::error("event=http.exception error={}", log_text(what));
         reply(res, {500, "internal", what, ""});
       });
     svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      auto route = route_name(req.method, req.path);
-      metrics_.count_request(req.method, route, res.status);
-      spdlog::info("event=http method={} route={} status={}", req.method, route, res.status);
+      auto& method = method_label(req.method);
+      auto& route = routes_.label(req.method, req.path);
+      metrics_.count_request(method, route, res.status);
+      spdlog::info("event=http method={} route={} path={} status={}", method, route,
+                   log_text(req.path), res.status);
     });
   }
 
 private:
   using handler = void (api_server::*)(call&);
 
-  struct route {
-    std::string method;
-    std::regex pattern;
-    std::string name;
-    bool auth;
-    handler fn;
-  };
+  /// Marks a request whose answer waits for its body (see install).
+  static constexpr const char* deferred_header = "X-Canopy-Deferred";
 
-  void add(const char* method, const char* pattern, const char* name, bool auth, handler fn) {
-    routes_.push_back({method, std::regex{pattern}, name, auth, fn});
+  /// Methods httplib reads a body for before routing.
+  static bool expects_body(const std::string& method) {
+    return method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
   }
 
-  std::string route_name(const std::string& method, const std::string& path) const {
-    std::smatch m;
-    for (auto& r : routes_)
-      if ((r.method == method || (method == "HEAD" && r.method == "GET"))
-          && std::regex_match(path, m, r.pattern))
-        return r.name;
-    return "unmatched";
+  void add(const char* method, const char* pattern, bool auth, handler fn) {
+    routes_.add(method, pattern);
+    handlers_.push_back({auth, fn});
+  }
+
+  /// dispatch(), with an exception answered 500 (the hooks run outside
+  /// httplib's own exception handling).
+  void guarded_dispatch(const httplib::Request& req, httplib::Response& res) {
+    std::string what;
+    try {
+      dispatch(req, res);
+      return;
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+      what = "internal error";
+    }
+    spdlog::error("event=http.exception error={}", log_text(what));
+    reply(res, {500, "internal", what, ""});
   }
 
   void dispatch(const httplib::Request& req, httplib::Response& res) {
-    const route* found = nullptr;
-    bool path_known = false;
-    std::smatch m;
-    for (auto& r : routes_) {
-      if (!std::regex_match(req.path, m, r.pattern))
-        continue;
-      path_known = true;
-      if (r.method == req.method || (req.method == "HEAD" && r.method == "GET")) {
-        found = &r;
-        break;
-      }
-    }
-    if (!found) {
-      if (path_known)
+    auto m = routes_.match(req.method, req.path);
+    if (!m) {
+      if (m.path_known)
         return reply(res, {405, "method_not_allowed",
                            "method " + req.method + " is not allowed on " + req.path, ""});
       return reply(res, not_found("no route " + req.method + " " + req.path));
     }
-    call c{req, res, {}, m};
-    if (found->auth) {
+    auto& [auth, fn] = handlers_[m.index];
+    call c{req, res, {}, std::move(m.capture)};
+    if (auth) {
       auto user = authenticate(req);
       if (!user)
         return reply(res, {401, "unauthorized",
                            "missing or unknown bearer token (Authorization: Bearer TOKEN)", ""});
       c.user = *user;
     }
-    (this->*(found->fn))(c);
+    (this->*fn)(c);
   }
 
   std::optional<std::string> authenticate(const httplib::Request& req) const {
@@ -415,17 +417,7 @@ private:
     const std::string scheme = "Bearer ";
     if (h.size() <= scheme.size() || h.compare(0, scheme.size(), scheme) != 0)
       return std::nullopt;
-    auto token = h.substr(scheme.size());
-    std::optional<std::string> user;
-    for (auto& u : users_) {
-      // Compare every byte of every token: no early exit to time.
-      unsigned diff = u.first.size() != token.size() ? 1u : 0u;
-      for (size_t i = 0; i < u.first.size(); ++i)
-        diff |= static_cast<unsigned>(u.first[i] ^ (i < token.size() ? token[i] : 0));
-      if (diff == 0)
-        user = u.second;
-    }
-    return user;
+    return users_.find(h.substr(scheme.size()));
   }
 
   // -- helpers --------------------------------------------------------------------
@@ -570,7 +562,7 @@ private:
         return reply(c.res, bad_request("version must be a positive integer"));
       version = static_cast<int>(v);
     }
-    auto rg = owned_graph(c, c.match[1], version);
+    auto rg = owned_graph(c, c.capture, version);
     if (!rg)
       return;
     reply(c.res, 200, {{"id", rg->name}, {"version", rg->version}, {"graph", rg->document}});
@@ -587,7 +579,7 @@ private:
         return reply(c.res, bad_request("version must be a positive integer", "/version"));
       version = v->get<int>();
     }
-    auto rg = owned_graph(c, c.match[1], version);
+    auto rg = owned_graph(c, c.capture, version);
     if (!rg)
       return;
     json inputs = json::object();
@@ -665,7 +657,7 @@ private:
   }
 
   void stop_execution(call& c) {
-    auto rec = owned(c, c.match[1]);
+    auto rec = owned(c, c.capture);
     if (!rec)
       return;
     stop_mode mode;
@@ -681,7 +673,7 @@ private:
     double wait;
     if (!stop_body(c, mode, wait))
       return;
-    auto rg = owned_graph(c, c.match[1], 0);
+    auto rg = owned_graph(c, c.capture, 0);
     if (!rg)
       return;
     auto live = db_.live();
@@ -756,19 +748,19 @@ private:
   }
 
   void get_execution(call& c) {
-    if (auto rec = owned(c, c.match[1]))
+    if (auto rec = owned(c, c.capture))
       if (auto doc = document(c, rec->id, true, false))
         reply(c.res, 200, *doc);
   }
 
   void get_tree(call& c) {
-    if (auto rec = owned(c, c.match[1]))
+    if (auto rec = owned(c, c.capture))
       if (auto doc = document(c, rec->id, true, true))
         reply(c.res, 200, *doc);
   }
 
   void resume_execution(call& c) {
-    auto rec = owned(c, c.match[1]);
+    auto rec = owned(c, c.capture);
     if (!rec)
       return;
     http_error err;
@@ -795,7 +787,7 @@ private:
   }
 
   void get_events(call& c) {
-    auto rec = owned(c, c.match[1]);
+    auto rec = owned(c, c.capture);
     if (!rec)
       return;
     uint64_t after = 0;
@@ -1020,7 +1012,7 @@ private:
   }
 
   void get_agent(call& c) {
-    auto ag = owned_agent(c, c.match[1]);
+    auto ag = owned_agent(c, c.capture);
     if (!ag)
       return;
     auto entries = db_.history(c.user, ag->name);
@@ -1040,7 +1032,7 @@ private:
   }
 
   void message_agent(call& c) {
-    auto ag = owned_agent(c, c.match[1]);
+    auto ag = owned_agent(c, c.capture);
     if (!ag)
       return;
     http_error err;
@@ -1137,7 +1129,7 @@ private:
   }
 
   void cancel_agent(call& c) {
-    auto ag = owned_agent(c, c.match[1]);
+    auto ag = owned_agent(c, c.capture);
     if (!ag)
       return;
     http_error err;
@@ -1155,8 +1147,9 @@ private:
   store& db_;
   metrics& metrics_;
   notifier& events_;
-  std::vector<std::pair<std::string, std::string>> users_; ///< token → user
-  std::vector<route> routes_;
+  token_table users_; ///< token → user, constant time
+  route_table routes_;
+  std::vector<std::pair<bool, handler>> handlers_; ///< by route index: auth, handler
   std::mutex cache_mtx_;
   std::map<std::string, std::shared_ptr<const graph>> cache_;
   /// Agent messages in flight (each on a thread of its own, see `send`).
@@ -1287,14 +1280,13 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                       message_of(h.error()));
     }
   }
-  httplib::Server svr;
-  svr.new_task_queue = [] { return new httplib::ThreadPool(http_threads); };
+  http_listener svr;
   svr.set_payload_max_length(cfg.max_request_bytes);
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
   api_server api{cfg, **rt, *m, events};
   api.install(svr);
-  int bound = port == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, port) ? port : -1);
+  int bound = svr.bind(host, port);
   if (bound < 0) {
     spdlog::error("event=listen address={} error=\"cannot bind\"", cfg.listen);
     sub.cancel();

@@ -300,10 +300,12 @@ TEST_CASE("a stop on the root ends the subprocesses on both workers through the 
   auto w1 = start_worker(port, "w1",
                          tools_file(dir, "w1.json",
                                     {{"mark", sh_tool("echo marked; echo x >> " + d + "/mark.log")},
-                                     {"hold", sh_tool("echo $$ > " + d + "/${with.tag}.pid; exec sleep 120")}}));
+                                     {"hold", sh_tool("echo $$ > " + d + "/\"$1\".pid; exec sleep 120",
+                                                      {"${with.tag}"})}}));
   json stubborn = sh_tool("trap 'echo INT >> " + d + "/sig.log' INT; trap 'echo TERM >> " + d
                           + "/sig.log' TERM; echo $$ > " + d
-                          + "/${with.tag}.pid; while :; do sleep 0.05; done");
+                          + "/\"$1\".pid; while :; do sleep 0.05; done",
+                          {"${with.tag}"});
   // The terminate grace leaves a loaded machine time to run the TERM trap.
   stubborn["grace"] = {{"interrupt", "500ms"}, {"terminate", "1500ms"}};
   auto w2 = start_worker(port, "w2", tools_file(dir, "w2.json", {{"stubborn", stubborn}}));

@@ -383,6 +383,14 @@ TEST_CASE("cluster.tls parses into the three files and false opts out", "[integr
   CHECK(on.value->cluster->tls->key == "k.pem");
   CHECK(on.value->cluster->tls->ca == "ca.pem");
   CHECK_FALSE(on.value->cluster->tls_disabled);
+  // Relative paths start from the config file's folder.
+  auto rel = parse_node_config(json::parse(R"({"cluster": {"tls": {
+      "certificate": "c.pem", "key": "/k.pem", "ca": "x/ca.pem"}}})"),
+                               "/etc/canopy");
+  REQUIRE(rel);
+  CHECK(rel.value->cluster->tls->certificate == "/etc/canopy/c.pem");
+  CHECK(rel.value->cluster->tls->key == "/k.pem");
+  CHECK(rel.value->cluster->tls->ca == "/etc/canopy/x/ca.pem");
   auto off = parse_node_config(json::parse(R"({"cluster": {"tls": false}})"));
   REQUIRE(off);
   CHECK_FALSE(off.value->cluster->tls);

@@ -83,7 +83,7 @@ TEST_CASE("tool argv templates take with and inputs references and $${ literals"
           "[persistence][tools]") {
   std::vector<graph_error> errors;
   auto table = parse_tools(json::parse(R"({"t": {"argv": [
-    "sh", "-c", "echo $${HOME} $$ ${with.a}", "${inputs.b}", "pre-${with.c}-post"]}})"),
+    "printf", "%s $${HOME} $$ ${with.a}", "${inputs.b}", "pre-${with.c}-post"]}})"),
                            "/tools", errors);
   INFO(render(errors));
   CHECK(errors.empty());
