@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/manager.hpp>
 
 #include "actors/error.hpp"
 #include "actors/messages.hpp"
@@ -23,11 +24,21 @@ void add_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<remote_job>("canopy_remote_job");
 }
 
-void configure_middleman(caf::actor_system_config& cfg, millis heartbeat, millis timeout) {
+void configure_middleman(caf::actor_system_config& cfg, millis heartbeat, millis timeout,
+                         const tls_files* tls) {
   cfg.load<caf::io::middleman>();
   // Both are off in CAF by default: a vanished peer would never be noticed.
   cfg.set("middleman.heartbeat-interval", caf::timespan{heartbeat});
   cfg.set("middleman.connection-timeout", caf::timespan{timeout});
+  if (!tls)
+    return;
+  // CAF 0.17 reads these members on each connection (libcaf_openssl's
+  // session.cpp): any of them set turns authentication on, i.e.
+  // SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT against `cafile`.
+  cfg.openssl_certificate = tls->certificate;
+  cfg.openssl_key = tls->key;
+  cfg.openssl_cafile = tls->ca;
+  cfg.load<caf::openssl::manager>();
 }
 
 namespace {
@@ -372,7 +383,10 @@ void connect(worker_actor* self) {
   if (st.supervisor || st.connecting)
     return;
   st.connecting = true;
-  auto mm = self->system().middleman().actor_handle();
+  // The openssl manager's middleman actor takes the same connect request and
+  // runs the TLS handshake first.
+  auto mm = st.opts.tls ? self->system().openssl_manager().actor_handle()
+                        : self->system().middleman().actor_handle();
   self->request(mm, std::chrono::milliseconds{st.opts.timeout}, caf::connect_atom::value,
                 st.opts.host, st.opts.port)
     .then(

@@ -5,6 +5,13 @@
 // middleman. The supervisor owns the store and every execution; workers run
 // the subprocess steps placed on them.
 //
+// Transport. Plain BASP over TCP, or, with `tls_files` on both sides, BASP
+// over TLS through CAF's openssl module: the supervisor publishes with
+// caf::openssl::publish, workers connect through the openssl manager's
+// middleman actor, and each side requires a certificate from the other that
+// chains to its CA (mutual authentication), so the secret and every step
+// travel encrypted and only holders of a certificate get to present it.
+//
 // Membership. The supervisor publishes its cluster actor. A worker's node
 // actor connects, sends (join_atom ...) with the cluster secret, its slots and
 // tools; a wrong secret is refused (and logged by both sides). Liveness is
@@ -44,6 +51,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,6 +62,7 @@
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "actors/tls.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/tools.hpp"
 
@@ -120,9 +129,13 @@ typename Inspector::result_type inspect(Inspector& f, remote_job& x) {
 void add_cluster_types(caf::actor_system_config& cfg);
 
 /// Sets CAF's middleman heartbeat and connection timeout (both off by
-/// default in CAF) and loads the middleman. Call before constructing the
-/// system.
-void configure_middleman(caf::actor_system_config& cfg, millis heartbeat, millis timeout);
+/// default in CAF) and loads the middleman; with `tls`, also loads CAF's
+/// openssl module with those files (peer verification on: CAF requires a
+/// peer certificate as soon as a CA is set). Check the files first
+/// (check_tls_files): CAF aborts the process when it cannot load them.
+/// Call before constructing the system.
+void configure_middleman(caf::actor_system_config& cfg, millis heartbeat, millis timeout,
+                         const tls_files* tls = nullptr);
 
 // -- supervisor ----------------------------------------------------------------------
 
@@ -168,6 +181,9 @@ struct worker_options {
   std::string host;                 ///< the supervisor's cluster address
   uint16_t port = 0;
   std::string secret;
+  /// Connect over TLS (the system was configured with these files); unset:
+  /// plain TCP.
+  std::optional<tls_files> tls;
   node_info self;                   ///< name, slots, tools
   /// The tools `self.tools` names: argv templates and limits.
   tool_table tools;

@@ -25,6 +25,7 @@
 #include "actors/execution/execution_actor.hpp"
 #include "persistence/error.hpp"
 #include "runtime/cli_common.hpp"
+#include "runtime/cluster_transport.hpp"
 #include "runtime/config.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
@@ -622,6 +623,21 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
                          + " needs a secret that workers present: put \"cluster\": "
                            "{\"secret\": \"...\"} in the file of --config FILE, or set "
                            "$CANOPY_CLUSTER_SECRET");
+  }
+  // TLS files that load, and no cleartext cluster port off loopback unless
+  // the config says `"tls": false` (issue #13).
+  if (cfg.cluster && !cfg.cluster->listen.empty()) {
+    std::string host;
+    int port = 0;
+    split_host_port(cfg.cluster->listen, host, port);
+    auto errors = check_cluster_transport(
+      cfg.cluster, host, "the cluster port " + cfg.cluster->listen,
+      f.config.empty() ? std::string{"a file passed with --config FILE"}
+                       : "the file of --config (" + f.config + ")");
+    for (auto& e : errors)
+      std::cerr << "error: " << e.path << ": " << e.message << "\n";
+    if (!errors.empty())
+      return exit_usage;
   }
   if (max_parallel_given)
     cfg.max_parallel = g.max_parallel;

@@ -26,7 +26,9 @@ constexpr const char* config_keys = "home, listen, users, allow_inline_commands,
 
 constexpr const char* user_keys = "token, token_file, token_env";
 
-constexpr const char* cluster_keys = "listen, secret, heartbeat, timeout";
+constexpr const char* cluster_keys = "listen, secret, heartbeat, timeout, tls";
+
+constexpr const char* tls_keys = "certificate, key, ca";
 
 // -- helpers -------------------------------------------------------------------
 
@@ -247,7 +249,12 @@ private:
           c.secret = *s;
       } else if (in_tools_file && key == "listen") {
         fail(kpath, "unknown key 'listen' (a tools file's cluster holds only: secret, "
-                    "heartbeat, timeout)");
+                    "heartbeat, timeout, tls)");
+      } else if (key == "tls") {
+        if (val.is_boolean() && !val.get<bool>())
+          c.tls_disabled = true;
+        else
+          c.tls = tls(val, kpath);
       } else if (key == "listen") {
         if (auto s = host_port(val, kpath))
           c.listen = *s;
@@ -271,6 +278,40 @@ private:
            "the heartbeat (" + to_duration_string(c.heartbeat)
              + ") must be shorter than the timeout (" + to_duration_string(c.timeout) + ")");
     return c;
+  }
+
+  /// `cluster.tls`: the three PEM files, all of them (or `false`, handled by
+  /// the caller).
+  std::optional<tls_files> tls(const json& v, const std::string& path) {
+    if (!v.is_object()) {
+      fail(path, "expected {\"certificate\": FILE, \"key\": FILE, \"ca\": FILE}, or false "
+                 "for plain TCP, " + got(v));
+      return std::nullopt;
+    }
+    tls_files t;
+    bool complete = true;
+    for (auto [key, out] : {std::make_pair("certificate", &t.certificate),
+                            std::make_pair("key", &t.key), std::make_pair("ca", &t.ca)}) {
+      if (!v.contains(key)) {
+        fail(path + "/" + key, std::string{"missing '"} + key
+                                 + "' (a PEM file): TLS needs all of " + tls_keys);
+        complete = false;
+      } else if (auto s = non_empty_string(v.at(key), path + "/" + key, "a PEM file")) {
+        // Relative to the file's folder, as `token_file`.
+        *out = s->front() == '/' || base_dir_.empty() ? *s : base_dir_ + "/" + *s;
+      } else {
+        complete = false;
+      }
+    }
+    for (auto& [key, val] : v.items())
+      if (key != "certificate" && key != "key" && key != "ca") {
+        fail(path + "/" + escape_pointer(key),
+             "unknown key '" + key + "' (expected one of: " + tls_keys + ")");
+        complete = false;
+      }
+    if (!complete)
+      return std::nullopt;
+    return t;
   }
 
   std::vector<graph_error>& errors_;
@@ -328,6 +369,14 @@ caf::expected<json> read_json_file(const std::string& path, const char* what) {
   return doc;
 }
 
+/// The folder of the file `path` (empty: the working directory).
+std::string folder_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string{}
+         : slash == 0              ? std::string{"/"}
+                                   : path.substr(0, slash);
+}
+
 } // namespace
 
 // -- parsing -------------------------------------------------------------------
@@ -347,10 +396,7 @@ config_result load_node_config(const std::string& path) {
   auto doc = read_json_file(path, "config file");
   if (!doc)
     return failed("", message_of(doc.error()));
-  auto slash = path.rfind('/');
-  return parse_node_config(*doc, slash == std::string::npos ? std::string{}
-                                 : slash == 0              ? std::string{"/"}
-                                                           : path.substr(0, slash));
+  return parse_node_config(*doc, folder_of(path));
 }
 
 config_result load_tools_file(const std::string& path) {
@@ -360,7 +406,7 @@ config_result load_tools_file(const std::string& path) {
   try {
     node_config cfg;
     std::vector<graph_error> errors;
-    config_parser{errors, {}}.tools_file(*doc, cfg);
+    config_parser{errors, folder_of(path)}.tools_file(*doc, cfg);
     return finish(std::move(cfg), std::move(errors));
   } catch (const std::exception& ex) {
     return failed("", std::string{"cannot read tools file: "} + ex.what());

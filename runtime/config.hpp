@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/tls.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/tools.hpp"
@@ -21,6 +22,13 @@ struct cluster_config {
   std::string secret;          ///< empty: `$CANOPY_CLUSTER_SECRET` applies
   millis heartbeat{1000};
   millis timeout{5000};
+  /// `tls`: the node's certificate and key and the cluster's CA (all three
+  /// or none; relative paths start from the config or tools file's folder);
+  /// unset: plain TCP.
+  std::optional<tls_files> tls;
+  /// `"tls": false`: plain TCP on purpose, also on a non-loopback address
+  /// (without it, a non-loopback cluster port or `--join` is refused).
+  bool tls_disabled = false;
 };
 
 /// A node's configuration; defaults are SPEC §12's.
@@ -56,8 +64,8 @@ config_result parse_node_config(const json& doc, const std::string& base_dir = {
 config_result load_node_config(const std::string& path);
 
 /// Parses a worker's tools file: `{"tools": {...}, "cluster": {"secret": ...}}`
-/// (only those keys). @returns the config with `tools` (and `cluster.secret`)
-/// set, or the errors.
+/// (only those keys; relative `cluster.tls` paths start from its folder).
+/// @returns the config with `tools` (and `cluster`) set, or the errors.
 config_result load_tools_file(const std::string& path);
 
 /// Splits `HOST:PORT`. @returns false when it is not of that form (port 0..65535).

@@ -13,6 +13,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/publish.hpp>
 
 #include "actors/blocking.hpp"
 #include "actors/error.hpp"
@@ -24,6 +25,7 @@
 #include "actors/stop_watcher.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/timer.hpp"
+#include "actors/tls.hpp"
 #include "persistence/error.hpp"
 #include "runtime/error.hpp"
 #include "runtime/memory.hpp"
@@ -215,8 +217,15 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   // commit acknowledgement. 1 ms keeps step latency low at negligible CPU.
   rt->cfg_->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds{1}});
   if (opts.cluster) {
+    auto& c = *opts.cluster;
+    // CAF aborts the process when it cannot load the files on a connection.
+    if (c.tls)
+      if (auto problems = check_tls_files(*c.tls); !problems.empty())
+        return make_error(runtime_errc::cluster_port,
+                          "cluster.tls." + problems.front().field + ": "
+                            + problems.front().message);
     add_cluster_types(*rt->cfg_);
-    configure_middleman(*rt->cfg_, opts.cluster->heartbeat, opts.cluster->timeout);
+    configure_middleman(*rt->cfg_, c.heartbeat, c.timeout, c.tls ? &*c.tls : nullptr);
   }
   rt->sys_ = std::make_unique<caf::actor_system>(*rt->cfg_);
   if (opts.on_commit)
@@ -288,7 +297,8 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   rt->watcher_ = spawn_stop_watcher(*rt->sys_, rt->svc_);
   if (opts.cluster) {
     auto& c = *opts.cluster;
-    auto port = rt->sys_->middleman().publish(rt->cluster_, c.port, c.host.c_str(), true);
+    auto port = c.tls ? caf::openssl::publish(rt->cluster_, c.port, c.host.c_str(), true)
+                      : rt->sys_->middleman().publish(rt->cluster_, c.port, c.host.c_str(), true);
     if (!port)
       return make_error(runtime_errc::cluster_port,
                         "cannot open the cluster port " + c.host + ":" + std::to_string(c.port)

@@ -43,6 +43,9 @@ struct cluster_listen {
   std::string host = "127.0.0.1";
   uint16_t port = 0;          ///< 0: any free port (see `runtime::cluster_port`)
   std::string secret;         ///< workers must present it
+  /// Publish over TLS with these files (checked by `open`), workers
+  /// authenticated by certificate; unset: plain TCP.
+  std::optional<tls_files> tls;
   millis heartbeat{1000};
   millis timeout{5000};
   std::string name = "supervisor"; ///< the supervisor's node name
@@ -74,8 +77,8 @@ struct runtime_options {
   /// Called with the duration in seconds of every store commit (metrics).
   std::function<void(double)> on_commit;
   /// The cluster port (SPEC §10); unset: no cluster. `open` loads CAF's
-  /// middleman (heartbeat and connection timeout set) and publishes the
-  /// cluster actor there.
+  /// middleman (heartbeat and connection timeout set; with `tls`, CAF's
+  /// openssl module) and publishes the cluster actor there.
   std::optional<cluster_listen> cluster;
 };
 

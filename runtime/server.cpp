@@ -1216,6 +1216,7 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                     "config, or $CANOPY_CLUSTER_SECRET\"");
       return fatal(2);
     }
+    cl.tls = cc.tls;
     cl.heartbeat = cc.heartbeat;
     cl.timeout = cc.timeout;
     cl.log = [](const std::string& event, const std::string& node, const std::string& detail) {
@@ -1299,7 +1300,8 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                                                                  : cluster_host)
                    + ":" + std::to_string((*rt)->cluster_port());
     std::cout << "cluster on " << address << std::endl;
-    spdlog::info("event=cluster.listening address={} name={}", address, ro.cluster->name);
+    spdlog::info("event=cluster.listening address={} name={} tls={}", address,
+                 ro.cluster->name, ro.cluster->tls ? "on" : "off");
   }
   {
     std::unique_lock<std::mutex> lock{mtx};

@@ -29,6 +29,7 @@
 #include <spdlog/spdlog.h>
 
 #include "persistence/graph.hpp"
+#include "runtime/cluster_transport.hpp"
 #include "runtime/config.hpp"
 
 namespace canopy {
@@ -137,6 +138,22 @@ int run_worker(const worker_flags& f) {
   if (secret.empty())
     return usage_error("the cluster needs a secret: put \"cluster\": {\"secret\": \"...\"} in "
                        "the file of --tools FILE, or set $CANOPY_CLUSTER_SECRET");
+  // TLS files that load, and no cleartext join off loopback unless the
+  // tools file says `"tls": false` (issue #13).
+  {
+    auto errors = check_cluster_transport(
+      tools.cluster, host, "--join " + f.join,
+      f.tools_file.empty() ? std::string{"a tools file passed with --tools FILE"}
+                           : "the tools file (" + f.tools_file + ")");
+    for (auto& e : errors)
+      std::cerr << "error: " << (f.tools_file.empty() ? "" : f.tools_file + ": ") << e.path
+                << ": " << e.message << "\n";
+    if (!errors.empty())
+      return exit_usage;
+  }
+  std::optional<tls_files> tls;
+  if (tools.cluster)
+    tls = tools.cluster->tls;
   auto name = f.name.empty() ? host_name() : f.name;
   if (auto why = check_node_name(name); !why.empty())
     return usage_error((f.name.empty() ? "the host name '" + name + "' is no node name, pass "
@@ -193,12 +210,13 @@ int run_worker(const worker_flags& f) {
     cfg.set("work-stealing.relaxed-sleep-duration",
             caf::timespan{std::chrono::milliseconds{1}});
     add_cluster_types(cfg);
-    configure_middleman(cfg, heartbeat, timeout);
+    configure_middleman(cfg, heartbeat, timeout, tls ? &*tls : nullptr);
     caf::actor_system sys{cfg};
     worker_options wo;
     wo.host = host;
     wo.port = static_cast<uint16_t>(port);
     wo.secret = secret;
+    wo.tls = tls;
     wo.self.name = name;
     wo.self.slots = static_cast<uint32_t>(f.slots);
     for (auto& kv : tools.tools)
@@ -250,8 +268,9 @@ int run_worker(const worker_flags& f) {
       pthread_kill(main_thread, SIGUSR1); // wake the signal thread
     };
     auto node = spawn_worker_node(sys, std::move(wo));
-    spdlog::info("event=worker.start supervisor={} name={} slots={} tools={}",
-                 log_value(supervisor), log_value(name), f.slots, tools.tools.size());
+    spdlog::info("event=worker.start supervisor={} name={} slots={} tools={} tls={}",
+                 log_value(supervisor), log_value(name), f.slots, tools.tools.size(),
+                 tls ? "on" : "off");
     {
       std::unique_lock<std::mutex> lock{mtx};
       cv.wait(lock, [&] { return stop_requested; });

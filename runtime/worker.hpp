@@ -34,9 +34,14 @@ struct worker_flags {
 /// killed first). Prints `joined HOST:PORT as NAME` on stdout each time it
 /// joins the supervisor; logs `event=joined|refused|lost ...` lines on stderr.
 /// Keeps retrying while the supervisor is unreachable.
+/// With `cluster.tls` in the tools file it connects over TLS (CAF's openssl
+/// module) and presents its certificate; a supervisor whose handshake fails
+/// (a certificate from another CA, or no TLS) counts as unreachable.
 /// @returns the exit code: 0 after a signal; 2 for a usage error (bad
-///          `--join`, an unusable tools file, no cluster secret) or when the
-///          supervisor refused the secret.
+///          `--join`, an unusable tools file, no cluster secret, TLS files
+///          that do not load or chain to their CA, a non-loopback `--join`
+///          without TLS or `"tls": false`) or when the supervisor refused
+///          the secret.
 /// Threading: call from the main thread before any other thread starts (it
 /// blocks SIGINT/SIGTERM/SIGUSR1 in every thread).
 int run_worker(const worker_flags& flags);

@@ -6,7 +6,8 @@
 // must notice the silence within `cluster.timeout`, return the worker's
 // running step to `pending` (reason `node_lost`) and place it on a second
 // worker; the cut-off worker must notice within its own timeout (5 s, the
-// default) and kill the step it ran.
+// default) and kill the step it ran. The cluster port runs over TLS (a CA
+// and certificates made at test time), as it must off loopback.
 //
 // Needs root and iproute2 (`ip netns`, veth). Where a namespace cannot be
 // created the test says so with WARN and returns without failing. The
@@ -31,6 +32,7 @@
 
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
+#include "tests/integration/test_certs.hpp"
 
 using namespace canopy::test;
 using namespace std::chrono_literals;
@@ -172,11 +174,15 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   }
 
   temp_dir dir;
+  // Off loopback the cluster needs TLS (or "tls": false): one CA, a
+  // certificate per node.
+  auto ca = make_ca(dir, "cluster-ca");
   // The supervisor: no tool of its own, so the step goes to a worker; its
   // cluster port on the root side of the pair.
   server_process::options o;
   o.config = {{"cluster", {{"secret", partition_secret}, {"heartbeat", "500ms"},
-                           {"timeout", "2s"}}}};
+                           {"timeout", "2s"},
+                           {"tls", tls_json(issue_cert(dir, ca, "supervisor"))}}}};
   o.args = {"--cluster", net.root_addr + ":0"};
   server_process sup{o};
   int port = sup.cluster_port();
@@ -195,7 +201,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
             {{"argv", {"sh", "-c", "echo $$ > " + a_pid_file + "; echo started >> " + a_starts
                                      + "; exec sleep 120"}},
              {"grace", {{"interrupt", "1s"}, {"terminate", "1s"}}}}}}},
-         {"cluster", {{"secret", partition_secret}}}}
+         {"cluster", {{"secret", partition_secret}, {"tls", tls_json(issue_cert(dir, ca, "wa"))}}}}
       .dump());
   worker_process::options wa_options;
   wa_options.prefix = net.exec_prefix();
@@ -243,7 +249,7 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
     "b.json",
     json{{"tools", {{"sleeper", {{"argv", {"sh", "-c", "echo started >> " + b_starts
                                                          + "; echo ran-on-b"}}}}}},
-         {"cluster", {{"secret", partition_secret}}}}
+         {"cluster", {{"secret", partition_secret}, {"tls", tls_json(issue_cert(dir, ca, "wb"))}}}}
       .dump());
   wb = std::make_unique<worker_process>(std::vector<std::string>{
     "--join", join, "--name", "wb", "--slots", "2", "--tools", b_tools});

@@ -1,0 +1,126 @@
+#include "actors/tls.hpp"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+
+namespace canopy {
+
+namespace {
+
+/// OpenSSL's queued errors as one line (and the queue emptied).
+std::string ssl_errors() {
+  std::string out;
+  while (auto code = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(code, buf, sizeof(buf));
+    if (!out.empty())
+      out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+/// Empty when `path` can be opened for reading, else why not.
+std::string unreadable(const std::string& path) {
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr)
+    return std::strerror(errno != 0 ? errno : EIO);
+  std::fclose(f);
+  return {};
+}
+
+/// An encrypted key must fail to load instead of prompting on a terminal.
+int no_passphrase(char*, int, int, void*) {
+  return 0;
+}
+
+} // namespace
+
+std::vector<tls_problem> check_tls_files(const tls_files& files) {
+  std::vector<tls_problem> out;
+  ERR_clear_error();
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx{SSL_CTX_new(TLS_method()),
+                                                        &SSL_CTX_free};
+  if (!ctx) {
+    out.push_back({"certificate", "cannot create an OpenSSL context: " + ssl_errors()});
+    return out;
+  }
+  SSL_CTX_set_default_passwd_cb(ctx.get(), no_passphrase);
+  auto fail = [&](const char* field, const std::string& path, const std::string& what) {
+    out.push_back({field, "'" + path + "': " + what});
+  };
+  bool cert_ok = false;
+  if (auto why = unreadable(files.certificate); !why.empty())
+    fail("certificate", files.certificate, "cannot read it: " + why);
+  else if (SSL_CTX_use_certificate_chain_file(ctx.get(), files.certificate.c_str()) != 1)
+    fail("certificate", files.certificate, "not a PEM certificate: " + ssl_errors());
+  else
+    cert_ok = true;
+  // The key alone first (a context without a certificate), then with it:
+  // OpenSSL refuses a key that does not match the loaded certificate.
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> key_ctx{SSL_CTX_new(TLS_method()),
+                                                            &SSL_CTX_free};
+  if (key_ctx)
+    SSL_CTX_set_default_passwd_cb(key_ctx.get(), no_passphrase);
+  if (auto why = unreadable(files.key); !why.empty())
+    fail("key", files.key, "cannot read it: " + why);
+  else if (!key_ctx
+           || SSL_CTX_use_PrivateKey_file(key_ctx.get(), files.key.c_str(), SSL_FILETYPE_PEM)
+                != 1)
+    fail("key", files.key, "not an unencrypted PEM private key: " + ssl_errors());
+  else if (cert_ok
+           && (SSL_CTX_use_PrivateKey_file(ctx.get(), files.key.c_str(), SSL_FILETYPE_PEM) != 1
+               || SSL_CTX_check_private_key(ctx.get()) != 1))
+    fail("key", files.key,
+         "does not match the certificate '" + files.certificate + "': " + ssl_errors());
+  bool ca_ok = false;
+  if (auto why = unreadable(files.ca); !why.empty())
+    fail("ca", files.ca, "cannot read it: " + why);
+  else if (SSL_CTX_load_verify_locations(ctx.get(), files.ca.c_str(), nullptr) != 1)
+    fail("ca", files.ca, "not a PEM CA certificate: " + ssl_errors());
+  else
+    ca_ok = true;
+  if (cert_ok && ca_ok) {
+    // The certificate must chain to the CA: the peers check it against theirs.
+    STACK_OF(X509)* chain = nullptr;
+    SSL_CTX_get0_chain_certs(ctx.get(), &chain);
+    std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> vctx{
+      X509_STORE_CTX_new(), &X509_STORE_CTX_free};
+    if (!vctx
+        || X509_STORE_CTX_init(vctx.get(), SSL_CTX_get_cert_store(ctx.get()),
+                               SSL_CTX_get0_certificate(ctx.get()), chain)
+             != 1)
+      fail("certificate", files.certificate, "cannot verify it: " + ssl_errors());
+    else if (X509_verify_cert(vctx.get()) != 1)
+      fail("certificate", files.certificate,
+           std::string{"not signed by the CA in '"} + files.ca + "': "
+             + X509_verify_cert_error_string(X509_STORE_CTX_get_error(vctx.get())));
+  }
+  ERR_clear_error();
+  return out;
+}
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost")
+    return true;
+  unsigned char buf[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, host.c_str(), buf) == 1)
+    return buf[0] == 127;
+  if (inet_pton(AF_INET6, host.c_str(), buf) == 1) {
+    static const unsigned char loopback6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return std::memcmp(buf, loopback6, 16) == 0;
+  }
+  return false;
+}
+
+} // namespace canopy
