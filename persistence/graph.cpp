@@ -273,7 +273,9 @@ public:
       check_needs();
       auto order = sort_steps();
       check_references(order);
-      if (errors_.empty()) {
+      // Without errors every step is ordered (a step left out is in or
+      // behind a cycle, which is an error).
+      if (errors_.empty() && order.size() == defs_.size()) {
         // Sort the steps where they are: no second vector of 100,000 steps.
         work_.clear();
         permute(defs_, order);
