@@ -49,9 +49,12 @@ TEST_CASE("validate and run refuse a FIFO as graph file at once", "[integration]
     CHECK(r.exit_code != 0);
     CHECK_THAT(r.err, Catch::Contains("not a regular file (a FIFO)"));
   }
-  auto dev = run_canopy(home.path, {"validate", "/dev/null"}, 20s);
-  CHECK(dev.exit_code != 0);
-  CHECK_THAT(dev.err, Catch::Contains("not a regular file"));
+  for (auto path : {"/dev/null", "/dev/stdin"}) {
+    INFO(path);
+    auto dev = run_canopy(home.path, {"validate", path}, 20s);
+    CHECK(dev.exit_code != 0);
+    CHECK_THAT(dev.err, Catch::Contains("not a regular file"));
+  }
 }
 
 TEST_CASE("a graph file with a duplicate key or bytes after a NUL fails validate and run",
