@@ -1,6 +1,5 @@
 #include "persistence/graph.hpp"
 
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -14,7 +13,9 @@
 #include <utility>
 
 #include "persistence/error.hpp"
+#include "persistence/graph_order.hpp"
 #include "persistence/graph_paths.hpp"
+#include "persistence/json_text.hpp"
 #include "persistence/reference.hpp"
 #include "persistence/shell_argv.hpp"
 
@@ -132,185 +133,7 @@ std::optional<double> non_negative_number(const json& v) {
   return x;
 }
 
-/// Makes `text` valid UTF-8 by escaping every byte of an invalid sequence.
-std::string sanitize_utf8(const std::string& text) {
-  std::string result;
-  size_t i = 0;
-  auto n = text.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(text[i]);
-    size_t len = 0;
-    if (c < 0x80)
-      len = 1;
-    else if ((c & 0xE0) == 0xC0 && c >= 0xC2)
-      len = 2;
-    else if ((c & 0xF0) == 0xE0)
-      len = 3;
-    else if ((c & 0xF8) == 0xF0 && c <= 0xF4)
-      len = 4;
-    bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    if (ok && len == 3) {
-      auto c1 = static_cast<unsigned char>(text[i + 1]);
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
-    } else if (ok && len == 4) {
-      auto c1 = static_cast<unsigned char>(text[i + 1]);
-      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
-    }
-    if (ok) {
-      result.append(text, i, len);
-      i += len;
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02X", static_cast<unsigned>(c));
-      result += buf;
-      ++i;
-    }
-  }
-  return result;
-}
-
-/// Renders a byte offset as `byte N (line L, column C)`.
-std::string position_of(const std::string& text, size_t offset) {
-  size_t line = 1;
-  size_t column = 1;
-  auto end = std::min(offset, text.size());
-  for (size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return "byte " + std::to_string(offset) + " (line " + std::to_string(line) + ", column "
-         + std::to_string(column) + ")";
-}
-
-/// Returns the offset of the bracket that opens nesting level `level + 1`.
-size_t offset_of_nesting(const std::string& text, int level) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    auto c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > level)
-        return i;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return text.size();
-}
-
-// -- JSON text -----------------------------------------------------------------
-
-/// A SAX consumer that builds nothing: it checks syntax and the nesting limit.
-class json_checker : public nlohmann::json_sax<json> {
-public:
-  bool null() override {
-    return true;
-  }
-
-  bool boolean(bool) override {
-    return true;
-  }
-
-  bool number_integer(number_integer_t) override {
-    return true;
-  }
-
-  bool number_unsigned(number_unsigned_t) override {
-    return true;
-  }
-
-  bool number_float(number_float_t, const string_t&) override {
-    return true;
-  }
-
-  bool string(string_t&) override {
-    return true;
-  }
-
-  bool binary(binary_t&) override {
-    return true;
-  }
-
-  bool start_object(std::size_t) override {
-    return enter();
-  }
-
-  bool key(string_t&) override {
-    return true;
-  }
-
-  bool end_object() override {
-    --depth_;
-    return true;
-  }
-
-  bool start_array(std::size_t) override {
-    return enter();
-  }
-
-  bool end_array() override {
-    --depth_;
-    return true;
-  }
-
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::json::exception& ex) override {
-    position_ = position;
-    // Strip "[json.exception.parse_error.101] parse error at line 1, column 2: ".
-    std::string what = ex.what();
-    if (auto bracket = what.find("] "); bracket != std::string::npos)
-      what.erase(0, bracket + 2);
-    if (auto colon = what.find(": "); what.rfind("parse error", 0) == 0
-                                      && colon != std::string::npos)
-      what.erase(0, colon + 2);
-    detail_ = sanitize_utf8(what);
-    return false;
-  }
-
-  /// Renders the failure, given the text.
-  std::string message(const std::string& text) const {
-    if (too_deep_)
-      return "malformed JSON at " + position_of(text, offset_of_nesting(text, max_json_nesting))
-             + ": nesting deeper than " + std::to_string(max_json_nesting) + " levels";
-    // nlohmann counts positions from 1 (the character read last).
-    auto offset = position_ > 0 ? position_ - 1 : 0;
-    return "malformed JSON at " + position_of(text, offset) + ": " + detail_;
-  }
-
-private:
-  bool enter() {
-    if (++depth_ > max_json_nesting) {
-      too_deep_ = true;
-      return false;
-    }
-    return true;
-  }
-
-  int depth_ = 0;
-  bool too_deep_ = false;
-  size_t position_ = 0;
-  std::string detail_ = "syntax error";
-};
-
 // -- files ---------------------------------------------------------------------
-
-caf::error cannot_read(const std::string& path, int err) {
-  return make_error(persistence_errc::io_error,
-                    "cannot read graph file '" + path + "': " + std::strerror(err));
-}
 
 caf::error too_large() {
   return make_error(persistence_errc::invalid_graph, "graph document is larger than "
@@ -318,38 +141,12 @@ caf::error too_large() {
                                                        + " MiB");
 }
 
-/// Reads at most `max_graph_bytes` of `path`.
+/// Reads the regular file `path`, at most `max_graph_bytes`.
 caf::expected<std::string> read_graph_text(const std::string& path) {
-  errno = 0;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr)
-    return cannot_read(path, errno != 0 ? errno : EIO);
-  struct stat st {};
-  if (::fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)
-      && static_cast<uint64_t>(st.st_size) > max_graph_bytes) {
-    std::fclose(f);
+  auto text = read_regular_file(path, max_graph_bytes, "graph file");
+  if (!text && is(text.error(), persistence_errc::invalid_graph))
     return too_large();
-  }
-  std::string result;
-  char chunk[64 * 1024];
-  for (;;) {
-    auto n = std::fread(chunk, 1, sizeof(chunk), f);
-    result.append(chunk, n);
-    if (result.size() > max_graph_bytes) {
-      std::fclose(f);
-      return too_large();
-    }
-    if (n < sizeof(chunk)) {
-      if (std::ferror(f) != 0) {
-        auto err = errno != 0 ? errno : EIO;
-        std::fclose(f);
-        return cannot_read(path, err);
-      }
-      break;
-    }
-  }
-  std::fclose(f);
-  return result;
+  return text;
 }
 
 caf::expected<json> load_graph_file(const std::string& abs_path) {
@@ -366,6 +163,29 @@ caf::expected<json> load_graph_file(const std::string& abs_path) {
 using detail::is_file_reference;
 using detail::parent_of;
 
+/// Reorders `xs` in place so that `xs[k]` becomes the old `xs[order[k]]`;
+/// `order` is a permutation of every position. O(n) moves.
+template <class T>
+void permute(std::vector<T>& xs, const std::vector<size_t>& order) {
+  std::vector<bool> placed(xs.size(), false);
+  for (size_t start = 0; start < xs.size(); ++start) {
+    if (placed[start])
+      continue;
+    // One cycle of the permutation: position k takes the value at order[k].
+    T first = std::move(xs[start]);
+    for (size_t k = start;;) {
+      placed[k] = true;
+      auto from = order[k];
+      if (from == start) {
+        xs[k] = std::move(first);
+        break;
+      }
+      xs[k] = std::move(xs[from]);
+      k = from;
+    }
+  }
+}
+
 std::string normalize(const fs::path& p) {
   return detail::normalize_path(p.string());
 }
@@ -374,15 +194,18 @@ std::string normalize(const fs::path& p) {
 
 /// A step while it is being validated.
 struct step_work {
-  std::string id;
+  explicit step_work(step_def& d) : def(d) {
+    // nop
+  }
   std::string path; ///< `/steps/ID`
-  step_def def;
+  /// The step being built, in the parser's `defs_` (its place in the
+  /// document's order until the steps are sorted).
+  step_def& def;
   /// String `needs` entries with their index, as written.
-  std::vector<std::pair<size_t, std::string>> raw_needs;
-  /// Valid `needs` as positions in the work list.
-  std::vector<size_t> needs;
+  std::vector<std::pair<size_t, const std::string*>> raw_needs; ///< into the document
   /// Strings that may hold references: (JSON path, text).
-  std::vector<std::pair<std::string, std::string>> texts;
+  /// (JSON path after `path`, text in the document or in `def`).
+  std::vector<std::pair<std::string, const std::string*>> texts;
   /// Set when `with` is present but not an object.
   bool bad_with = false;
 };
@@ -398,10 +221,12 @@ public:
     max_depth_ = opts.max_depth;
   }
 
-  parse_result run(const json& doc, const std::string& base_dir,
+  /// Validates `document`, which becomes the graph's `document`.
+  parse_result run(json document, const std::string& base_dir,
                    const std::string& default_name) {
     g_ = std::make_shared<graph>();
-    g_->document = doc;
+    g_->document = std::move(document);
+    const json& doc = g_->document;
     g_->base_dir = base_dir;
     g_->name = default_name;
     base_abs_ = normalize(base_dir);
@@ -439,26 +264,34 @@ public:
                        + (it->is_object() ? std::string{"got an empty object"} : got(*it)));
     } else {
       // Large graphs (100,000 steps) must not pay for regrowth.
+      // (`defs_` must not move: each step_work refers into it.)
       work_.reserve(it->size());
+      work_index_.reserve(it->size());
+      defs_.reserve(it->size());
+      needs_.reserve(it->size());
       for (auto& [id, val] : it->items())
         parse_step(id, val);
       check_needs();
       auto order = sort_steps();
-      check_references();
-      if (errors_.empty()) {
-        g_->steps.reserve(order.size());
-        g_->index.reserve(order.size());
+      check_references(order);
+      // Without errors every step is ordered (a step left out is in or
+      // behind a cycle, which is an error).
+      if (errors_.empty() && order.size() == defs_.size()) {
+        // Sort the steps where they are: no second vector of 100,000 steps.
+        work_.clear();
+        permute(defs_, order);
+        g_->steps = std::move(defs_);
+        std::vector<size_t> rank(order.size());
+        for (size_t k = 0; k < order.size(); ++k)
+          rank[order[k]] = k;
+        for (auto& entry : work_index_)
+          entry.second = rank[entry.second]; // the graph's index, in `finish`
       }
-      if (errors_.empty())
-        for (auto i : order) {
-          g_->index.emplace(work_[i].id, g_->steps.size());
-          g_->steps.push_back(std::move(work_[i].def));
-        }
     }
     if (g_->outputs.is_object())
       for_each_string(g_->outputs, "/outputs", [this](const std::string& path,
                                                       const std::string& text) {
-        check_text(path, text, nullptr);
+        check_text(std::string{}, path, text, nullptr);
       });
     return finish();
   }
@@ -480,6 +313,7 @@ private:
     parse_result result;
     if (errors_.empty()) {
       g_->files = std::move(files_);
+      g_->index = std::move(work_index_);
       result.value = std::move(g_);
     } else {
       result.errors = std::move(errors_);
@@ -568,9 +402,9 @@ private:
 
   void parse_step(const std::string& id, const json& v) {
     work_index_.emplace(id, work_.size());
-    work_.emplace_back();
+    work_.emplace_back(defs_.emplace_back());
+    needs_.emplace_back();
     auto& w = work_.back();
-    w.id = id;
     w.path = "/steps/" + escape_pointer(id);
     w.def.id = id;
     const auto& path = w.path;
@@ -610,7 +444,7 @@ private:
         for (size_t i = 0; i < it->size(); ++i) {
           const auto& x = (*it)[i];
           if (x.is_string())
-            w.raw_needs.emplace_back(i, x.get<std::string>());
+            w.raw_needs.emplace_back(i, &x.get_ref<const std::string&>());
           else
             fail(path + "/needs/" + std::to_string(i), "expected a step id, " + got(x));
         }
@@ -622,7 +456,7 @@ private:
         w.bad_with = true;
       } else {
         def.with = *it;
-        collect_texts(w, *it, path + "/with");
+        collect_texts(w, *it, "/with");
       }
     }
     if (auto it = v.find("message"); it != v.end()) {
@@ -630,7 +464,7 @@ private:
         fail(path + "/message", "'message' is only valid on agent steps");
       } else {
         def.message = *it;
-        collect_texts(w, *it, path + "/message");
+        collect_texts(w, *it, "/message");
       }
     }
     if (auto it = v.find("env"); it != v.end()) {
@@ -644,7 +478,7 @@ private:
             continue;
           }
           def.env.emplace(key, val.get<std::string>());
-          w.texts.emplace_back(vpath, val.get<std::string>());
+          w.texts.emplace_back(vpath.substr(path.size()), &val.get_ref<const std::string&>());
         }
       }
     }
@@ -653,7 +487,7 @@ private:
         fail(path + "/stdin", "expected a string, " + got(*it));
       } else {
         def.stdin_data = it->get<std::string>();
-        w.texts.emplace_back(path + "/stdin", *def.stdin_data);
+        w.texts.emplace_back("/stdin", &*def.stdin_data);
       }
     }
     if (auto it = v.find("cwd"); it != v.end()) {
@@ -661,7 +495,7 @@ private:
         fail(path + "/cwd", "expected a string, " + got(*it));
       } else {
         def.cwd = it->get<std::string>();
-        w.texts.emplace_back(path + "/cwd", *def.cwd);
+        w.texts.emplace_back("/cwd", &*def.cwd);
       }
     }
     if (auto it = v.find("timeout"); it != v.end())
@@ -711,7 +545,7 @@ private:
 
   void collect_texts(step_work& w, const json& v, const std::string& path) {
     for_each_string(v, path, [&w](const std::string& p, const std::string& text) {
-      w.texts.emplace_back(p, text);
+      w.texts.emplace_back(p, &text);
     });
   }
 
@@ -791,7 +625,7 @@ private:
         fail(ipath, "expected a string, " + got(v[i]));
         ok = false;
       } else {
-        w.texts.emplace_back(ipath, v[i].get<std::string>());
+        w.texts.emplace_back(ipath.substr(w.path.size()), &v[i].get_ref<const std::string&>());
       }
     }
     if (auto e = ok ? check_shell_argv(v, path, "") : std::nullopt) {
@@ -835,10 +669,13 @@ private:
     if (v.is_object()) {
       graph_parser child{child_opts, chain_};
       child.cache_ = cache_;
-      result = child.run(v, g_->base_dir, w.id);
+      result = child.run(v, g_->base_dir, w.def.id);
     } else {
       auto target = v.get<std::string>();
       if (!is_file_reference(target)) {
+        if (opts_.check_graph_name)
+          if (auto why = opts_.check_graph_name(target); !why.empty())
+            fail(path, why);
         def.target = std::move(target); // a registered graph, resolved when it runs
         return;
       }
@@ -899,151 +736,109 @@ private:
 
   // -- dependencies -------------------------------------------------------------
 
+  /// Resolves `needs` to positions (`needs_`), without duplicates.
   void check_needs() {
-    for (auto& w : work_) {
-      for (auto& [i, name] : w.raw_needs) {
-        auto npath = w.path + "/needs/" + std::to_string(i);
+    std::vector<size_t> added(work_.size(), work_.size()); // added[j] == i: i needs j
+    for (size_t i = 0; i < work_.size(); ++i) {
+      auto& w = work_[i];
+      for (auto& [k, name_ptr] : w.raw_needs) {
+        auto& name = *name_ptr;
         auto it = work_index_.find(name);
-        if (name == w.id) {
-          fail(npath, "step '" + w.id + "' needs itself");
+        if (name == w.def.id) {
+          fail(w.path + "/needs/" + std::to_string(k), "step '" + w.def.id + "' needs itself");
         } else if (it == work_index_.end()) {
-          fail(npath, "unknown step '" + name + "' in needs");
-        } else {
-          if (std::find(w.needs.begin(), w.needs.end(), it->second) == w.needs.end())
-            w.needs.push_back(it->second);
+          fail(w.path + "/needs/" + std::to_string(k), "unknown step '" + name + "' in needs");
+        } else if (added[it->second] != i) {
+          added[it->second] = i;
+          needs_[i].push_back(it->second);
           w.def.needs.push_back(name);
         }
       }
-      // Keep `needs` free of duplicates.
-      auto& ns = w.def.needs;
-      std::vector<std::string> unique;
-      for (auto& n : ns)
-        if (!contains(unique, n))
-          unique.push_back(n);
-      ns = std::move(unique);
+      decltype(w.raw_needs){}.swap(w.raw_needs); // done with: free it now
     }
   }
 
-  /// Returns the steps in topological order (ties by id); reports every cycle.
+  /// Returns the steps in topological order (ties by id); reports one cycle
+  /// per group of steps that need each other.
   std::vector<size_t> sort_steps() {
-    auto n = work_.size();
-    std::vector<size_t> pending(n);
-    std::vector<std::vector<size_t>> dependents(n);
-    for (size_t i = 0; i < n; ++i) {
-      pending[i] = work_[i].needs.size();
-      for (auto j : work_[i].needs)
-        dependents[j].push_back(i);
-    }
-    std::vector<bool> done(n, false);
-    std::vector<size_t> order;
-    std::set<size_t> ready;
-    auto drain = [&] {
-      while (!ready.empty()) {
-        auto i = *ready.begin();
-        ready.erase(ready.begin());
-        done[i] = true;
-        order.push_back(i);
-        for (auto d : dependents[i])
-          if (!done[d] && --pending[d] == 0)
-            ready.insert(d);
-      }
-    };
-    for (size_t i = 0; i < n; ++i)
-      if (pending[i] == 0)
-        ready.insert(i);
-    drain();
-    // Whatever is left waits on a cycle: report one, drop it, repeat.
-    for (;;) {
-      size_t start = n;
-      for (size_t i = 0; i < n && start == n; ++i)
-        if (!done[i])
-          start = i;
-      if (start == n)
-        break;
-      std::vector<size_t> walk;
-      std::map<size_t, size_t> seen;
-      auto cur = start;
-      while (seen.count(cur) == 0) {
-        seen.emplace(cur, walk.size());
-        walk.push_back(cur);
-        for (auto j : work_[cur].needs)
-          if (!done[j]) {
-            cur = j;
-            break;
-          }
-      }
-      std::vector<size_t> cycle{walk.begin() + static_cast<std::ptrdiff_t>(seen[cur]),
-                                walk.end()};
-      std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
-      std::vector<std::string> names;
+    auto sorted = detail::order_steps(needs_);
+    for (auto& cycle : sorted.cycles) {
+      std::string names;
       for (auto i : cycle)
-        names.push_back(work_[i].id);
-      names.push_back(work_[cycle.front()].id);
-      fail(work_[cycle.front()].path + "/needs", "dependency cycle: " + join(names, " -> "));
-      for (auto i : cycle) {
-        done[i] = true;
-        for (auto d : dependents[i])
-          if (!done[d] && --pending[d] == 0)
-            ready.insert(d);
-      }
-      auto before = order.size();
-      drain();
-      order.resize(before); // steps behind a cycle have no valid order
+        names += work_[i].def.id + " -> ";
+      names += work_[cycle.front()].def.id;
+      fail(work_[cycle.front()].path + "/needs", "dependency cycle: " + names);
     }
-    return order;
+    return std::move(sorted.order);
   }
 
   // -- references ---------------------------------------------------------------
 
-  const std::set<size_t>& ancestors(size_t i) {
-    auto it = ancestors_.find(i);
-    if (it != ancestors_.end())
-      return it->second;
-    std::set<size_t> result;
-    std::deque<size_t> todo{work_[i].needs.begin(), work_[i].needs.end()};
-    while (!todo.empty()) {
-      auto j = todo.front();
-      todo.pop_front();
-      if (!result.insert(j).second)
-        continue;
-      todo.insert(todo.end(), work_[j].needs.begin(), work_[j].needs.end());
-    }
-    return ancestors_.emplace(i, std::move(result)).first->second;
-  }
-
-  void check_references() {
+  /// Checks every step's references; whether a named step is upstream is
+  /// decided for all of them at once (`detail::upstream`), and the error of
+  /// each that is not goes where it was found among the others.
+  void check_references(const std::vector<size_t>& order) {
     for (size_t i = 0; i < work_.size(); ++i)
-      for (auto& [path, text] : work_[i].texts)
-        check_text(path, text, &i);
+      for (auto& [rel, text] : work_[i].texts)
+        check_text(work_[i].path, rel, *text, &i);
+    if (queries_.empty())
+      return;
+    auto answers = detail::upstream(needs_, order, queries_);
+    std::vector<graph_error> merged;
+    size_t e = 0;
+    for (size_t q = 0; q < queries_.size(); ++q) {
+      if (answers[q])
+        continue;
+      auto& p = pending_[q];
+      for (; e < p.at; ++e)
+        merged.push_back(std::move(errors_[e]));
+      merged.push_back(graph_error{*p.base + *p.rel,
+                                   "reference " + p.text + ": step '"
+                                     + work_[queries_[q].ancestor].def.id
+                                     + "' is not upstream of '" + work_[queries_[q].step].def.id
+                                     + "' (add it to needs)",
+                                   {}});
+    }
+    if (merged.empty())
+      return;
+    for (; e < errors_.size(); ++e)
+      merged.push_back(std::move(errors_[e]));
+    errors_ = std::move(merged);
   }
 
-  /// Checks the references in `text`; `step` is the referencing step, or
-  /// nullptr for `outputs` (where any step may be named).
-  void check_text(const std::string& path, const std::string& text, const size_t* step) {
+  /// Checks the references in `text` at JSON path `base + rel`; `step` is
+  /// the referencing step, or nullptr for `outputs` (where any step may be
+  /// named).
+  void check_text(const std::string& base, const std::string& rel, const std::string& text,
+                  const size_t* step) {
+    // The path is made only for an error: most texts have none.
+    auto fail = [&](std::string message) { this->fail(base + rel, std::move(message)); };
     auto refs = find_references(text);
     if (!refs) {
-      fail(path, message_of(refs.error()));
+      fail(message_of(refs.error()));
       return;
     }
     for (auto& ref : *refs) {
-      auto prefix = "reference " + ref.text + ": ";
+      auto prefix = [&ref] { return "reference " + ref.text + ": "; };
       switch (ref.scope) {
         case reference::inputs:
           if (input_set_.count(ref.name) == 0)
-            fail(path, prefix + "unknown input '" + ref.name + "'"
+            fail(prefix() + "unknown input '" + ref.name + "'"
                          + (input_set_.empty() ? std::string{" (the graph declares no inputs)"}
                                                : " (declared: " + join(g_->inputs) + ")"));
           break;
         case reference::with:
-          fail(path, prefix + "${with.KEY} is only valid in tool argv templates");
+          fail(prefix() + "${with.KEY} is only valid in tool argv templates");
           break;
         case reference::steps: {
           auto it = work_index_.find(ref.name);
           if (it == work_index_.end())
-            fail(path, prefix + "unknown step '" + ref.name + "'");
-          else if (step != nullptr && ancestors(*step).count(it->second) == 0)
-            fail(path, prefix + "step '" + ref.name + "' is not upstream of '"
-                         + work_[*step].id + "' (add it to needs)");
+            fail(prefix() + "unknown step '" + ref.name + "'");
+          else if (step != nullptr) {
+            // Decided in `check_references`, for all steps at once.
+            queries_.push_back(detail::upstream_query{*step, it->second});
+            pending_.push_back(pending_ref{errors_.size(), &base, &rel, ref.text});
+          }
           break;
         }
       }
@@ -1068,8 +863,22 @@ private:
   std::shared_ptr<graph> g_;
   std::set<std::string> input_set_;
   std::vector<step_work> work_;
-  std::map<std::string, size_t> work_index_;
-  std::map<size_t, std::set<size_t>> ancestors_;
+  /// Step id → position in the work list; becomes the graph's index.
+  std::unordered_map<std::string, size_t> work_index_;
+  /// The steps, in the document's order (then sorted into the graph).
+  std::vector<step_def> defs_;
+  /// `needs` of each step as positions in the work list.
+  detail::needs_lists needs_;
+  /// Where an upstream check was asked: its error goes before `errors_[at]`.
+  struct pending_ref {
+    size_t at;
+    const std::string* base; ///< the step's path
+    const std::string* rel;  ///< in the step's `texts`
+    std::string text;        ///< the reference as written
+  };
+  /// Pending upstream checks, and where each was asked.
+  std::vector<detail::upstream_query> queries_;
+  std::vector<pending_ref> pending_;
   std::map<std::string, json> files_;
   std::vector<graph_error> errors_;
 };
@@ -1128,9 +937,13 @@ std::string to_string(const graph_error& e) {
 
 parse_result parse_graph(const json& doc, const std::string& base_dir,
                          const parse_options& opts) {
+  return parse_graph(json(doc), base_dir, opts);
+}
+
+parse_result parse_graph(json&& doc, const std::string& base_dir, const parse_options& opts) {
   try {
     graph_parser parser{opts, {}};
-    return parser.run(doc, base_dir, "");
+    return parser.run(std::move(doc), base_dir, "");
   } catch (const std::exception& ex) {
     parse_result result;
     result.errors.push_back(
@@ -1146,32 +959,20 @@ parse_result parse_graph_file(const std::string& path, const parse_options& opts
     return result;
   };
   try {
-    auto text = read_graph_text(path);
-    if (!text)
-      return fail(message_of(text.error()));
-    auto doc = parse_json_text(*text);
-    if (!doc)
-      return fail(message_of(doc.error()));
+    caf::expected<json> doc{json{}};
+    {
+      auto text = read_graph_text(path);
+      if (!text)
+        return fail(message_of(text.error()));
+      doc = parse_json_text(*text);
+      if (!doc)
+        return fail(message_of(doc.error()));
+    } // the text is freed before the graph is built
     auto abs = normalize(path);
     graph_parser parser{opts, {abs}};
-    return parser.run(*doc, parent_of(abs), detail::stem_of(abs));
+    return parser.run(std::move(*doc), parent_of(abs), detail::stem_of(abs));
   } catch (const std::exception& ex) {
     return fail(std::string{"cannot validate graph: "} + ex.what());
-  }
-}
-
-caf::expected<json> parse_json_text(const std::string& text) {
-  try {
-    json_checker checker;
-    if (!json::sax_parse(text, &checker, json::input_format_t::json, true, false))
-      return make_error(persistence_errc::invalid_graph, checker.message(text));
-    auto doc = json::parse(text, nullptr, false, false);
-    if (doc.is_discarded())
-      return make_error(persistence_errc::invalid_graph, "malformed JSON");
-    return doc;
-  } catch (const std::exception& ex) {
-    return make_error(persistence_errc::invalid_graph,
-                      std::string{"malformed JSON: "} + sanitize_utf8(ex.what()));
   }
 }
 

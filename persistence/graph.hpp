@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "persistence/duration.hpp"
+#include "persistence/json_text.hpp"
 
 namespace canopy {
 
@@ -31,9 +32,6 @@ constexpr int default_max_depth = 16;
 
 /// Default `limits.max_steps`.
 constexpr uint64_t default_max_steps = 100000;
-
-/// Deepest JSON nesting accepted in a document, against stack exhaustion.
-constexpr int max_json_nesting = 128;
 
 // -- model ---------------------------------------------------------------------
 
@@ -154,6 +152,11 @@ struct parse_options {
   /// (size over `max_graph_bytes` and malformed JSON are errors); resume uses
   /// the stored `graph::files`.
   std::function<caf::expected<json>(const std::string& abs_path)> load_file;
+  /// When set, checks a `graph` step naming a registered graph (not a file)
+  /// as the run will resolve it (`canopy validate`): returns what is wrong,
+  /// reported at the step's `graph` path, or "" when the name resolves.
+  /// Unset: names are resolved when the step runs.
+  std::function<std::string(const std::string& name)> check_graph_name;
 };
 
 /// The outcome of parsing: a graph, or every error found.
@@ -171,6 +174,10 @@ struct parse_result {
 /// @returns the graph, or all errors with their JSON paths.
 /// Thread-safe.
 parse_result parse_graph(const json& doc, const std::string& base_dir,
+                         const parse_options& opts = {});
+
+/// As above; `doc` is moved into the graph's `document` instead of copied.
+parse_result parse_graph(json&& doc, const std::string& base_dir,
                          const parse_options& opts = {});
 
 /// Reads `path` (at most `max_graph_bytes`), parses JSON (depth limited to
@@ -220,9 +227,5 @@ std::string check_agent_name(const std::string& name);
 /// 255 characters of `A-Z a-z 0-9 _ . -`, as host names are.
 /// @returns what is wrong, or an empty string.
 std::string check_node_name(const std::string& name);
-
-/// Parses `text` as JSON with the nesting limit; throws nothing.
-/// @returns the document or an error message with the byte offset.
-caf::expected<json> parse_json_text(const std::string& text);
 
 } // namespace canopy

@@ -6,6 +6,7 @@
 #include "persistence/records.hpp"
 
 #include "persistence/error.hpp"
+#include "persistence/json_text.hpp"
 #include "persistence/msgpack.hpp"
 
 namespace canopy {
@@ -139,7 +140,8 @@ caf::expected<T> decode_binary(const char* what, std::string_view bytes, unsigne
 /// positive fixint in MessagePack, never the start of a binary record).
 template <class F>
 auto decode_text(std::string_view bytes, F from_json) {
-  return from_json(json::parse(bytes.begin(), bytes.end(), nullptr, false));
+  auto doc = parse_json_text(bytes);
+  return from_json(doc ? std::move(*doc) : json(json::value_t::discarded));
 }
 
 unsigned read_graph_field(msgpack::reader& r, std::string_view k, stored_graph& x) {

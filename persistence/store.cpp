@@ -834,6 +834,29 @@ caf::expected<registered_graph> store::registered(const std::string& owner,
                                       decode_registered_graph);
 }
 
+caf::expected<size_t> store::registered_count(const std::string& owner) const {
+  size_t count = 0;
+  auto prefix = owner + '\0';
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    // Keys are owner \0 name \0 version: a name's versions are adjacent.
+    std::string last;
+    scan_prefix(txn, registry_, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
+      auto key = std::string_view{static_cast<const char*>(k.mv_data), k.mv_size};
+      auto name = key.substr(prefix.size());
+      name = name.substr(0, name.find('\0'));
+      if (count == 0 || name != last) {
+        ++count;
+        last = std::string{name};
+      }
+      return true;
+    });
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return count;
+}
+
 caf::expected<agent_record> store::agent(const std::string& owner,
                                          const std::string& name) const {
   return get_record<agent_record>(agents_, pair_key(owner, name), "no agent '" + name + "'",

@@ -261,6 +261,9 @@ public:
   caf::expected<registered_graph> registered(const std::string& owner, const std::string& name,
                                              int version = 0) const;
 
+  /// @returns how many graph names `owner` registered (versions count once).
+  caf::expected<size_t> registered_count(const std::string& owner) const;
+
   /// @returns agent `name` of `owner`, or `not_found`.
   caf::expected<agent_record> agent(const std::string& owner, const std::string& name) const;
 

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -657,8 +658,36 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
   return run_server(opts);
 }
 
-int cmd_validate(const std::string& file) {
-  auto parsed = parse_graph_file(file);
+/// `canopy validate [--server URL]`: parses the file as `run` does and
+/// resolves each `graph` step naming a registered graph as its run would:
+/// locally none resolves (local executions have no registry); on a server,
+/// the token's user's graph of that name must exist.
+int cmd_validate(const std::string& file, const remote_options& remote) {
+  parse_options opts;
+  std::optional<api_client> api;
+  if (!remote.server.empty()) {
+    auto c = open_client(remote);
+    if (!c)
+      return fail(c.error());
+    api.emplace(std::move(*c));
+  }
+  std::map<std::string, std::string> checked; // name -> what is wrong
+  opts.check_graph_name = [&](const std::string& name) -> std::string {
+    auto i = checked.find(name);
+    if (i != checked.end())
+      return i->second;
+    std::string why;
+    if (!api) {
+      why = "unknown graph '" + name + "': a local run reads graphs from files only (a path "
+            "such as './" + name + ".json'); registered graphs resolve on a server "
+            "(validate with --server URL)";
+    } else if (auto answer = api->get("/v1/graphs/" + url_encode(name)); !answer) {
+      why = "graph '" + name + "' does not resolve on " + remote.server + ": "
+            + message_of(answer.error());
+    }
+    return checked.emplace(name, why).first->second;
+  };
+  auto parsed = parse_graph_file(file, opts);
   if (!parsed)
     return report_graph_errors(file, parsed);
   std::cout << "ok: graph '" << parsed.value->name << "' with " << parsed.value->steps.size()
@@ -766,6 +795,7 @@ int cli_main(int argc, char** argv) {
   std::string file;
   auto validate = app.add_subcommand("validate", "check a graph file");
   validate->add_option("file", file, "graph file")->required();
+  add_remote(validate);
 
   try {
     app.parse(argc, argv);
@@ -807,7 +837,7 @@ int cli_main(int argc, char** argv) {
   if (serve->parsed())
     return cmd_serve(g, max_parallel_opt->count() > 0, sf);
   if (validate->parsed())
-    return cmd_validate(file);
+    return cmd_validate(file, remote);
   if (worker->parsed()) {
     // `--max-parallel` is an alias of `--slots` (SPEC §13 rule 15).
     if (max_parallel_opt->count() > 0) {

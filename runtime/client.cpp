@@ -11,11 +11,19 @@
 #include <httplib.h>
 
 #include "persistence/error.hpp"
+#include "persistence/json_text.hpp"
 #include "runtime/error.hpp"
 
 namespace canopy {
 
 namespace {
+
+/// Parses a server's answer as strict JSON (`parse_json_text`).
+/// @returns the document, or a discarded value when it is not one.
+json parse_answer(std::string_view text) {
+  auto doc = parse_json_text(text);
+  return doc ? std::move(*doc) : json(json::value_t::discarded);
+}
 
 using json = nlohmann::json;
 
@@ -154,7 +162,7 @@ std::string url_encode(const std::string& text) {
 
 caf::error error_of_answer(int status, const std::string& body) {
   std::string message, path, code;
-  auto doc = json::parse(body, nullptr, false);
+  auto doc = parse_answer(body);
   if (!doc.is_discarded() && doc.is_object() && doc.contains("error")) {
     auto& e = doc["error"];
     message = text_of(e, "message");
@@ -315,7 +323,7 @@ caf::expected<api_answer> api_client::finish(int status, const std::string& body
   out.status = status;
   if (body.empty())
     return out;
-  out.body = json::parse(body, nullptr, false);
+  out.body = parse_answer(body);
   if (out.body.is_discarded())
     return unexpected("the server at " + opts_.server.text() + " answered " + std::to_string(status)
                       + " with a body that is not JSON");
@@ -507,7 +515,7 @@ api_client::send_agent_message(const std::string& name, const json& message) con
   auto [status, text] = *a;
   agent_message_answer out;
   if (status == 409) {
-    auto doc = json::parse(text, nullptr, false);
+    auto doc = parse_answer(text);
     auto e = !doc.is_discarded() && doc.is_object() ? doc.value("error", json()) : json();
     auto code = text_of(e, "code");
     if (code != "busy" && code != "cancelled")
@@ -578,7 +586,7 @@ caf::error api_client::stream_events(const std::string& id, uint64_t after,
           return error_body.size() < (1u << 20);
         }
         return parser.feed(data, n, [&](const sse_message& m) {
-          auto doc = json::parse(m.data, nullptr, false);
+          auto doc = parse_answer(m.data);
           if (doc.is_discarded() || !doc.is_object()) {
             bad = unexpected("an event of the stream is not a JSON object: " + m.data);
             return false;

@@ -22,7 +22,9 @@ namespace {
 constexpr size_t max_config_bytes = 8u * 1024u * 1024u;
 
 constexpr const char* config_keys = "home, listen, users, allow_inline_commands, max_parallel, "
-                                    "max_request_bytes, tools, cluster";
+                                    "max_request_bytes, tools, cluster, quotas";
+
+constexpr const char* quota_keys = "live_executions, graphs";
 
 constexpr const char* user_keys = "token, token_file, token_env";
 
@@ -82,6 +84,8 @@ public:
         cfg.tools = parse_tools(val, path, errors_);
       } else if (key == "cluster") {
         cfg.cluster = cluster(val, path, false);
+      } else if (key == "quotas") {
+        quotas(val, path, cfg.quotas);
       } else {
         fail(path, "unknown key '" + key + "' (expected one of: " + config_keys + ")");
       }
@@ -231,6 +235,27 @@ private:
     return result;
   }
 
+  /// The `quotas` object: integers >= 0 (0: unlimited).
+  void quotas(const json& v, const std::string& path, quota_config& q) {
+    if (!v.is_object()) {
+      fail(path, "expected an object such as {\"live_executions\": 1000, \"graphs\": 1000}, "
+                   + got(v));
+      return;
+    }
+    for (auto& [key, val] : v.items()) {
+      auto kpath = path + "/" + escape_pointer(key);
+      size_t* target = key == "live_executions" ? &q.live_executions
+                       : key == "graphs"        ? &q.graphs
+                                                : nullptr;
+      if (target == nullptr)
+        fail(kpath, "unknown key '" + key + "' (expected one of: " + quota_keys + ")");
+      else if (val.is_number_unsigned() || (val.is_number_integer() && val.get<int64_t>() >= 0))
+        *target = static_cast<size_t>(val.get<uint64_t>());
+      else
+        fail(kpath, "expected an integer >= 0 (0: unlimited), " + got(val));
+    }
+  }
+
   /// A config's `cluster` section; a tools file's (`in_tools_file`) has no
   /// `listen`: a worker listens on nothing.
   std::optional<cluster_config> cluster(const json& v, const std::string& path,
@@ -333,36 +358,13 @@ config_result finish(node_config cfg, std::vector<graph_error> errors) {
   return result;
 }
 
-/// Reads and parses the JSON file `path`; `what` names it in messages.
+/// Reads and parses the JSON file `path` (a regular file, strict JSON);
+/// `what` names it in messages.
 caf::expected<json> read_json_file(const std::string& path, const char* what) {
-  auto fail = [&](const std::string& why) {
-    return make_error(persistence_errc::io_error,
-                      std::string{"cannot read "} + what + " '" + path + "': " + why);
-  };
-  errno = 0;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr)
-    return fail(std::strerror(errno != 0 ? errno : EIO));
-  std::string text;
-  char chunk[64 * 1024];
-  for (;;) {
-    auto n = std::fread(chunk, 1, sizeof(chunk), f);
-    text.append(chunk, n);
-    if (text.size() > max_config_bytes) {
-      std::fclose(f);
-      return fail("larger than " + std::to_string(max_config_bytes >> 20) + " MiB");
-    }
-    if (n < sizeof(chunk)) {
-      if (std::ferror(f) != 0) {
-        auto err = errno != 0 ? errno : EIO;
-        std::fclose(f);
-        return fail(std::strerror(err));
-      }
-      break;
-    }
-  }
-  std::fclose(f);
-  auto doc = parse_json_text(text);
+  auto text = read_regular_file(path, max_config_bytes, what);
+  if (!text)
+    return std::move(text.error());
+  auto doc = parse_json_text(*text);
   if (!doc)
     return make_error(persistence_errc::invalid_graph,
                       std::string{"in "} + what + " '" + path + "': " + message_of(doc.error()));

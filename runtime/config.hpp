@@ -31,6 +31,15 @@ struct cluster_config {
   bool tls_disabled = false;
 };
 
+/// The `quotas` object: what one user may hold at once; 0 is unlimited.
+struct quota_config {
+  /// Executions a user started or resumed over the API that are queued,
+  /// running or stopping (their child executions are not counted).
+  size_t live_executions = 1000;
+  /// Graph names a user registered (`POST /v1/graphs`; versions count once).
+  size_t graphs = 1000;
+};
+
 /// A node's configuration; defaults are SPEC §12's.
 struct node_config {
   std::string home;                        ///< empty: `--home`/`$CANOPY_HOME`/./.canopy
@@ -42,6 +51,7 @@ struct node_config {
   size_t max_request_bytes = 8u * 1024u * 1024u;
   tool_table tools;
   std::optional<cluster_config> cluster;
+  quota_config quotas;
 };
 
 /// The outcome of parsing a configuration: the config, or every error found,

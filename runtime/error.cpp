@@ -19,6 +19,7 @@ const char* to_string(runtime_errc x) {
     case runtime_errc::wrong_state: return "wrong_state";
     case runtime_errc::shutting_down: return "shutting_down";
     case runtime_errc::cluster_port: return "cluster_port";
+    case runtime_errc::quota_exceeded: return "quota_exceeded";
   }
   return "unknown";
 }

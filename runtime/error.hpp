@@ -18,6 +18,9 @@ enum class runtime_errc : uint8_t {
   shutting_down,
   /// The cluster port could not be opened (address in use, not local).
   cluster_port,
+  /// A per-user quota (`quotas` of the node config) is used up; context
+  /// names the quota and its limit.
+  quota_exceeded,
 };
 
 constexpr caf::atom_value runtime_category = caf::atom("runtime");

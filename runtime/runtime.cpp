@@ -497,7 +497,8 @@ parse_result runtime::parse_document(const json& doc) const {
 }
 
 caf::expected<registered_graph> runtime::register_graph(const std::string& owner,
-                                                        const std::string& name, json doc) {
+                                                        const std::string& name, json doc,
+                                                        size_t max_graphs) {
   // Registrations of this process are serialised, so the version read here
   // is the one committed (a server owns its home).
   std::lock_guard<std::mutex> guard{register_mtx_};
@@ -509,10 +510,22 @@ caf::expected<registered_graph> runtime::register_graph(const std::string& owner
   auto newest = db_->registered(owner, name);
   if (newest)
     x.version = newest->version + 1;
-  else if (is(newest.error(), persistence_errc::not_found))
-    x.version = 1;
-  else
+  else if (!is(newest.error(), persistence_errc::not_found))
     return newest.error();
+  else if (max_graphs > 0) {
+    auto count = db_->registered_count(owner);
+    if (!count)
+      return count.error();
+    if (*count >= max_graphs)
+      return make_error(runtime_errc::quota_exceeded,
+                        "quota exceeded: user '" + owner + "' has " + std::to_string(*count)
+                          + " graphs registered, the most quotas.graphs allows ("
+                          + std::to_string(max_graphs) + "); register a new version of one "
+                          "of them instead, or raise the quota");
+    x.version = 1;
+  } else {
+    x.version = 1;
+  }
   write_batch batch;
   batch.registered.push_back(x);
   if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))

@@ -203,10 +203,12 @@ public:
   parse_result parse_document(const json& doc) const;
 
   /// Registers `doc` (already validated) as the next version of graph
-  /// `name` of `owner`; committed before this returns.
-  /// @returns the stored version, or a store error.
+  /// `name` of `owner`; committed before this returns. A new name is refused
+  /// when `owner` has `max_graphs` names already (0: no limit).
+  /// @returns the stored version, a store error, or `quota_exceeded`.
   caf::expected<registered_graph> register_graph(const std::string& owner,
-                                                 const std::string& name, json doc);
+                                                 const std::string& name, json doc,
+                                                 size_t max_graphs = 0);
 
   /// Blocks until execution `id` is neither queued, running nor stopping, or
   /// `timeout` passed. @returns true when it settled.

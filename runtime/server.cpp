@@ -25,6 +25,7 @@
 #include "runtime/http_listener.hpp"
 #include "runtime/http_routes.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/quota.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/worker.hpp"
 
@@ -86,6 +87,7 @@ http_error from_error(const caf::error& err) {
       case runtime_errc::wrong_state: return {409, "wrong_state", msg, ""};
       case runtime_errc::shutting_down: return {503, "shutting_down", msg, ""};
       case runtime_errc::cluster_port: return {503, "unavailable", msg, ""};
+      case runtime_errc::quota_exceeded: return {409, "quota_exceeded", msg, ""};
     }
   }
   return {503, "unavailable", msg, ""};
@@ -532,7 +534,7 @@ private:
     if (!result)
       return reply(c.res, graph_errors(result.errors));
     auto id = name->get<std::string>();
-    auto stored = rt_.register_graph(c.user, id, std::move(*doc));
+    auto stored = rt_.register_graph(c.user, id, std::move(*doc), cfg_.quotas.graphs);
     if (!stored)
       return reply(c.res, from_error(stored.error()));
     spdlog::info("event=graph.registered user={} graph={} version={}", c.user, id,
@@ -614,7 +616,10 @@ private:
     start_options opts;
     opts.owner = c.user;
     opts.graph_version = rg->version;
+    if (!live_quota_.reserve(c.user))
+      return reply(c.res, live_quota_exceeded(c.user));
     auto h = rt_.start(*g, std::move(inputs), opts);
+    live_quota_.commit(c.user, h ? h->id() : std::string{});
     if (!h)
       return reply(c.res, from_error(h.error()));
     spdlog::info("event=execution.start user={} execution={} graph={} version={}", c.user,
@@ -774,7 +779,12 @@ private:
       budget = b->get<double>();
     }
     auto before = rec->status;
+    bool counted = is_terminal(before) && before != execution_status::completed;
+    if (counted && !live_quota_.reserve(c.user))
+      return reply(c.res, live_quota_exceeded(c.user));
     auto h = rt_.resume(rec->id, budget);
+    if (counted)
+      live_quota_.commit(c.user, h ? rec->id : std::string{});
     if (!h)
       return reply(c.res, from_error(h.error()));
     spdlog::info("event=execution.resume user={} execution={}", c.user, rec->id);
@@ -1142,11 +1152,36 @@ private:
     reply(c.res, 200, {{"result", *result}});
   }
 
+  /// The 409 of a user at `quotas.live_executions`.
+  http_error live_quota_exceeded(const std::string& user) const {
+    auto n = std::to_string(live_quota_.limit());
+    return {409, "quota_exceeded",
+            "quota exceeded: user '" + user + "' has " + n + " live executions, the most "
+              "quotas.live_executions allows (" + n + "); wait for one to finish or stop one",
+            ""};
+  }
+
   const node_config& cfg_;
   runtime& rt_;
   store& db_;
   metrics& metrics_;
   notifier& events_;
+  /// `quotas.live_executions`: the API's starts and resumes per user.
+  live_quota live_quota_{
+    cfg_.quotas.live_executions,
+    [this](const std::string& id) {
+      auto rec = db_.execution(id);
+      // Unreadable for now (a busy store): still counted.
+      return rec ? is_stoppable(rec->status) : !is(rec.error(), persistence_errc::not_found);
+    },
+    [this] {
+      std::vector<std::pair<std::string, std::string>> out;
+      if (auto live = db_.live())
+        for (auto& r : *live)
+          if (r.parent_id.empty() && !r.owner.empty())
+            out.emplace_back(r.owner, r.id);
+      return out;
+    }};
   token_table users_; ///< token → user, constant time
   route_table routes_;
   std::vector<std::pair<bool, handler>> handlers_; ///< by route index: auth, handler
