@@ -26,9 +26,7 @@ millis retry_delay(const step_def& def, int attempt) {
 void execution_machine::pump(int64_t now) {
   if (phase_ != exec_phase::running || blocked_ || yielded_)
     return;
-  if (ready_.size() > 8) {
-    // A wide layer: room for each step's record and two events at once, so
-    // the batch does not grow (and move its records) step by step.
+  if (ready_.size() > 64) { // a wide layer: its batch does not grow step by step
     auto n = std::min(ready_.size(), pump_chunk);
     auto& b = batch_or_new();
     b.steps.reserve(b.steps.size() + n);
