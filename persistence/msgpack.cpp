@@ -38,12 +38,20 @@ size_t utf8_sequence(const unsigned char* p, const unsigned char* end) {
   return 0;
 }
 
-/// True when `s` is plain ASCII (the common case: ids, names, reasons).
+/// True when `s` is plain ASCII (the common case: ids, names, reasons);
+/// checks eight bytes at a time.
 bool ascii(std::string_view s) {
-  for (unsigned char c : s)
-    if (c >= 0x80)
-      return false;
-  return true;
+  auto p = s.data();
+  auto n = s.size();
+  uint64_t high = 0;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    high |= w;
+  }
+  for (; n > 0; ++p, --n)
+    high |= static_cast<unsigned char>(*p);
+  return (high & 0x8080808080808080ull) == 0;
 }
 
 } // namespace
@@ -79,51 +87,61 @@ void append_sanitized(std::string& out, std::string_view s) {
 
 // -- writer ------------------------------------------------------------------------
 
+void writer::put_slow(const char* p, size_t n) {
+  flush();
+  if (n > capacity) {
+    out_.append(p, n);
+    return;
+  }
+  std::memcpy(buf_, p, n);
+  n_ = n;
+}
+
 void writer::be(uint64_t v, int bytes) {
   char buf[8];
   for (int i = bytes - 1; i >= 0; --i, v >>= 8)
     buf[i] = static_cast<char>(v & 0xff);
-  out_.append(buf, static_cast<size_t>(bytes));
+  put(buf, static_cast<size_t>(bytes));
 }
 
 void writer::map(size_t n) {
   if (n < 16) {
-    out_ += static_cast<char>(0x80 | n);
+    put(static_cast<char>(0x80 | n));
   } else if (n <= 0xffff) {
-    out_ += '\xde';
+    put('\xde');
     be(n, 2);
   } else {
-    out_ += '\xdf';
+    put('\xdf');
     be(n, 4);
   }
 }
 
 void writer::array(size_t n) {
   if (n < 16) {
-    out_ += static_cast<char>(0x90 | n);
+    put(static_cast<char>(0x90 | n));
   } else if (n <= 0xffff) {
-    out_ += '\xdc';
+    put('\xdc');
     be(n, 2);
   } else {
-    out_ += '\xdd';
+    put('\xdd');
     be(n, 4);
   }
 }
 
 void writer::uinteger(uint64_t v) {
   if (v < 128) {
-    out_ += static_cast<char>(v);
+    put(static_cast<char>(v));
   } else if (v <= 0xff) {
-    out_ += '\xcc';
+    put('\xcc');
     be(v, 1);
   } else if (v <= 0xffff) {
-    out_ += '\xcd';
+    put('\xcd');
     be(v, 2);
   } else if (v <= 0xffffffffu) {
-    out_ += '\xce';
+    put('\xce');
     be(v, 4);
   } else {
-    out_ += '\xcf';
+    put('\xcf');
     be(v, 8);
   }
 }
@@ -132,18 +150,18 @@ void writer::integer(int64_t v) {
   if (v >= 0) {
     uinteger(static_cast<uint64_t>(v));
   } else if (v >= -32) {
-    out_ += static_cast<char>(static_cast<uint8_t>(v));
+    put(static_cast<char>(static_cast<uint8_t>(v)));
   } else if (v >= INT8_MIN) {
-    out_ += '\xd0';
+    put('\xd0');
     be(static_cast<uint64_t>(v), 1);
   } else if (v >= INT16_MIN) {
-    out_ += '\xd1';
+    put('\xd1');
     be(static_cast<uint64_t>(v), 2);
   } else if (v >= INT32_MIN) {
-    out_ += '\xd2';
+    put('\xd2');
     be(static_cast<uint64_t>(v), 4);
   } else {
-    out_ += '\xd3';
+    put('\xd3');
     be(static_cast<uint64_t>(v), 8);
   }
 }
@@ -151,28 +169,23 @@ void writer::integer(int64_t v) {
 void writer::real(double v) {
   uint64_t bits;
   std::memcpy(&bits, &v, 8);
-  out_ += '\xcb';
+  put('\xcb');
   be(bits, 8);
 }
 
 void writer::str_header(size_t n) {
   if (n < 32) {
-    out_ += static_cast<char>(0xa0 | n);
+    put(static_cast<char>(0xa0 | n));
   } else if (n <= 0xff) {
-    out_ += '\xd9';
+    put('\xd9');
     be(n, 1);
   } else if (n <= 0xffff) {
-    out_ += '\xda';
+    put('\xda');
     be(n, 2);
   } else {
-    out_ += '\xdb';
+    put('\xdb');
     be(n, 4);
   }
-}
-
-void writer::key(std::string_view k) {
-  str_header(k.size());
-  out_.append(k.data(), k.size());
 }
 
 void writer::str(std::string_view s) {
@@ -223,16 +236,16 @@ void writer::value(const json& v) {
       auto& b = v.get_binary();
       auto n = b.size();
       if (n <= 0xff) {
-        out_ += '\xc4';
+        put('\xc4');
         be(n, 1);
       } else if (n <= 0xffff) {
-        out_ += '\xc5';
+        put('\xc5');
         be(n, 2);
       } else {
-        out_ += '\xc6';
+        put('\xc6');
         be(n, 4);
       }
-      out_.append(reinterpret_cast<const char*>(b.data()), n);
+      put(reinterpret_cast<const char*>(b.data()), n);
       return;
     }
   }

@@ -7,6 +7,7 @@
 // again when read, so every decoded `json` dumps without throwing.
 
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,29 +31,70 @@ void append_sanitized(std::string& out, std::string_view s);
 
 /// Appends MessagePack to a string. Integers take their smallest form;
 /// floating-point numbers are always float64.
+///
+/// Bytes gather in a small buffer of the writer's own and reach `out` in
+/// pieces (one `append` per ~128 bytes instead of one per item): `out` is
+/// complete only after `flush()` (the destructor flushes too). Threading:
+/// one writer, one thread.
 class writer {
 public:
   explicit writer(std::string& out) : out_(out) {}
+  ~writer() { flush(); }
+  writer(const writer&) = delete;
+  writer& operator=(const writer&) = delete;
 
   void map(size_t n);
   void array(size_t n);
-  void nil() { out_ += '\xc0'; }
-  void boolean(bool v) { out_ += v ? '\xc3' : '\xc2'; }
+  void nil() { put('\xc0'); }
+  void boolean(bool v) { put(v ? '\xc3' : '\xc2'); }
   void integer(int64_t v);
   void uinteger(uint64_t v);
   void real(double v);
   /// A string; invalid UTF-8 is replaced.
   void str(std::string_view s);
   /// A key known to be short ASCII (no check).
-  void key(std::string_view k);
+  void key(std::string_view k) {
+    if (k.size() < 32 && k.size() < capacity - n_) { // the common case, inline
+      buf_[n_++] = static_cast<char>(0xa0 | k.size());
+      std::memcpy(buf_ + n_, k.data(), k.size());
+      n_ += k.size();
+      return;
+    }
+    str_header(k.size());
+    put(k.data(), k.size());
+  }
   /// Any JSON value, strings sanitised.
   void value(const nlohmann::json& v);
+  /// Appends what is buffered to `out`.
+  void flush() {
+    if (n_ != 0)
+      out_.append(buf_, n_);
+    n_ = 0;
+  }
 
 private:
+  static constexpr size_t capacity = 128;
+
+  void put(char c) {
+    if (n_ == capacity)
+      flush();
+    buf_[n_++] = c;
+  }
+  void put(const char* p, size_t n) {
+    if (n <= capacity - n_) {
+      std::memcpy(buf_ + n_, p, n);
+      n_ += n;
+      return;
+    }
+    put_slow(p, n);
+  }
+  void put_slow(const char* p, size_t n);
   void str_header(size_t n);
   void be(uint64_t v, int bytes);
 
   std::string& out_;
+  size_t n_ = 0;
+  char buf_[capacity];
 };
 
 /// Reads MessagePack from a buffer it does not own. Every method throws

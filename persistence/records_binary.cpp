@@ -8,6 +8,7 @@
 #include "persistence/error.hpp"
 #include "persistence/json_text.hpp"
 #include "persistence/msgpack.hpp"
+#include "persistence/records_into.hpp"
 
 namespace canopy {
 
@@ -18,11 +19,14 @@ namespace {
 /// Writes one record: a map16 header (patched with the field count at the
 /// end, so the first byte of every record is 0xde) and its fields.
 struct record_writer {
-  std::string out;
+  std::string own;
+  std::string& out; ///< `own`, or a buffer of the caller's (encode_into)
   msgpack::writer w{out};
   unsigned count = 0;
 
-  record_writer() {
+  record_writer() : record_writer(own) {}
+  explicit record_writer(std::string& into) : out(into) {
+    out.clear();
     out.reserve(160);
     out.append("\xde\0\0", 3);
   }
@@ -49,9 +53,14 @@ struct record_writer {
     if (!v.is_null())
       field(k).value(v);
   }
-  std::string finish() {
+  /// Completes `out`.
+  void end() {
+    w.flush();
     out[1] = static_cast<char>(count >> 8);
     out[2] = static_cast<char>(count & 0xff);
+  }
+  std::string finish() {
+    end();
     return std::move(out);
   }
 };
@@ -195,8 +204,9 @@ std::string encode(const execution_record& x) {
   return w.finish();
 }
 
-std::string encode(const step_record& x) {
-  record_writer w;
+namespace {
+
+void write_step(record_writer& w, const step_record& x) {
   w.str("ex", x.execution_id);
   w.str("step", x.step);
   w.num("status", static_cast<int64_t>(x.status));
@@ -211,11 +221,9 @@ std::string encode(const step_record& x) {
   w.unum_if("pstart", x.pid_start);
   w.num_if("started", x.started_at);
   w.num_if("ended", x.ended_at);
-  return w.finish();
 }
 
-std::string encode(const event_record& x) {
-  record_writer w;
+void write_event(record_writer& w, const event_record& x) {
   w.field("seq").uinteger(x.seq);
   w.num("time", x.time);
   w.str("type", x.type);
@@ -226,13 +234,39 @@ std::string encode(const event_record& x) {
   w.str_if("status", x.status);
   w.str_if("reason", x.reason);
   w.value_if("data", x.data);
+}
+
+} // namespace
+
+std::string encode(const step_record& x) {
+  record_writer w;
+  write_step(w, x);
   return w.finish();
+}
+
+std::string encode(const event_record& x) {
+  record_writer w;
+  write_event(w, x);
+  return w.finish();
+}
+
+void encode_into(std::string& out, const step_record& x) {
+  record_writer w{out};
+  write_step(w, x);
+  w.end();
+}
+
+void encode_into(std::string& out, const event_record& x) {
+  record_writer w{out};
+  write_event(w, x);
+  w.end();
 }
 
 std::string encode(const stored_graph& x) {
   std::string out;
   msgpack::writer w{out};
   write_graph(w, x.document, x.base_dir, x.files);
+  w.flush();
   return out;
 }
 
@@ -241,6 +275,7 @@ std::string encode_graph(const json& document, const std::string& base_dir,
   std::string out;
   msgpack::writer w{out};
   write_graph(w, document, base_dir, files);
+  w.flush();
   return out;
 }
 

@@ -18,6 +18,7 @@
 
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
+#include "persistence/records_into.hpp"
 #include "persistence/store_lmdb.hpp"
 #include "persistence/store_subtree.hpp"
 
@@ -1113,6 +1114,7 @@ caf::error store::commit(write_batch& batch) {
             if (auto rec = load_execution(txn, executions_, x.execution_id))
               touch(rec->root_id, rec->id, rec->parent_id);
       };
+      std::string kbuf, vbuf;
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
         materialize_touched(b);
         for (auto& id : b.deleted_executions) {
@@ -1231,14 +1233,20 @@ caf::error store::commit(write_batch& batch) {
           x.seq = newest_history_seq(txn, history_, prefix) + 1;
           put(history_, prefix + seq_key(x.seq), encode(x));
         }
-        for (auto& x : b.steps)
-          put(steps_, pair_key(x.execution_id, x.step), encode(x));
+        // Steps and events (most of a batch) share two buffers.
+        for (auto& x : b.steps) {
+          pair_key_into(kbuf, x.execution_id, x.step);
+          encode_into(vbuf, x);
+          put(steps_, kbuf, vbuf);
+        }
         for (auto& e : b.events) {
           e.seq = ++seq;
           // The newest tree's events go at the very end of the database:
           // appending skips the search; elsewhere it is a normal insert.
-          auto key = pair_key(e.root_id, seq_key(e.seq));
-          auto val = encode(e);
+          pair_key_into(kbuf, e.root_id, seq_key(e.seq));
+          encode_into(vbuf, e);
+          auto& key = kbuf;
+          auto& val = vbuf;
           put(events_, key, val, MDB_APPEND);
           if (rc == MDB_KEYEXIST) {
             rc = 0;

@@ -62,6 +62,13 @@ inline uint64_t seq_of(const MDB_val& v) {
   return seq;
 }
 
+/// `pair_key(a, b)` into `k`, reusing its capacity.
+inline void pair_key_into(std::string& k, const std::string& a, std::string_view b) {
+  k.assign(a);
+  k += '\0';
+  k.append(b.data(), b.size());
+}
+
 inline std::string pair_key(const std::string& a, const std::string& b) {
   std::string k;
   k.reserve(a.size() + 1 + b.size());

@@ -276,8 +276,9 @@ public:
   }
   /// The step whose ticket is `ticket`, or size().
   uint32_t step_of_ticket(uint32_t ticket) const;
-  /// The record of step `idx` as it would be written now.
-  step_record step_record_of(uint32_t idx) const;
+  /// The record of step `idx` as it would be written now; `result`, when
+  /// given, is a completed step's result (saves looking it up).
+  step_record step_record_of(uint32_t idx, const json* result = nullptr) const;
   execution_status final_status() const { return final_status_; }
   step_reason final_reason() const { return final_reason_; }
 
@@ -287,7 +288,10 @@ private:
   void emit(const char* type, int64_t now, const std::string& step = {},
             const std::string& status = {}, const std::string& reason = {},
             json data = nullptr);
-  void put_step(uint32_t idx);
+  void put_step(uint32_t idx, const json* result = nullptr);
+  /// `{"attempt": attempt}`, the data of `step.started` (built without an
+  /// initializer list: once per step).
+  static json attempt_data(int attempt);
   void put_execution();
   /// Adds the limit scope's counters when they changed.
   void put_counters();

@@ -215,7 +215,7 @@ void execution_machine::report_and_quit() {
       r.stopped_events = stopped_below_;
       stopped_below_ = 0;
     }
-    if (from_above_ && batch_) {
+    if (from_above_ && batch_ && !batch_->empty()) {
       r.snapshot = std::move(*batch_);
       batch_.reset();
     }

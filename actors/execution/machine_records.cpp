@@ -16,7 +16,13 @@ void execution_machine::emit(const char* type, int64_t now, const std::string& s
     make_event(rec_, type, now, step, status, reason, std::move(data)));
 }
 
-step_record execution_machine::step_record_of(uint32_t idx) const {
+json execution_machine::attempt_data(int attempt) {
+  json data(json::value_t::object);
+  data.get_ref<json::object_t&>().emplace("attempt", attempt);
+  return data;
+}
+
+step_record execution_machine::step_record_of(uint32_t idx, const json* result) const {
   auto& s = steps_[idx];
   auto& def = g_->steps[idx];
   step_record r;
@@ -24,7 +30,9 @@ step_record execution_machine::step_record_of(uint32_t idx) const {
   r.step = def.id;
   r.status = status_of(s.phase);
   r.attempt = s.attempt;
-  if (r.status == step_status::completed) {
+  if (r.status == step_status::completed && result != nullptr) {
+    r.result = *result;
+  } else if (r.status == step_status::completed) {
     auto i = results_.find(def.id);
     r.result = i != results_.end() ? *i : json{};
   } else {
@@ -41,8 +49,8 @@ step_record execution_machine::step_record_of(uint32_t idx) const {
   return r;
 }
 
-void execution_machine::put_step(uint32_t idx) {
-  batch_or_new().steps.push_back(step_record_of(idx));
+void execution_machine::put_step(uint32_t idx, const json* result) {
+  batch_or_new().steps.push_back(step_record_of(idx, result));
 }
 
 void execution_machine::put_execution() {

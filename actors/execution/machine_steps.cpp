@@ -26,6 +26,12 @@ millis retry_delay(const step_def& def, int attempt) {
 void execution_machine::pump(int64_t now) {
   if (phase_ != exec_phase::running || blocked_ || yielded_)
     return;
+  if (ready_.size() > 64) { // a wide layer: its batch does not grow step by step
+    auto n = std::min(ready_.size(), pump_chunk);
+    auto& b = batch_or_new();
+    b.steps.reserve(b.steps.size() + n);
+    b.events.reserve(b.events.size() + 2 * n);
+  }
   for (size_t started = 0; !ready_.empty(); ++started) {
     if (started == pump_chunk) {
       yielded_ = true;
@@ -165,7 +171,7 @@ void execution_machine::start_fn(uint32_t idx, int64_t now) {
   if (name == "noop" || name == "echo" || name == "fail")
     // Instant: the record is written once, at the end; the event still says
     // that the step started.
-    emit("step.started", now, def.id, "running", {}, {{"attempt", s.attempt}});
+    emit("step.started", now, def.id, "running", {}, attempt_data(s.attempt));
   if (name == "noop")
     return complete_step(idx, json::object(), now);
   if (name == "echo")
@@ -303,7 +309,7 @@ void execution_machine::mark_running(uint32_t idx, step_phase phase, int64_t now
     s.started_at = now; // waited for a slot: running starts now
   s.phase = phase;
   s.reason = step_reason::none;
-  emit("step.started", now, g_->steps[idx].id, "running", {}, {{"attempt", s.attempt}});
+  emit("step.started", now, g_->steps[idx].id, "running", {}, attempt_data(s.attempt));
   put_step(idx);
 }
 
@@ -316,9 +322,9 @@ void execution_machine::complete_step(uint32_t idx, json result, int64_t now) {
   s.error = nullptr;
   s.reason = step_reason::none;
   s.result = nullptr;
-  results_[id] = std::move(result);
   emit("step.completed", now, id, "completed");
-  put_step(idx);
+  put_step(idx, &result);
+  results_[id] = std::move(result);
   batch_completed_.push_back(idx);
 }
 
