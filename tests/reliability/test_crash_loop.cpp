@@ -3,12 +3,16 @@
 // trials of `canopy run` and `canopy serve` (bench_crash runs thousands).
 // The seed is fixed; CANOPY_CRASH_SEED overrides it, and a failure prints it.
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <random>
 #include <string>
 
 #include <catch2/catch.hpp>
 
+#include "actors/subprocess.hpp"
+#include "tests/integration/helpers.hpp"
 #include "tests/reliability/crash_check.hpp"
 #include "tests/reliability/crash_trial.hpp"
 
@@ -116,4 +120,28 @@ TEST_CASE("canopy run and canopy serve SIGKILLed at random moments resume withou
     ++trial;
   }
   CHECK(kills >= 8); // a trial may finish before its first kill
+}
+
+TEST_CASE("the orphan check finds a process by the mark in its environment, also in a group of "
+          "its own, and not once it is gone",
+          "[reliability]") {
+  canopy::subprocess_options opts;
+  // The shell starts `sleep` in a new session: another process group, as a
+  // step's is, and no longer a child of the shell's group.
+  opts.argv = {"sh", "-c", "setsid sleep 30 & echo $!; wait"};
+  opts.env = {{"CANOPY_CRASH_MARK", "orphan-check-1"}};
+  auto p = canopy::subprocess::start(opts);
+  REQUIRE(p);
+  REQUIRE(wait_for_output(*p, [](const std::string& out) { return out.find('\n') != std::string::npos; }));
+  auto child = std::stol(p->out().data);
+  REQUIRE(eventually([&] { return marked_processes("orphan-check-1").size() == 2; }));
+  CHECK(marked_processes("orphan-check").empty()); // an exact mark by default
+  CHECK(marked_processes("orphan-check", true).size() == 2);
+  p->signal_group(SIGKILL); // the shell's group: the setsid child survives it
+  REQUIRE(wait_exit(*p));
+  auto left = marked_processes("orphan-check-1");
+  REQUIRE(left.size() == 1);
+  CHECK(left[0] == child);
+  ::kill(static_cast<pid_t>(child), SIGKILL);
+  CHECK(eventually([&] { return marked_processes("orphan-check-1").empty(); }));
 }
