@@ -43,9 +43,10 @@ using cancel_atom = caf::atom_constant<caf::atom("cancel")>;     ///< timer: for
 using tick_atom = caf::atom_constant<caf::atom("tick")>;         ///< a periodic or timer wake-up
 using message_atom = caf::atom_constant<caf::atom("message")>;   ///< agent: a user's message
 using run_atom = caf::atom_constant<caf::atom("run")>;           ///< agent: a granted turn's run
-using close_atom = caf::atom_constant<caf::atom("close")>;
-using pump_atom = caf::atom_constant<caf::atom("pump")>;
-using idle_atom = caf::atom_constant<caf::atom("idle")>;         ///< writer: idle-time work         ///< execution: start more ready steps       ///< agent: the node shuts down
+using close_atom = caf::atom_constant<caf::atom("close")>;       ///< agent: the node shuts down
+using pump_atom = caf::atom_constant<caf::atom("pump")>;         ///< execution: start more ready steps
+using idle_atom = caf::atom_constant<caf::atom("idle")>;         ///< writer: idle-time work
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;       ///< timer: drop ended receivers' timers
 
 /// Committed events, shared by every subscriber that receives them.
 using event_list = std::shared_ptr<const std::vector<event_record>>;

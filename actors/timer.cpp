@@ -3,7 +3,6 @@
 #include <chrono>
 #include <map>
 #include <set>
-#include <unordered_map>
 
 #include <caf/all.hpp>
 
@@ -20,15 +19,19 @@ struct timer_entry {
   caf::message msg;
 };
 
-/// Two nodes per pending timer (a live `sleep` holds one for its execution).
+/// One node per pending timer. Timers of receivers that ended are not
+/// cancelled one by one (a stopped tree of 111,111 sleeping executions would
+/// send as many messages); `sweep` drops them in one pass.
 struct timer_state {
   using due_map = std::multimap<clock_type::time_point, timer_entry>;
   /// Due time → entry, in due order.
   due_map due;
-  /// Receiver → its entries, to cancel them all when it quits.
-  std::unordered_multimap<caf::actor_addr, due_map::iterator> by_receiver;
   /// Wake-ups already requested from CAF's clock.
   std::multiset<clock_type::time_point> armed;
+  /// Pending timers after the last sweep: the next one runs once they doubled.
+  size_t swept_size = 0;
+  /// A periodic sweep is on its way.
+  bool sweep_armed = false;
   static const char* name;
 };
 
@@ -36,23 +39,38 @@ const char* timer_state::name = "timer";
 
 using timer_actor = caf::stateful_actor<timer_state>;
 
-/// Drops the entry `i` (and its index entry).
-void forget(timer_actor* self, timer_state::due_map::iterator i) {
+/// The smallest table that a schedule sweeps before it grows further.
+constexpr size_t min_sweep_size = 1024;
+
+/// Drops every timer whose receiver has ended (or, with `only`, every timer
+/// of `only`). @returns how many were dropped.
+size_t sweep(timer_actor* self, const caf::actor_addr* only = nullptr) {
   auto& st = self->state;
-  auto range = st.by_receiver.equal_range(i->second.receiver);
-  for (auto r = range.first; r != range.second; ++r)
-    if (r->second == i) {
-      st.by_receiver.erase(r);
-      break;
+  size_t dropped = 0;
+  for (auto i = st.due.begin(); i != st.due.end();) {
+    auto& r = i->second.receiver;
+    bool gone = only ? r == *only : caf::actor_cast<caf::actor>(r) == nullptr;
+    if (gone) {
+      i = st.due.erase(i);
+      ++dropped;
+    } else {
+      ++i;
     }
-  st.due.erase(i);
+  }
+  st.swept_size = st.due.size();
+  return dropped;
 }
 
-/// Makes sure CAF's clock wakes us no later than the earliest due time.
+/// Makes sure CAF's clock wakes us no later than the earliest due time, and
+/// that a periodic sweep comes while timers are pending.
 void arm(timer_actor* self) {
   auto& st = self->state;
   if (st.due.empty())
     return;
+  if (!st.sweep_armed) {
+    st.sweep_armed = true;
+    self->delayed_send(self, sweep_interval, sweep_atom::value);
+  }
   auto first = st.due.begin()->first;
   if (!st.armed.empty() && *st.armed.begin() <= first)
     return;
@@ -66,18 +84,21 @@ caf::behavior timer(timer_actor* self) {
   return {
     [=](schedule_atom, int64_t delay_ms, const caf::actor_addr& receiver, caf::message& msg) {
       auto& st = self->state;
-      auto at = st.due.emplace(clock_type::now() + millis{delay_ms},
-                               timer_entry{receiver, std::move(msg)});
-      st.by_receiver.emplace(receiver, at);
+      // Amortised O(1): a sweep each time the table doubled since the last.
+      if (st.due.size() >= std::max(min_sweep_size, 2 * st.swept_size))
+        sweep(self);
+      st.due.emplace(clock_type::now() + millis{delay_ms},
+                     timer_entry{receiver, std::move(msg)});
       arm(self);
     },
-    [=](cancel_atom, const caf::actor_addr& receiver) {
+    [=](cancel_atom, const caf::actor_addr& receiver) { sweep(self, &receiver); },
+    [=](sweep_atom) {
       auto& st = self->state;
-      auto range = st.by_receiver.equal_range(receiver);
-      for (auto r = range.first; r != range.second; ++r)
-        st.due.erase(r->second);
-      st.by_receiver.erase(range.first, range.second);
+      st.sweep_armed = false;
+      sweep(self);
+      arm(self);
     },
+    [=](caf::get_atom) { return static_cast<uint64_t>(self->state.due.size()); },
     [=](tick_atom, int64_t armed_for) {
       auto& st = self->state;
       auto a = st.armed.find(clock_type::time_point{clock_type::duration{armed_for}});
@@ -91,7 +112,7 @@ caf::behavior timer(timer_actor* self) {
           dest->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {},
                                                   std::move(e.msg)),
                         nullptr);
-        forget(self, i);
+        st.due.erase(i);
       }
       arm(self);
     },

@@ -10,35 +10,47 @@ namespace canopy {
 
 // -- directory -------------------------------------------------------------------
 
+execution_directory::stripe& execution_directory::stripe_of(const std::string& id) const {
+  return stripes_[std::hash<std::string>{}(id) % stripes];
+}
+
 void execution_directory::add(const std::string& id, const caf::actor& a,
                               std::shared_ptr<halt_token> token) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  actors_[id] = entry{a.address(), token};
+  auto& s = stripe_of(id);
+  std::lock_guard<std::mutex> guard{s.mtx};
+  s.actors[id] = entry{a.address(), std::move(token)};
 }
 
 std::shared_ptr<halt_token> execution_directory::token(const std::string& id) const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  auto i = actors_.find(id);
-  return i == actors_.end() ? nullptr : i->second.token.lock();
+  auto& s = stripe_of(id);
+  std::lock_guard<std::mutex> guard{s.mtx};
+  auto i = s.actors.find(id);
+  return i == s.actors.end() ? nullptr : i->second.token.lock();
 }
 
 void execution_directory::remove(const std::string& id) {
-  decltype(actors_)::node_type gone; // released after the lock
-  std::lock_guard<std::mutex> guard{mtx_};
-  gone = actors_.extract(id);
+  auto& s = stripe_of(id);
+  decltype(s.actors)::node_type gone; // released after the lock
+  std::lock_guard<std::mutex> guard{s.mtx};
+  gone = s.actors.extract(id);
 }
 
 caf::actor execution_directory::find(const std::string& id) const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  auto i = actors_.find(id);
-  if (i == actors_.end())
+  auto& s = stripe_of(id);
+  std::lock_guard<std::mutex> guard{s.mtx};
+  auto i = s.actors.find(id);
+  if (i == s.actors.end())
     return caf::actor{};
   return caf::actor_cast<caf::actor>(i->second.actor);
 }
 
 size_t execution_directory::size() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return actors_.size();
+  size_t n = 0;
+  for (auto& s : stripes_) {
+    std::lock_guard<std::mutex> guard{s.mtx};
+    n += s.actors.size();
+  }
+  return n;
 }
 
 // -- limits ------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // tokens (so a stop is visible to every descendant at once, before the exit
 // messages arrive), and limit scopes (SPEC §13 rule 8). Thread-safe.
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -43,9 +44,15 @@ private:
     caf::actor_addr actor;
     std::weak_ptr<halt_token> token;
   };
-  mutable std::mutex mtx_;
-  /// Hashed: every execution of a stopped tree of 111,111 leaves it at once.
-  std::unordered_map<std::string, entry> actors_;
+  /// Hashed, and split into stripes with a lock each: every execution of a
+  /// stopped tree of 111,111 leaves it at once, from every worker thread.
+  struct stripe {
+    mutable std::mutex mtx;
+    std::unordered_map<std::string, entry> actors;
+  };
+  static constexpr size_t stripes = 64;
+  stripe& stripe_of(const std::string& id) const;
+  mutable std::array<stripe, stripes> stripes_;
 };
 
 // -- halt tokens -----------------------------------------------------------------

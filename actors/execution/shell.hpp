@@ -66,7 +66,7 @@ private:
 };
 
 struct execution_shell_state {
-  /// Leaves the directory and drops the actor's timers (its state goes as it
+  /// Leaves the directory (its state goes as it
   /// quits, just before its attachables run: no attachable of its own).
   ~execution_shell_state();
   std::shared_ptr<const execution_services> svc;

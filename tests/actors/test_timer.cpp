@@ -112,3 +112,38 @@ TEST_CASE("cancelling a receiver's timers drops those already scheduled, not lat
   CHECK(got->get_future().get() == std::vector<int>{3});
   caf::anon_send_exit(timer, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("the timers of receivers that ended are swept, those of live ones are kept",
+          "[actors][timer]") {
+  system_fixture f;
+  auto timer = spawn_timer(*f.sys);
+  auto spawn_sleeper = [&](bool quits) {
+    auto done = std::make_shared<std::promise<void>>();
+    auto a = f.sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      schedule(self, timer, std::chrono::hours{1}, caf::make_message(wake_atom::value, 1));
+      schedule(self, timer, std::chrono::hours{2}, caf::make_message(wake_atom::value, 2));
+      self->attach_functor([=] { done->set_value(); });
+      return {[=](tick_atom) { self->quit(); }};
+    });
+    if (quits) {
+      caf::anon_send(a, tick_atom::value);
+      done->get_future().wait();
+    }
+    return a;
+  };
+  auto live = spawn_sleeper(false);
+  for (int i = 0; i < 3; ++i)
+    spawn_sleeper(true);
+  caf::scoped_actor self{*f.sys};
+  auto pending = [&] {
+    uint64_t n = 0;
+    self->request(timer, caf::infinite, caf::get_atom::value)
+      .receive([&](uint64_t x) { n = x; }, [&](caf::error&) { n = 0; });
+    return n;
+  };
+  // Nobody cancelled the ended receivers' timers: the periodic sweep drops them.
+  CHECK(eventually([&] { return pending() == 2; }, 3 * sweep_interval + 5000ms));
+  CHECK(caf::actor_cast<caf::actor>(live.address()) != nullptr);
+  caf::anon_send_exit(live, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(timer, caf::exit_reason::user_shutdown);
+}

@@ -17,8 +17,8 @@
 //     done (a counter, not await_all_actors_done).
 // (c) RSS (VmRSS) per live execution: (RSS once every leaf runs - RSS before
 //     start) / executions; again 1 s later (the store writer has settled;
-//     the stop is timed after this second), after malloc_trim, and the
-//     malloc bytes in use (mallinfo2). Also the bare CAF tree per actor (its
+//     the stop is timed after this second), after freed heap is released, and the
+//     malloc bytes in use (tcmalloc's count, or mallinfo2). Also the bare CAF tree per actor (its
 //     VmRSS delta reuses heap freed by the canopy tree: use the malloc one).
 // (d) Resume: a 100,000-step execution (50,000 noops complete, then a one
 //     hour sleep that the other 49,999 noops need) is stopped once the first
@@ -37,6 +37,9 @@
 
 #include <malloc.h>
 #include <signal.h>
+#ifdef CANOPY_TCMALLOC
+#include <gperftools/malloc_extension_c.h>
+#endif
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -99,13 +102,28 @@ struct rss_sample {
 };
 
 double heap_in_use() {
+#ifdef CANOPY_TCMALLOC
+  size_t bytes = 0;
+  MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &bytes);
+  return static_cast<double>(bytes);
+#else
   auto mi = mallinfo2();
   return static_cast<double>(mi.uordblks + mi.hblkhd);
+#endif
+}
+
+/// Hands freed heap back to the kernel (glibc: malloc_trim; tcmalloc: its page heap).
+void release_free_heap() {
+#ifdef CANOPY_TCMALLOC
+  MallocExtension_ReleaseFreeMemory();
+#else
+  malloc_trim(0);
+#endif
 }
 
 rss_sample sample_rss(bool trim = false) {
   if (trim)
-    malloc_trim(0); // return freed heap, so a delta starts from a clean baseline
+    release_free_heap(); // return freed heap, so a delta starts from a clean baseline
   return {status_kib("VmRSS"), status_kib("RssAnon"), status_kib("RssFile"), heap_in_use()};
 }
 
@@ -861,7 +879,7 @@ int main(int argc, char** argv) {
 
     std::printf("\n### Memory: RSS per live execution (delta from before start / executions)\n\n");
     std::printf("| executions | VmRSS before start | VmRSS, all leaves running | **per execution: "
-                "VmRSS at once** (anon / file) | VmRSS 1 s later | same, after malloc_trim | "
+                "VmRSS at once** (anon / file) | VmRSS 1 s later | same, after releasing free heap | "
                 "malloc in use 1 s later | peak during the start: VmRSS / malloc in use | "
                 "parsed graph (malloc, before start) | bare CAF per actor: VmRSS / malloc | "
                 "target ≤ 4 KiB (issue #12) |\n"
