@@ -2,9 +2,22 @@
 
 #include <malloc.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+
+// tcmalloc's C interface (gperftools), resolved at run time: null unless the
+// process links tcmalloc, so the libraries need not.
+extern "C" {
+int MallocExtension_GetNumericProperty(const char* property, size_t* value)
+  __attribute__((weak));
+void MallocExtension_ReleaseFreeMemory() __attribute__((weak));
+}
 
 namespace canopy {
 
@@ -17,6 +30,48 @@ void fix_malloc_thresholds() {
       return;
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   });
+}
+
+bool tcmalloc_figures(heap_figures& out) {
+  if (MallocExtension_GetNumericProperty == nullptr)
+    return false;
+  size_t free_bytes = 0, used = 0;
+  if (!MallocExtension_GetNumericProperty("tcmalloc.pageheap_free_bytes", &free_bytes)
+      || !MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &used))
+    return false;
+  out.free_bytes = free_bytes;
+  out.used_bytes = used;
+  return true;
+}
+
+size_t release_free_heap_if_large() {
+  heap_figures h;
+  if (!tcmalloc_figures(h) || MallocExtension_ReleaseFreeMemory == nullptr)
+    return 0;
+  constexpr size_t floor_bytes = size_t{32} << 20;
+  if (h.free_bytes <= floor_bytes || h.free_bytes <= h.used_bytes / 4)
+    return 0;
+  MallocExtension_ReleaseFreeMemory();
+  return h.free_bytes;
+}
+
+namespace {
+
+caf::behavior memory_keeper(caf::event_based_actor* self) {
+  auto interval = std::chrono::milliseconds{memory_keeper_interval_ms};
+  self->delayed_send(self, interval, tick_atom::value);
+  return {
+    [=](tick_atom) {
+      release_free_heap_if_large();
+      self->delayed_send(self, interval, tick_atom::value);
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_memory_keeper(caf::actor_system& sys) {
+  return sys.spawn(memory_keeper);
 }
 
 } // namespace canopy

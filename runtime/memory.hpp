@@ -1,6 +1,11 @@
 #pragma once
 
-// Process-wide memory settings the runtime applies once, when it opens.
+// Process-wide memory settings the runtime applies once, when it opens, and
+// the memory keeper that hands free heap back to the kernel while it runs.
+
+#include <cstddef>
+
+#include <caf/fwd.hpp>
 
 namespace canopy {
 
@@ -18,5 +23,32 @@ namespace canopy {
 /// (`MALLOC_MMAP_THRESHOLD_`, or `mmap_threshold` in `GLIBC_TUNABLES`).
 /// Threading: any thread; the first call decides, later calls do nothing.
 void fix_malloc_thresholds();
+
+/// Heap the allocator holds free and mapped, and heap in use, in bytes.
+struct heap_figures {
+  size_t free_bytes = 0;
+  size_t used_bytes = 0;
+};
+
+/// @returns the allocator's figures when the process runs tcmalloc (canopy's
+/// programs link it; a program that embeds canopy may too), else nothing.
+/// Threading: any thread.
+bool tcmalloc_figures(heap_figures& out);
+
+/// Hands the allocator's free heap back to the kernel when it is large: more
+/// than 32 MiB and more than a quarter of the heap in use. A burst (the start
+/// of a tree of 100,000 executions queues its records for the store writer
+/// faster than it commits them) leaves most of its peak free but resident.
+/// Only with tcmalloc; glibc's `malloc_trim` walks every arena under its lock,
+/// so it is left to the process. @returns the bytes handed back (0: none).
+/// Threading: any thread.
+size_t release_free_heap_if_large();
+
+/// How often the memory keeper looks.
+constexpr int memory_keeper_interval_ms = 1000;
+
+/// Spawns the memory keeper: every `memory_keeper_interval_ms` it calls
+/// `release_free_heap_if_large`. Stopped with an exit message.
+caf::actor spawn_memory_keeper(caf::actor_system& sys);
 
 } // namespace canopy

@@ -238,6 +238,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->slots = rt->slots_;
   rt->timer_ = spawn_timer(*rt->sys_);
   svc->timer = rt->timer_;
+  rt->keeper_ = spawn_memory_keeper(*rt->sys_);
   if (opts.max_running > 0) {
     rt->admission_ = spawn_slot_pool(*rt->sys_, opts.max_running);
     svc->admission = rt->admission_;
@@ -344,6 +345,7 @@ runtime::~runtime() {
       self->send_exit(admission_, caf::exit_reason::user_shutdown);
     self->send_exit(slots_, caf::exit_reason::user_shutdown);
     self->send_exit(timer_, caf::exit_reason::user_shutdown);
+    self->send_exit(keeper_, caf::exit_reason::user_shutdown);
     for (auto& kv : svc_->tool_slots)
       self->send_exit(kv.second, caf::exit_reason::user_shutdown);
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
@@ -351,6 +353,7 @@ runtime::~runtime() {
   watcher_ = nullptr;
   cluster_ = nullptr;
   timer_ = nullptr;
+  keeper_ = nullptr;
   writer_ = nullptr;
   slots_ = nullptr;
   svc_.reset();

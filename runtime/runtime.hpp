@@ -313,6 +313,7 @@ private:
   caf::actor writer_;
   caf::actor slots_;
   caf::actor timer_;
+  caf::actor keeper_; ///< hands free heap back to the kernel (runtime/memory.hpp)
   caf::actor watcher_;
   caf::actor admission_;
   caf::actor cluster_;
