@@ -49,7 +49,7 @@ size_t release_free_heap_if_large() {
   if (!tcmalloc_figures(h) || MallocExtension_ReleaseFreeMemory == nullptr)
     return 0;
   constexpr size_t floor_bytes = size_t{32} << 20;
-  if (h.free_bytes <= floor_bytes || h.free_bytes <= h.used_bytes / 4)
+  if (h.free_bytes <= floor_bytes)
     return 0;
   MallocExtension_ReleaseFreeMemory();
   return h.free_bytes;

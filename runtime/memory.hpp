@@ -36,7 +36,8 @@ struct heap_figures {
 bool tcmalloc_figures(heap_figures& out);
 
 /// Hands the allocator's free heap back to the kernel when it is large: more
-/// than 32 MiB and more than a quarter of the heap in use. A burst (the start
+/// than 32 MiB (tcmalloc keeps what it releases as address space, and maps
+/// it again on demand). A burst (the start
 /// of a tree of 100,000 executions queues its records for the store writer
 /// faster than it commits them) leaves most of its peak free but resident.
 /// Only with tcmalloc; glibc's `malloc_trim` walks every arena under its lock,
