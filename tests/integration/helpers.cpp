@@ -60,6 +60,7 @@ bool wait_exit(subprocess& p, std::chrono::seconds timeout) {
       return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  echo_tsan_reports_in_stderr("process " + std::to_string(p.pid()), p.err().data);
   return true;
 }
 
@@ -94,7 +95,6 @@ proc_result run_command(const std::vector<std::string>& argv, std::chrono::secon
   }
   r.out = p->out().data;
   r.err = p->err().data;
-  echo_tsan_reports_in_stderr(argv.at(0), r.err);
   return r;
 }
 
@@ -124,7 +124,6 @@ proc_result run_canopy_env(const std::string& home, const std::vector<std::strin
   }
   r.out = p->out().data;
   r.err = p->err().data;
-  echo_tsan_reports_in_stderr(opts.argv.at(0), r.err);
   return r;
 }
 

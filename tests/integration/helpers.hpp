@@ -69,7 +69,9 @@ int closed_port();
 bool wait_for_output(subprocess& p, const std::function<bool(const std::string&)>& pred,
                      std::chrono::seconds timeout = std::chrono::seconds{60});
 
-/// Polls `p` until it exits (true) or `timeout` passes (false).
+/// Polls `p` until it exits (true) or `timeout` passes (false). On exit, a
+/// ThreadSanitizer report in its stderr goes to ours
+/// (echo_tsan_reports_in_stderr).
 bool wait_exit(subprocess& p, std::chrono::seconds timeout = std::chrono::seconds{60});
 
 // -- ThreadSanitizer reports of child processes -----------------------------------------
@@ -77,8 +79,9 @@ bool wait_exit(subprocess& p, std::chrono::seconds timeout = std::chrono::second
 // In a `-DCANOPY_SANITIZE=thread` build ctest sets TSAN_OPTIONS for every
 // test, and the canopy processes a test starts inherit it. A report inside
 // such a process only changes its exit code (66) at exit, which a test that
-// stops a server in a destructor never sees; so the helpers below write a
-// child's reports to this process's stderr, where ctest (its
+// stops a server in a destructor never sees; so the helpers below (and
+// wait_exit, run_command, run_canopy) write a child's reports to this
+// process's stderr, where ctest (its
 // FAIL_REGULAR_EXPRESSION `WARNING: ThreadSanitizer` in that build) fails
 // the test and shows the report. Outside a TSan run (no TSAN_OPTIONS) they
 // do nothing.
