@@ -1036,8 +1036,9 @@ TEST_CASE("the deadline clock counts running time only and persists across resum
   // ... On a loaded machine the stop may land late in the first run, so the
   // rest can be short.
   CHECK(second >= 50);
-  CHECK(first + second >= 1400);
-  CHECK(first + second <= 1500 + 400); // ... and not a fresh 1.5 s
+  CHECK(first + second >= deadline_ms - 100);
+  // ... and not a fresh deadline.
+  CHECK(first + second <= deadline_ms + 400 * slow_build);
 }
 
 TEST_CASE("recursion past max_depth through nested graph files is rejected at validation",
