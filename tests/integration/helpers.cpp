@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -59,6 +60,7 @@ bool wait_exit(subprocess& p, std::chrono::seconds timeout) {
       return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  echo_tsan_reports_in_stderr("process " + std::to_string(p.pid()), p.err().data);
   return true;
 }
 
@@ -123,6 +125,39 @@ proc_result run_canopy_env(const std::string& home, const std::vector<std::strin
   r.out = p->out().data;
   r.err = p->err().data;
   return r;
+}
+
+void add_tsan_log_path(std::map<std::string, std::string>& env, const std::string& dir) {
+  const char* opts = std::getenv("TSAN_OPTIONS");
+  if (opts == nullptr || env.count("TSAN_OPTIONS") != 0)
+    return;
+  env["TSAN_OPTIONS"] = std::string{opts} + " log_path=" + dir + "/tsan";
+}
+
+bool echo_tsan_reports(const std::string& who, const std::string& dir) {
+  bool any = false;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator{dir, ec}) {
+    auto name = entry.path().filename().string();
+    if (name.rfind("tsan.", 0) != 0)
+      continue;
+    std::ifstream in{entry.path()};
+    std::stringstream text;
+    text << in.rdbuf();
+    std::cerr << "---- ThreadSanitizer report of " << who << " (" << name << ") ----\n"
+              << text.str() << "---- end of " << name << " ----" << std::endl;
+    any = true;
+  }
+  return any;
+}
+
+bool echo_tsan_reports_in_stderr(const std::string& who, const std::string& err) {
+  if (std::getenv("TSAN_OPTIONS") == nullptr
+      || err.find("WARNING: ThreadSanitizer") == std::string::npos)
+    return false;
+  std::cerr << "---- stderr of " << who << ", with a ThreadSanitizer report ----\n"
+            << err << "\n---- end of the stderr of " << who << " ----" << std::endl;
+  return true;
 }
 
 int closed_port() {

@@ -69,8 +69,36 @@ int closed_port();
 bool wait_for_output(subprocess& p, const std::function<bool(const std::string&)>& pred,
                      std::chrono::seconds timeout = std::chrono::seconds{60});
 
-/// Polls `p` until it exits (true) or `timeout` passes (false).
+/// Polls `p` until it exits (true) or `timeout` passes (false). On exit, a
+/// ThreadSanitizer report in its stderr goes to ours
+/// (echo_tsan_reports_in_stderr).
 bool wait_exit(subprocess& p, std::chrono::seconds timeout = std::chrono::seconds{60});
+
+// -- ThreadSanitizer reports of child processes -----------------------------------------
+//
+// In a `-DCANOPY_SANITIZE=thread` build ctest sets TSAN_OPTIONS for every
+// test, and the canopy processes a test starts inherit it. A report inside
+// such a process only changes its exit code (66) at exit, which a test that
+// stops a server in a destructor never sees; so the helpers below (and
+// wait_exit, run_command, run_canopy) write a child's reports to this
+// process's stderr, where ctest (its
+// FAIL_REGULAR_EXPRESSION `WARNING: ThreadSanitizer` in that build) fails
+// the test and shows the report. Outside a TSan run (no TSAN_OPTIONS) they
+// do nothing.
+
+/// When TSAN_OPTIONS is set and `env` does not set it: adds TSAN_OPTIONS
+/// with ` log_path=DIR/tsan` to `env`, so that the child's reports (and those
+/// of the processes it starts) land whole in `DIR/tsan.PID`, however much it
+/// logs to its stderr.
+void add_tsan_log_path(std::map<std::string, std::string>& env, const std::string& dir);
+
+/// Writes the contents of every `DIR/tsan.*` file to stderr under a heading
+/// naming `who`. @returns true when there was one.
+bool echo_tsan_reports(const std::string& who, const std::string& dir);
+
+/// Writes `err` (a child's captured stderr) to stderr under a heading naming
+/// `who` when it holds a ThreadSanitizer report. @returns true when it did.
+bool echo_tsan_reports_in_stderr(const std::string& who, const std::string& err);
 
 /// True when no process with `pid` exists any more (zombies count as gone).
 bool process_gone(long pid);

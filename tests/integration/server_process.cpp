@@ -83,6 +83,7 @@ void server_process::launch(const std::string& config_file,
   so.argv = {canopy_binary(), "--home", home_, "serve", "--config", config_file};
   so.argv.insert(so.argv.end(), args.begin(), args.end());
   so.env = env;
+  add_tsan_log_path(so.env, dir_->path);
   auto p = subprocess::start(so);
   if (!p)
     throw std::runtime_error("cannot start " + canopy_binary());
@@ -127,6 +128,7 @@ server_process::~server_process() {
   if (reader_.joinable())
     reader_.join();
   // proc_'s destructor reaps a leader that is somehow still there.
+  echo_tsan_reports("canopy serve (pid " + std::to_string(pid_) + ")", dir_->path);
 }
 
 void server_process::read_loop() {
@@ -226,6 +228,7 @@ worker_process::worker_process(options opts) : stop_timeout_(opts.stop_timeout) 
   so.argv.push_back("worker");
   so.argv.insert(so.argv.end(), opts.args.begin(), opts.args.end());
   so.env = std::move(opts.env);
+  add_tsan_log_path(so.env, tsan_dir_.path);
   so.cwd = cwd_.path;
   auto p = subprocess::start(so);
   if (!p)
@@ -249,6 +252,7 @@ worker_process::~worker_process() {
   if (reader_.joinable())
     reader_.join();
   // proc_'s destructor reaps a leader that is somehow still there.
+  echo_tsan_reports("canopy worker (pid " + std::to_string(pid_) + ")", tsan_dir_.path);
 }
 
 void worker_process::read_loop() {

@@ -44,7 +44,8 @@ json default_server_config();
 /// `listening on HOST:PORT` line (or throws). A reader thread drains the
 /// server's stdout and stderr the whole time, so a chatty log can never
 /// block it. The destructor stops a server still running (SIGTERM, then
-/// SIGKILL after 10 s) and reaps it. Not copyable, not movable; its members
+/// SIGKILL after 10 s), reaps it, and in a ThreadSanitizer run writes the
+/// server's reports to stderr (see echo_tsan_reports). Not copyable, not movable; its members
 /// may be called from any thread.
 class server_process {
 public:
@@ -147,7 +148,8 @@ private:
 /// fail): wait_joined() waits for its `joined HOST:PORT as NAME` line. A
 /// reader thread drains the worker's stdout and stderr the whole time. The
 /// destructor stops a worker still running (SIGTERM, then SIGKILL, each
-/// followed by a wait of up to `options::stop_timeout`) and reaps it. Not
+/// followed by a wait of up to `options::stop_timeout`), reaps it, and in a
+/// ThreadSanitizer run writes the worker's reports to stderr. Not
 /// copyable, not movable; its members may be called from any thread.
 class worker_process {
 public:
@@ -217,6 +219,9 @@ private:
   void read_loop();
 
   temp_dir cwd_;
+  /// Where a ThreadSanitizer run's worker writes its reports (see
+  /// add_tsan_log_path), apart from its folder.
+  temp_dir tsan_dir_;
   std::chrono::seconds stop_timeout_;
   subprocess proc_;
   pid_t pid_ = -1;

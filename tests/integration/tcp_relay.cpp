@@ -85,7 +85,9 @@ void tcp_relay::loop() {
         }
       }
     }
-    for (size_t i = 0; i < fds.size(); ++i) {
+    // Only the sockets that were polled: a pair accepted just now has no
+    // entry in `p` (reading p[i + 2] for it was out of bounds).
+    for (size_t i = 0; i + 2 < p.size(); ++i) {
       if (fds[i] < 0 || p[i + 2].revents == 0)
         continue;
       size_t peer = i ^ 1;

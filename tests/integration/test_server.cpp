@@ -1164,8 +1164,10 @@ TEST_CASE("a child execution appears in /tree, follows its parent's stop, and be
   CHECK(c_doc["status"] == "stopped");
   CHECK(c_doc["reason"] == "parent_stopped");
   CHECK(step_is(c_doc, "wait", "pending"));
-  // The child's event log is its subtree only.
-  for (auto& e : get_json(c, "/v1/executions/" + child_id + "/events").body["items"])
+  // The child's event log is its subtree only. (The answer is a named
+  // object: a range-for over a member of a temporary reads freed memory.)
+  auto child_events = get_json(c, "/v1/executions/" + child_id + "/events").body;
+  for (auto& e : child_events["items"])
     CHECK(e["execution_id"] == child_id);
 
   // Resuming the root resumes the child under its existing id.
@@ -1219,7 +1221,8 @@ TEST_CASE("stopping a graph stops every unfinished execution of it and answers t
   auto b = get_json(c, "/v1/executions/" + b1).body;
   CHECK(b["status"] == "running");
   CHECK(step_is(b, "nap", "running"));
-  for (auto& ev : get_json(c, "/v1/executions/" + b1 + "/events").body["items"])
+  auto b_events = get_json(c, "/v1/executions/" + b1 + "/events").body;
+  for (auto& ev : b_events["items"])
     CHECK(ev["type"].get<std::string>().rfind("stop.", 0) != 0);
 
   // Nothing left to stop.
