@@ -990,7 +990,7 @@ TEST_CASE("the deadline clock counts running time only and persists across resum
           "[integration][stop]") {
   temp_dir home, g;
   // The stop (`ls` and `stop`, two processes) must land before the deadline.
-  const int deadline_ms = 1500 * slow_build;
+  const int deadline_ms = 3000 * slow_build; // room for two CLI processes on a loaded CI machine
   auto file = g.write("deadline.json", R"({"limits": {"deadline": ")"
                                          + std::to_string(deadline_ms) + R"(ms"},
     "steps": {"a": {"fn": "sleep", "with": {"ms": 400}},
