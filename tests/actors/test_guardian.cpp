@@ -302,11 +302,11 @@ TEST_CASE("the guardian holds only its socket and /dev/null, in a group of its o
   CHECK(f.ppid == ::getpid());
   CHECK(f.pgrp == g);
   CHECK(f.pgrp != ::getpgrp());
-  CHECK(comm_of(g) == "canopy-guard");
-  auto ign = ignored_signals(g);
+  // It names itself and ignores signals after its descriptors settle.
+  CHECK(eventually([&] { return comm_of(g) == "canopy-guard"; }));
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
     INFO("signal " << sig);
-    CHECK(ignores(ign, sig));
+    CHECK(eventually([&] { return ignores(ignored_signals(g), sig); }));
   }
 }
 
