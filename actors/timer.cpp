@@ -1,6 +1,7 @@
 #include "actors/timer.hpp"
 
 #include <chrono>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -43,22 +44,15 @@ using timer_actor = caf::stateful_actor<timer_state>;
 constexpr size_t min_sweep_size = 1024;
 
 /// Drops every timer whose receiver has ended (or, with `only`, every timer
-/// of `only`). @returns how many were dropped.
-size_t sweep(timer_actor* self, const caf::actor_addr* only = nullptr) {
+/// of `only`).
+void sweep(timer_actor* self, const caf::actor_addr* only = nullptr) {
   auto& st = self->state;
-  size_t dropped = 0;
   for (auto i = st.due.begin(); i != st.due.end();) {
     auto& r = i->second.receiver;
     bool gone = only ? r == *only : caf::actor_cast<caf::actor>(r) == nullptr;
-    if (gone) {
-      i = st.due.erase(i);
-      ++dropped;
-    } else {
-      ++i;
-    }
+    i = gone ? st.due.erase(i) : std::next(i);
   }
   st.swept_size = st.due.size();
-  return dropped;
 }
 
 /// Makes sure CAF's clock wakes us no later than the earliest due time, and
