@@ -1,6 +1,7 @@
 #include "actors/tree_context.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include <caf/actor_cast.hpp>
 
@@ -17,8 +18,46 @@ execution_directory::stripe& execution_directory::stripe_of(const std::string& i
 void execution_directory::add(const std::string& id, const caf::actor& a,
                               std::shared_ptr<halt_token> token) {
   auto& s = stripe_of(id);
-  std::lock_guard<std::mutex> guard{s.mtx};
-  s.actors[id] = entry{a.address(), std::move(token)};
+  {
+    entry replaced; // released after the lock
+    std::lock_guard<std::mutex> guard{s.mtx};
+    auto [i, fresh] = s.actors.try_emplace(id);
+    if (fresh)
+      entries_.fetch_add(1, std::memory_order_relaxed);
+    else
+      replaced = std::move(i->second);
+    i->second = entry{a.address(), std::move(token)};
+  }
+  added_.fetch_add(1, std::memory_order_relaxed);
+  auto live = size();
+  auto held = entries_.load(std::memory_order_relaxed);
+  if (held > live && held - live > std::max<size_t>(1024, live))
+    sweep();
+}
+
+void execution_directory::depart() noexcept {
+  departed_.fetch_add(1, std::memory_order_relaxed);
+}
+
+size_t execution_directory::sweep() {
+  // One sweep at a time; a caller that finds one running leaves it the work.
+  if (sweeping_.exchange(true, std::memory_order_acquire))
+    return 0;
+  size_t erased = 0;
+  for (auto& s : stripes_) {
+    std::vector<decltype(s.actors)::node_type> gone; // released after the lock
+    std::lock_guard<std::mutex> guard{s.mtx};
+    for (auto i = s.actors.begin(); i != s.actors.end();) {
+      auto next = std::next(i);
+      if (!caf::actor_cast<caf::strong_actor_ptr>(i->second.actor))
+        gone.push_back(s.actors.extract(i));
+      i = next;
+    }
+    erased += gone.size();
+  }
+  entries_.fetch_sub(erased, std::memory_order_relaxed);
+  sweeping_.store(false, std::memory_order_release);
+  return erased;
 }
 
 std::shared_ptr<halt_token> execution_directory::token(const std::string& id) const {
@@ -26,13 +65,6 @@ std::shared_ptr<halt_token> execution_directory::token(const std::string& id) co
   std::lock_guard<std::mutex> guard{s.mtx};
   auto i = s.actors.find(id);
   return i == s.actors.end() ? nullptr : i->second.token.lock();
-}
-
-void execution_directory::remove(const std::string& id) {
-  auto& s = stripe_of(id);
-  decltype(s.actors)::node_type gone; // released after the lock
-  std::lock_guard<std::mutex> guard{s.mtx};
-  gone = s.actors.extract(id);
 }
 
 caf::actor execution_directory::find(const std::string& id) const {
@@ -45,12 +77,9 @@ caf::actor execution_directory::find(const std::string& id) const {
 }
 
 size_t execution_directory::size() const {
-  size_t n = 0;
-  for (auto& s : stripes_) {
-    std::lock_guard<std::mutex> guard{s.mtx};
-    n += s.actors.size();
-  }
-  return n;
+  auto added = added_.load(std::memory_order_relaxed);
+  auto departed = departed_.load(std::memory_order_relaxed);
+  return added > departed ? added - departed : 0;
 }
 
 // -- limits ------------------------------------------------------------------------

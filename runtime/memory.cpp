@@ -44,25 +44,36 @@ bool tcmalloc_figures(heap_figures& out) {
   return true;
 }
 
-size_t release_free_heap_if_large() {
+size_t release_free_heap_if_settled(size_t& last_free_bytes) {
   heap_figures h;
   if (!tcmalloc_figures(h) || MallocExtension_ReleaseFreeMemory == nullptr)
     return 0;
+  auto last = last_free_bytes;
+  last_free_bytes = h.free_bytes;
   constexpr size_t floor_bytes = size_t{32} << 20;
-  if (h.free_bytes <= floor_bytes)
+  constexpr size_t growth_bytes = size_t{4} << 20; // less is noise, not a burst
+  if (h.free_bytes <= floor_bytes || h.free_bytes > last + growth_bytes)
     return 0;
   MallocExtension_ReleaseFreeMemory();
+  last_free_bytes = 0;
   return h.free_bytes;
 }
 
 namespace {
 
-caf::behavior memory_keeper(caf::event_based_actor* self) {
+struct keeper_state {
+  size_t last_free_bytes = 0;
+  static inline const char* name = "memory_keeper";
+};
+
+caf::behavior memory_keeper(caf::stateful_actor<keeper_state>* self, std::function<void()> sweep) {
   auto interval = std::chrono::milliseconds{memory_keeper_interval_ms};
   self->delayed_send(self, interval, tick_atom::value);
   return {
     [=](tick_atom) {
-      release_free_heap_if_large();
+      if (sweep)
+        sweep();
+      release_free_heap_if_settled(self->state.last_free_bytes);
       self->delayed_send(self, interval, tick_atom::value);
     },
   };
@@ -70,8 +81,8 @@ caf::behavior memory_keeper(caf::event_based_actor* self) {
 
 } // namespace
 
-caf::actor spawn_memory_keeper(caf::actor_system& sys) {
-  return sys.spawn(memory_keeper);
+caf::actor spawn_memory_keeper(caf::actor_system& sys, std::function<void()> sweep) {
+  return sys.spawn(memory_keeper, std::move(sweep));
 }
 
 } // namespace canopy

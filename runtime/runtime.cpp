@@ -238,7 +238,6 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->slots = rt->slots_;
   rt->timer_ = spawn_timer(*rt->sys_);
   svc->timer = rt->timer_;
-  rt->keeper_ = spawn_memory_keeper(*rt->sys_);
   if (opts.max_running > 0) {
     rt->admission_ = spawn_slot_pool(*rt->sys_, opts.max_running);
     svc->admission = rt->admission_;
@@ -246,6 +245,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->fns = rt->fns_;
   svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
   svc->directory = std::make_shared<execution_directory>();
+  rt->keeper_ = spawn_memory_keeper(*rt->sys_, [dir = svc->directory] { dir->sweep(); });
   svc->tools = std::make_shared<const tool_table>(opts.tools);
   svc->child_options = rt->graph_options();
   std::weak_ptr<store> weak_db = rt->db_;

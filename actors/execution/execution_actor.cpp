@@ -234,9 +234,10 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
 execution_shell_state::~execution_shell_state() {
   if (!m || !svc)
     return;
-  // Its pending timers are not cancelled here: the timer service sweeps the
-  // timers of ended receivers (actors/timer.hpp).
-  svc->directory->remove(m->record().id);
+  // Neither its pending timers nor its directory entry are removed here: the
+  // timer service and the directory sweep what ended receivers leave
+  // (actors/timer.hpp, actors/tree_context.hpp).
+  svc->directory->depart();
 }
 
 caf::behavior execution_behavior(execution_shell* self, execution_init init,
@@ -253,7 +254,7 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
   st.resolver.bind(self);
   st.m.emplace(std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr),
                &st.resolver);
-  // The directory entry goes with the state (~execution_shell_state).
+  // The directory entry is counted out with the state (~execution_shell_state).
   self->set_exit_handler([self](caf::exit_msg& msg) {
     // Workers report by message (or, stopped compactly, in the exit reason
     // their down carries); a stop exit reason only ever comes from above

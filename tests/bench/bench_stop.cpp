@@ -485,9 +485,9 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
         + (rec ? std::string{to_string(rec->status)} : std::string{"unreadable"}) + ")");
   }
   auto t_down = clock_type::now();
+  perf.reset(); // the profile covers the stop up to the committed snapshot
   if (!wait_until([&] { return ev->handled.load(); }, timeout))
     die("no stop.handled event for the root within the timeout");
-  perf.reset();
   out.stop_request_ms = ms_between(ts, t_req);
   out.committed_ms = ms_between(ts, t_down);
   out.handled_event_ms = ms_between(ts, from_ns(ev->handled_ns.load()));
