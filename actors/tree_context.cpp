@@ -60,6 +60,13 @@ size_t execution_directory::sweep() {
   return erased;
 }
 
+size_t execution_directory::sweep_if_settled() {
+  auto departed = departed_.load(std::memory_order_relaxed);
+  bool settled = departed == departed_at_last_look_;
+  departed_at_last_look_ = departed;
+  return settled && held() > size() ? sweep() : 0;
+}
+
 std::shared_ptr<halt_token> execution_directory::token(const std::string& id) const {
   auto& s = stripe_of(id);
   std::lock_guard<std::mutex> guard{s.mtx};
@@ -73,7 +80,13 @@ caf::actor execution_directory::find(const std::string& id) const {
   auto i = s.actors.find(id);
   if (i == s.actors.end())
     return caf::actor{};
-  return caf::actor_cast<caf::actor>(i->second.actor);
+  // An ended actor still referenced somewhere (its parent has not processed
+  // its down yet) is no more found than a destroyed one: CAF sets the flag
+  // before it sends the down and exit messages.
+  auto ptr = caf::actor_cast<caf::strong_actor_ptr>(i->second.actor);
+  if (!ptr || ptr->get()->getf(caf::abstract_actor::is_cleaned_up_flag))
+    return caf::actor{};
+  return caf::actor_cast<caf::actor>(std::move(ptr));
 }
 
 size_t execution_directory::size() const {

@@ -33,8 +33,10 @@ class halt_token;
 /// until a sweep erases the entries whose actors are gone. A stopped tree of
 /// 111,111 executions would otherwise take 111,111 locked hash removals
 /// inside its cascade (9 % of it, perf). A sweep runs when `add` finds more
-/// departed entries than max(1,024, live ones), and whenever `sweep` is
-/// called (the runtime's memory keeper, every second). Until then a departed
+/// departed entries than max(1,024, live ones), and when `sweep_if_settled`
+/// finds nothing departed since its previous call (the runtime's memory
+/// keeper, every second: a sweep never competes with a running stop
+/// cascade for the CPU). Until then a departed
 /// entry is invisible: `find` answers an invalid handle for it, and its
 /// token is gone with its tree. `add` replaces the entry of a resumed
 /// execution's earlier actor.
@@ -46,7 +48,11 @@ public:
   void depart() noexcept;
   /// Erases the entries whose actors are gone. @returns how many.
   size_t sweep();
-  /// @returns the live actor, or an invalid handle.
+  /// Sweeps when it holds departed entries and no execution departed since
+  /// the previous call. Threading: one caller at a time. @returns how many.
+  size_t sweep_if_settled();
+  /// @returns the live actor, or an invalid handle (also for an actor that
+  /// has ended and is still referenced).
   caf::actor find(const std::string& id) const;
   /// @returns the execution's halt token, or null.
   std::shared_ptr<halt_token> token(const std::string& id) const;
@@ -73,6 +79,7 @@ private:
   std::atomic<size_t> departed_{0};
   std::atomic<size_t> entries_{0}; ///< entries held, live or departed
   std::atomic<bool> sweeping_{false};
+  size_t departed_at_last_look_ = 0; ///< for `sweep_if_settled`
 };
 
 // -- halt tokens -----------------------------------------------------------------

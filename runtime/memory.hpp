@@ -55,7 +55,7 @@ constexpr int memory_keeper_interval_ms = 1000;
 
 /// Spawns the memory keeper: every `memory_keeper_interval_ms` it calls
 /// `sweep` (what the process keeps of ended work: the runtime passes the
-/// execution directory's sweep), then `release_free_heap_if_settled`.
+/// execution directory's `sweep_if_settled`), then `release_free_heap_if_settled`.
 /// Stopped with an exit message.
 caf::actor spawn_memory_keeper(caf::actor_system& sys, std::function<void()> sweep);
 

@@ -76,6 +76,26 @@ TEST_CASE("a departed execution is not found and its entry is swept once its act
   CHECK(dir.sweep() == 0);
 }
 
+TEST_CASE("the settled sweep waits for a look at which nothing departed since the previous one",
+          "[actors][directory]") {
+  system_fixture f;
+  execution_directory dir;
+  auto a = f.sys->spawn(idle);
+  auto addr = a.address();
+  dir.add("e1", a, nullptr);
+  CHECK(dir.sweep_if_settled() == 0); // nothing departed: nothing to sweep
+  end(*f.sys, a);
+  dir.depart();
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (caf::actor_cast<caf::strong_actor_ptr>(addr) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(!caf::actor_cast<caf::strong_actor_ptr>(addr));
+  CHECK(dir.sweep_if_settled() == 0); // one departed since the last look
+  CHECK(dir.held() == 1);
+  CHECK(dir.sweep_if_settled() == 1); // settled
+  CHECK(dir.held() == 0);
+}
+
 TEST_CASE("a live execution's entry survives a sweep, and a resumed execution replaces its "
           "earlier actor",
           "[actors][directory]") {
