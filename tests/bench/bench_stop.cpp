@@ -16,8 +16,8 @@
 //     their down messages. Timed from anon_send_exit(root) to the last actor
 //     done (a counter, not await_all_actors_done).
 // (c) RSS (VmRSS) per live execution: (RSS once every leaf runs - RSS before
-//     start) / executions; again 1 s later (the store writer has settled;
-//     the stop is timed after this second), after freed heap is released, and the
+//     start) / executions; again 2.5 s later (the store writer has settled and the memory keeper
+//     has handed back free heap; the stop is timed after this), after freed heap is released, and the
 //     malloc bytes in use (tcmalloc's count, or mallinfo2). Also the bare CAF tree per actor (its
 //     VmRSS delta reuses heap freed by the canopy tree: use the malloc one).
 // (d) Resume: a 100,000-step execution (50,000 noops complete, then a one
@@ -453,7 +453,9 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
   // The store writer may still hold the last start batches and their event
   // copies: let it settle, then sample again (and once more after giving
   // freed heap back to the kernel).
-  std::this_thread::sleep_for(std::chrono::seconds{1});
+  // Two and a half memory-keeper ticks: it hands free heap back once it has
+  // stopped growing (runtime/memory.hpp).
+  std::this_thread::sleep_for(std::chrono::milliseconds{2500});
   out.settled = sample_rss(false);
   out.settled_trimmed = sample_rss(true);
   if (exit_when_running) {
@@ -879,8 +881,8 @@ int main(int argc, char** argv) {
 
     std::printf("\n### Memory: RSS per live execution (delta from before start / executions)\n\n");
     std::printf("| executions | VmRSS before start | VmRSS, all leaves running | **per execution: "
-                "VmRSS at once** (anon / file) | VmRSS 1 s later | same, after releasing free heap | "
-                "malloc in use 1 s later | peak during the start: VmRSS / malloc in use | "
+                "VmRSS at once** (anon / file) | VmRSS 2.5 s later | same, after releasing free heap | "
+                "malloc in use 2.5 s later | peak during the start: VmRSS / malloc in use | "
                 "parsed graph (malloc, before start) | bare CAF per actor: VmRSS / malloc | "
                 "target ≤ 4 KiB (issue #12) |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -16,6 +16,17 @@ namespace canopy::test {
 
 using json = nlohmann::json;
 
+/// How many times longer a wall-clock bound is in a ThreadSanitizer build,
+/// where each canopy process starts and runs several times slower (about a
+/// second for `ls` or `stop` on a loaded 2-vCPU machine, over 10 s to accept
+/// 500 connections on a thread each, heartbeats late). Only bounds that
+/// measure the machine use it; what they check stays checked.
+#if defined(__SANITIZE_THREAD__)
+constexpr int slow_build = 4;
+#else
+constexpr int slow_build = 1;
+#endif
+
 /// A fresh folder under /tmp, removed with its contents on destruction.
 struct temp_dir {
   temp_dir();

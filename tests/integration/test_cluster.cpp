@@ -436,7 +436,9 @@ TEST_CASE("a frozen worker leaves GET /v1/nodes within the cluster timeout thoug
   auto took = std::chrono::steady_clock::now() - frozen_at;
   ::kill(w1.pid(), SIGCONT);
   REQUIRE(gone);
-  CHECK(took >= cluster_timeout - 500ms); // not before the timeout (heartbeat-driven)
+  // Not before the timeout (heartbeat-driven). In a TSan build the last
+  // heartbeats before the freeze were already late: half the timeout.
+  CHECK(took >= (slow_build > 1 ? cluster_timeout / 2 : cluster_timeout - 500ms));
   CHECK(eventually([&] { return sup.log().find("lost") != std::string::npos; }, 5s));
   // Thawed, the worker notices it was dropped and joins again.
   CHECK(w1.wait_joined(port, "w1", 2, 30s));

@@ -279,7 +279,8 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   INFO("node_lost after " << lost_after.count() << " ms; events: " << events_of(sup, id).dump());
   INFO(logs());
   REQUIRE(lost);
-  CHECK(lost_after >= sup_timeout - 500ms);
+  // In a TSan build the last heartbeats before the cut were already late.
+  CHECK(lost_after >= (slow_build > 1 ? sup_timeout / 2 : sup_timeout - 500ms));
   CHECK(lost_after <= sup_timeout + slack);
   CHECK(lost_event["status"] == "pending");
   if (lost_event.contains("data"))

@@ -307,7 +307,8 @@ TEST_CASE("a stop on the root ends the subprocesses on both workers through the 
                           + "/\"$1\".pid; while :; do sleep 0.05; done",
                           {"${with.tag}"});
   // The terminate grace leaves a loaded machine time to run the TERM trap.
-  stubborn["grace"] = {{"interrupt", "500ms"}, {"terminate", "1500ms"}};
+  stubborn["grace"] = {{"interrupt", "500ms"},
+                       {"terminate", std::to_string(1500 * slow_build) + "ms"}};
   auto w2 = start_worker(port, "w2", tools_file(dir, "w2.json", {{"stubborn", stubborn}}));
   INFO("w1 stderr: " << w1->err() << "\nw2 stderr: " << w2->err());
   REQUIRE(w1->wait_joined(port, "w1"));

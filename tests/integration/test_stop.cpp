@@ -35,15 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// How many times longer a wall-clock bound is in a ThreadSanitizer build,
-/// where each canopy process starts and runs several times slower (about a
-/// second for `ls` or `stop` on a loaded 2-vCPU machine).
-#if defined(__SANITIZE_THREAD__)
-constexpr int slow_build = 4;
-#else
-constexpr int slow_build = 1;
-#endif
-
 using clock_type = std::chrono::steady_clock;
 
 std::string fixture(const std::string& name) {

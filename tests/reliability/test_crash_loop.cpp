@@ -119,7 +119,8 @@ TEST_CASE("canopy run and canopy serve SIGKILLed at random moments resume withou
     kills += r.kills;
     ++trial;
   }
-  CHECK(kills >= 8); // a trial may finish before its first kill
+  // A trial may finish before its first kill; in a TSan build more do.
+  CHECK(kills >= (slow_build > 1 ? 4u : 8u));
 }
 
 TEST_CASE("the orphan check finds a process by the mark in its environment, also in a group of "
