@@ -436,9 +436,10 @@ TEST_CASE("a frozen worker leaves GET /v1/nodes within the cluster timeout thoug
   auto took = std::chrono::steady_clock::now() - frozen_at;
   ::kill(w1.pid(), SIGCONT);
   REQUIRE(gone);
-  // Not before the timeout (heartbeat-driven). In a TSan build the last
-  // heartbeats before the freeze were already late: half the timeout.
-  CHECK(took >= (slow_build > 1 ? cluster_timeout / 2 : cluster_timeout - 500ms));
+  // Heartbeat-driven, not at once: the last heartbeat before the freeze may
+  // be one interval (500 ms) old, and one more late on a loaded machine (or
+  // several in a TSan build), so at least half the timeout.
+  CHECK(took >= cluster_timeout / 2);
   CHECK(eventually([&] { return sup.log().find("lost") != std::string::npos; }, 5s));
   // Thawed, the worker notices it was dropped and joins again.
   CHECK(w1.wait_joined(port, "w1", 2, 30s));

@@ -279,8 +279,11 @@ TEST_CASE("a worker cut off by a network partition loses its step to another wor
   INFO("node_lost after " << lost_after.count() << " ms; events: " << events_of(sup, id).dump());
   INFO(logs());
   REQUIRE(lost);
-  // In a TSan build the last heartbeats before the cut were already late.
-  CHECK(lost_after >= (slow_build > 1 ? sup_timeout / 2 : sup_timeout - 500ms));
+  // The last heartbeat before the cut may be one interval (500 ms) old, and
+  // one more late on a loaded machine (once: lost 1,466 ms after the cut),
+  // so at least half the timeout: a loss driven by the connection would come
+  // at once.
+  CHECK(lost_after >= sup_timeout / 2);
   CHECK(lost_after <= sup_timeout + slack);
   CHECK(lost_event["status"] == "pending");
   if (lost_event.contains("data"))
