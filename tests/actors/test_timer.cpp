@@ -11,21 +11,13 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
+#include "tests/actors/system_fixture.hpp"
 
 using namespace canopy;
+using canopy::test::system_fixture;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// An actor system with the console logger off.
-struct system_fixture {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  system_fixture() {
-    cfg.set("logger.console", caf::atom("none"));
-    sys = std::make_unique<caf::actor_system>(cfg);
-  }
-};
 
 /// Polls `pred` every millisecond until it holds or `limit` passed.
 template <class Pred>
