@@ -1,9 +1,11 @@
 #include "actors/tls.hpp"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -124,3 +126,64 @@ bool is_loopback_host(const std::string& host) {
 }
 
 } // namespace canopy
+
+// -- OpenSSL's error queue under CAF's openssl module ---------------------------------
+//
+// CAF 0.17's `caf::openssl::session` (libcaf_openssl, session.cpp) never drains
+// OpenSSL's per-thread error queue after a failed call: `handle_ssl_result`
+// returns false on SSL_ERROR_SSL and leaves the queue as it is ("TODO: Log
+// somehow?"). Every session of a node runs on the one multiplexer thread, so
+// after one failed handshake (a worker whose certificate another CA signed, a
+// plain-TCP client, a port scanner) the next SSL_read of a healthy connection
+// that only has to wait for data (-1, "want read") is classified by
+// SSL_get_error as SSL_ERROR_SSL from the stale entries, and CAF closes that
+// connection: a joined worker was dropped ("connection closed
+// (remote_link_unreachable)") a few milliseconds after a refused one tried.
+// OpenSSL requires the queue to be empty before each TLS I/O call
+// (SSL_get_error(3)); these definitions make it so for every caller in the
+// process, CAF included: they are found before libssl's (the executable's
+// symbols come first), clear the calling thread's queue and call libssl's.
+// Any program that links canopy's actors library gets them; for a caller that
+// already clears the queue they change nothing.
+
+namespace {
+
+template <class F>
+F next_definition(const char* name) {
+  auto f = reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+  if (f == nullptr) {
+    std::fprintf(stderr, "canopy: libssl has no %s\n", name);
+    std::abort();
+  }
+  return f;
+}
+
+} // namespace
+
+extern "C" {
+
+int SSL_read(SSL* ssl, void* buf, int num) {
+  static auto next = next_definition<int (*)(SSL*, void*, int)>("SSL_read");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+
+int SSL_write(SSL* ssl, const void* buf, int num) {
+  static auto next = next_definition<int (*)(SSL*, const void*, int)>("SSL_write");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+
+int SSL_accept(SSL* ssl) {
+  static auto next = next_definition<int (*)(SSL*)>("SSL_accept");
+  ERR_clear_error();
+  return next(ssl);
+}
+
+int SSL_connect(SSL* ssl) {
+  static auto next = next_definition<int (*)(SSL*)>("SSL_connect");
+  ERR_clear_error();
+  return next(ssl);
+}
+
+} // extern "C"
