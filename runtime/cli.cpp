@@ -259,6 +259,10 @@ int follow(runtime& rt, const execution_handle& h, bool as_json, uint64_t after 
     });
   auto rec = h.wait();
   sub.cancel();
+  // No callback runs any more (cancel awaited the forwarder's down); taking
+  // the lock once also orders its last one before `view` is used and
+  // destroyed here for ThreadSanitizer, which cannot see CAF's hand-over.
+  { std::lock_guard<std::mutex> guard{mtx}; }
   if (!rec) {
     // The execution could not record its end (e.g. the store stayed busy):
     // once this process is gone, the next command that opens the store makes
