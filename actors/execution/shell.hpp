@@ -66,8 +66,9 @@ private:
 };
 
 struct execution_shell_state {
-  /// Leaves the directory (its state goes as it quits, just before its
-  /// attachables run: no attachable of its own).
+  /// Counts the execution out of the directory, which sweeps its entry later
+  /// (its state goes as it quits, just before its attachables run: no
+  /// attachable of its own).
   ~execution_shell_state();
   std::shared_ptr<const execution_services> svc;
   caf::actor parent;
