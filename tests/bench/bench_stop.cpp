@@ -65,6 +65,7 @@
 
 #include <caf/all.hpp>
 
+#include "runtime/memory.hpp"
 #include "runtime/runtime.hpp"
 
 using namespace canopy;
@@ -102,14 +103,11 @@ struct rss_sample {
 };
 
 double heap_in_use() {
-#ifdef CANOPY_TCMALLOC
-  size_t bytes = 0;
-  MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &bytes);
-  return static_cast<double>(bytes);
-#else
+  canopy::heap_figures h;
+  if (canopy::tcmalloc_figures(h))
+    return static_cast<double>(h.used_bytes);
   auto mi = mallinfo2();
   return static_cast<double>(mi.uordblks + mi.hblkhd);
-#endif
 }
 
 /// Hands freed heap back to the kernel (glibc: malloc_trim; tcmalloc: its page heap).
