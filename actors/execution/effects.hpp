@@ -22,7 +22,6 @@ namespace canopy {
 /// What happens once a write is acknowledged.
 enum class after_write : uint8_t {
   none,
-  reply,  ///< answer the stop request that this write stores
   report, ///< the final record: report to the parent, then quit
 };
 
@@ -132,6 +131,7 @@ struct write {
   write_batch batch;
   std::vector<uint32_t> completed;
   after_write then = after_write::none;
+  bool reply = false; ///< answer the stop requests this write stores
 };
 /// Tell the parent how this execution ended, with the subtree's snapshot.
 struct report {

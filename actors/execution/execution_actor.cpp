@@ -213,7 +213,9 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
   if (x.match_elements<request_atom, stop_record, write_batch>()) {
     // (request_atom, stop_record, write_batch) -> bool: answered once stored.
     auto& st = self->state;
-    st.reply = std::make_unique<caf::response_promise>(self->make_response_promise());
+    if (!st.replies)
+      st.replies = std::make_unique<std::vector<caf::response_promise>>();
+    st.replies->push_back(self->make_response_promise());
     auto batch = x.shared() ? x.get_as<write_batch>(2)
                             : std::move(x.get_mutable_as<write_batch>(2));
     st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms());

@@ -234,8 +234,9 @@ public:
   void stop(step_reason reason, stop_mode mode, const std::string& stop_id, bool from_above,
             int64_t now);
   /// An in-process stop request: `batch` stores it; it is written after
-  /// every earlier write and the write's acknowledgement answers the caller
-  /// (`write::reply`). Then the same as `stop(requested, ...)`.
+  /// every earlier write, in one write with what the stop records first
+  /// (`stopping`, or the snapshot), whose acknowledgement answers the caller
+  /// (`write::reply`). Otherwise the same as `stop(requested, ...)`.
   void stop_request(const stop_record& req, write_batch batch, int64_t now);
   /// The parent died without a stop.
   void parent_lost(int64_t now);
@@ -376,6 +377,7 @@ private:
   bool started_ = false;
   bool admitted_ = false;
   bool from_above_ = false;
+  bool reply_pending_ = false; ///< the next write answers stop requests
   bool has_parent_ = false;
   bool child_stopped_ = false;
   bool yielded_ = false;   ///< a `yield` is on its way back (`resume_pump`)

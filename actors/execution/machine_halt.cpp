@@ -36,15 +36,17 @@ void execution_machine::stop_request(const stop_record& req, write_batch batch, 
   if (phase_ == exec_phase::done)
     return;
   // Earlier records reach the writer first: the log shows every step started
-  // before the request, and none after it.
+  // before the request, and none after it. The request and what it starts
+  // (`stopping`, or the whole snapshot when nothing runs) are one write, and
+  // its acknowledgement answers the caller: whoever reads the execution after
+  // the answer sees it stopping at least.
   // Finishing already: the store answers it `no_execution` once the final
   // record is committed.
   batch_or_new().append(std::move(batch));
-  flush(after_write::reply);
-  if (phase_ == exec_phase::finishing)
-    return;
-  begin_halt(execution_status::stopped, step_reason::requested, step_reason::requested,
-             req.force ? stop_mode::force : stop_mode::graceful, now);
+  reply_pending_ = true;
+  if (phase_ != exec_phase::finishing)
+    begin_halt(execution_status::stopped, step_reason::requested, step_reason::requested,
+               req.force ? stop_mode::force : stop_mode::graceful, now);
   flush();
 }
 

@@ -106,7 +106,7 @@ void execution_machine::flush(after_write then) {
   if (phase_ == exec_phase::done)
     return; // nothing after quit
   put_counters();
-  if ((!batch_ || batch_->empty()) && then == after_write::none)
+  if ((!batch_ || batch_->empty()) && then == after_write::none && !reply_pending_)
     return;
   fx::write w;
   if (batch_) {
@@ -116,6 +116,8 @@ void execution_machine::flush(after_write then) {
   w.completed = std::move(batch_completed_);
   batch_completed_.clear();
   w.then = then;
+  w.reply = reply_pending_;
+  reply_pending_ = false;
   effects_.emplace_back(std::make_unique<fx::write>(std::move(w)));
 }
 

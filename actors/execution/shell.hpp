@@ -78,8 +78,9 @@ struct execution_shell_state {
   step_map<caf::actor> nodes;   ///< the worker node a step was placed on
   step_map<caf::actor> agents;  ///< the agent an `agent` step asked for a turn
   step_map<std::shared_ptr<std::atomic<bool>>> fn_flags; ///< running functions
-  /// An in-process stop request's answer (rare: allocated when one comes).
-  std::unique_ptr<caf::response_promise> reply;
+  /// In-process stop requests' answers, for the next write that says
+  /// `reply` (rare: allocated when one comes).
+  std::unique_ptr<std::vector<caf::response_promise>> replies;
   /// Why it quits: normal, or a compact stop's report (`make_compact_stop`).
   caf::error exit_reason;
   static const char* name;

@@ -175,15 +175,15 @@ struct effect_runner {
     auto self = this->self; // the lambdas outlive this runner
     auto completed = std::move(e.completed);
     auto then = e.then;
-    caf::response_promise rp;
-    if (then == after_write::reply && st().reply) {
-      rp = std::move(*st().reply);
-      st().reply.reset();
+    std::vector<caf::response_promise> replies;
+    if (e.reply && st().replies) {
+      replies = std::move(*st().replies);
+      st().replies.reset();
     }
     self->request(svc().writer, caf::infinite, write_atom::value, std::move(e.batch))
       .then(
         [=](bool) mutable {
-          if (then == after_write::reply)
+          for (auto& rp : replies)
             rp.deliver(true);
           self->state.m->write_acknowledged(std::move(completed), then, now_ms());
           run_effects(self);

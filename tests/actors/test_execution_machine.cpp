@@ -31,7 +31,7 @@ std::vector<effect> send_request(machine_fixture& f, const std::string& id) {
   f.m->stop_request(req, std::move(b), ++f.now);
   auto xs = f.fx();
   REQUIRE(first<fx::write>(xs));
-  CHECK(first<fx::write>(xs)->then == after_write::reply);
+  CHECK(first<fx::write>(xs)->reply);
   CHECK(first<fx::write>(xs)->batch.stops.size() == 1);
   return xs;
 }
@@ -237,12 +237,29 @@ TEST_CASE("a stop request that finds the execution finishing is still written, a
   CHECK(count<fx::send_exit>(xs) == 0);
 }
 
-TEST_CASE("an in-process stop request is written before the halt and answered on its write",
+TEST_CASE("an in-process stop request is answered by the write that records it stopping",
           "[actors][machine]") {
   machine_fixture f{one_run};
   start_and_grant(f, "a");
   auto xs = send_request(f, "s2");
   CHECK(f.m->phase() == exec_phase::halting);
+  CHECK(count<fx::write>(xs) == 1);
+  auto& w = *first<fx::write>(xs);
+  REQUIRE(w.batch.executions.size() == 1);
+  CHECK(w.batch.executions.front().status == execution_status::stopping);
+}
+
+TEST_CASE("a stop request to an execution with nothing running is answered with its snapshot",
+          "[actors][machine]") {
+  machine_fixture f{one_run};
+  f.m->start(++f.now);
+  f.fx();
+  auto xs = send_request(f, "s4");
+  CHECK(count<fx::write>(xs) == 1);
+  auto& w = *first<fx::write>(xs);
+  CHECK(w.then == after_write::report);
+  REQUIRE(!w.batch.executions.empty());
+  CHECK(w.batch.executions.back().status == execution_status::stopped);
 }
 
 TEST_CASE("a stop before the start stops the execution without running a step",
