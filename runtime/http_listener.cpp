@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -323,6 +324,7 @@ bool is_loopback_exempt(const std::string& address) {
 
 http_listener::http_listener(http_limits limits) : limits_(limits) {
   new_task_queue = [this] { return new elastic_pool(limits_.max_threads, limits_.stack_bytes); };
+  set_keep_alive_max_count(limits_.keep_alive_requests);
 }
 
 int http_listener::bind(const std::string& host, int port) {
@@ -359,6 +361,8 @@ bool http_listener::process_and_close_socket(socket_t sock) {
                                                                + microseconds{read_timeout_usec_});
   auto write_timeout = std::chrono::duration_cast<milliseconds>(
     seconds{write_timeout_sec_} + microseconds{write_timeout_usec_});
+  int on = 1;
+  ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
   deadline_stream strm{sock, svr_sock_, limits_, read_timeout, write_timeout};
   std::string address;
   int port = 0;

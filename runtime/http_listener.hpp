@@ -12,7 +12,11 @@
 //   at most `max_header_bytes`), the whole request within `request_deadline`,
 //   each read within httplib's read timeout. A request that misses one is
 //   answered 400 when its request line arrived, and its connection closes.
-//   An idle kept-alive connection closes after `keep_alive`.
+//   An idle kept-alive connection closes after `keep_alive`; a connection
+//   serves up to `keep_alive_requests` requests (the last one says
+//   `Connection: close`). Every accepted socket sets TCP_NODELAY: an answer
+//   written in two parts (head, body) is not held back by Nagle's algorithm
+//   waiting for the client's delayed ACK.
 // - At most `per_address` connections at once from one client address;
 //   127.0.0.1 and ::1 are exempt, so a local health check is never refused.
 //   A connection over the cap is answered 503 at once and closed.
@@ -40,6 +44,7 @@ struct http_limits {
   std::chrono::milliseconds header_deadline{10000};
   std::chrono::milliseconds request_deadline{60000};
   std::chrono::milliseconds keep_alive{5000};
+  size_t keep_alive_requests = 1000;
   size_t max_header_bytes = 128 * 1024;
 };
 

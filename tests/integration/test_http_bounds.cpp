@@ -518,3 +518,23 @@ TEST_CASE("a client trickling header bytes is cut off at the 10 s header deadlin
   CHECK(took >= 9s);
   CHECK(took < 13s);
 }
+
+// -- keep-alive ---------------------------------------------------------------------
+
+TEST_CASE("one kept-alive connection answers 150 requests in a row and announces a maximum "
+          "of 1,000",
+          "[integration][http]") {
+  server_process srv;
+  int fd = connect_from(srv.port());
+  REQUIRE(fd >= 0);
+  for (int i = 0; i < 150; ++i) {
+    INFO("request " << i + 1);
+    REQUIRE(send_all(fd, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    auto answer = read_answer(fd);
+    REQUIRE(status_of(answer) == 200);
+    CHECK(answer.find("Connection: close") == std::string::npos);
+    if (i == 0)
+      CHECK(answer.find("max=1000") != std::string::npos);
+  }
+  ::close(fd);
+}
