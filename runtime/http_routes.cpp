@@ -45,7 +45,7 @@ std::string log_text(std::string_view s) {
 
 // -- route table ------------------------------------------------------------------
 
-const std::string route_table::unmatched = "unmatched";
+const std::string route_table::unknown = "unknown";
 
 size_t route_table::add(std::string method, const std::string& pattern) {
   if (pattern.empty() || pattern[0] != '/')
@@ -114,13 +114,13 @@ std::vector<std::string> route_table::labels() const {
   for (auto& r : routes_)
     if (std::find(out.begin(), out.end(), r.pattern) == out.end())
       out.push_back(r.pattern);
-  out.push_back(unmatched);
+  out.push_back(unknown);
   return out;
 }
 
 const std::string& route_table::label(std::string_view method, std::string_view path) const {
   auto m = match(method, path);
-  return m ? routes_[m.index].pattern : unmatched;
+  return m ? routes_[m.index].pattern : unknown;
 }
 
 } // namespace canopy

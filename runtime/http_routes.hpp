@@ -44,7 +44,7 @@ struct route_match {
 class route_table {
 public:
   /// The label of requests that match no route.
-  static const std::string unmatched;
+  static const std::string unknown;
 
   /// Adds a route. @returns its index.
   size_t add(std::string method, const std::string& pattern);
@@ -56,11 +56,11 @@ public:
   /// The route's pattern, the label of its requests in metrics and logs.
   const std::string& pattern(size_t index) const { return routes_[index].pattern; }
 
-  /// Every distinct pattern, then `unmatched`: the closed set of route
+  /// Every distinct pattern, then `unknown`: the closed set of route
   /// labels.
   std::vector<std::string> labels() const;
 
-  /// The label of a request: its route's pattern, or `unmatched`.
+  /// The label of a request: its route's pattern, or `unknown`.
   const std::string& label(std::string_view method, std::string_view path) const;
 
 private:

@@ -120,8 +120,8 @@ void metrics::observe_commit(double seconds) {
 void metrics::set_routes(std::vector<std::string> routes) {
   std::lock_guard<std::mutex> guard{mtx_};
   routes_ = std::move(routes);
-  if (std::find(routes_.begin(), routes_.end(), "unmatched") == routes_.end())
-    routes_.push_back("unmatched");
+  if (std::find(routes_.begin(), routes_.end(), route_table::unknown) == routes_.end())
+    routes_.push_back(route_table::unknown);
 }
 
 void metrics::count_request(const std::string& method, const std::string& route, int code) {
@@ -129,7 +129,7 @@ void metrics::count_request(const std::string& method, const std::string& route,
   bool known = std::find(routes_.begin(), routes_.end(), route) != routes_.end();
   if (code < 100 || code > 599)
     code = 0;
-  ++requests_[method_label(method) + '\0' + (known ? route : std::string{"unmatched"}) + '\0'
+  ++requests_[method_label(method) + '\0' + (known ? route : route_table::unknown) + '\0'
               + std::to_string(code)];
 }
 

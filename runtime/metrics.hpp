@@ -51,13 +51,13 @@ public:
   void observe_commit(double seconds);
 
   /// Sets the closed set of route labels (the route patterns, e.g.
-  /// `/v1/executions/{id}/stop`, and `unmatched`); call before counting.
+  /// `/v1/executions/{id}/stop`, and `unknown`); call before counting.
   void set_routes(std::vector<std::string> routes);
 
   /// Counts one answered HTTP request. The labels come from closed sets, so
   /// the number of series is bounded whatever clients send: a method outside
   /// http_methods() counts as `other`, a route outside set_routes() as
-  /// `unmatched`, a code outside 100-599 as 0.
+  /// `unknown`, a code outside 100-599 as 0.
   void count_request(const std::string& method, const std::string& route, int code);
 
   /// @returns the Prometheus text exposition (format 0.0.4).
@@ -72,7 +72,7 @@ private:
   uint64_t steps_failed_ = 0;
   histogram stop_latency_;
   histogram commit_latency_;
-  std::vector<std::string> routes_{"unmatched"}; ///< the route labels
+  std::vector<std::string> routes_; ///< the route labels (set_routes)
   std::map<std::string, uint64_t> requests_; ///< "method\0route\0code" → count
   /// `agent.message`, `agent.reply`, `agent.cancelled` → count
   std::map<std::string, uint64_t> agent_events_{

@@ -406,9 +406,12 @@ private:
     call c{req, res, {}, std::move(m.capture)};
     if (auth) {
       auto user = authenticate(req);
-      if (!user)
+      if (!user) {
+        // RFC 6750: the scheme a client must use, nothing about who exists.
+        res.set_header("WWW-Authenticate", "Bearer realm=\"canopy\"");
         return reply(res, {401, "unauthorized",
                            "missing or unknown bearer token (Authorization: Bearer TOKEN)", ""});
+      }
       c.user = *user;
     }
     (this->*fn)(c);

@@ -370,6 +370,7 @@ http_answer request(httplib::Client& c, const std::string& method, const std::st
   a.text = res->body;
   a.body = parse_or_null(res->body);
   a.content_type = res->get_header_value("Content-Type");
+  a.www_authenticate = res->get_header_value("WWW-Authenticate");
   return a;
 }
 

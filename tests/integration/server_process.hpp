@@ -241,6 +241,7 @@ struct http_answer {
   std::string text;         ///< the raw body
   json body;                ///< the body parsed as JSON, null when it is not JSON
   std::string content_type;
+  std::string www_authenticate; ///< the `WWW-Authenticate` header, "" when none
 };
 
 /// Any request: `method` GET, POST, PUT, DELETE, PATCH or OPTIONS.

@@ -208,12 +208,12 @@ TEST_CASE("the route table matches patterns segment by segment, HEAD as GET, and
     INFO(path);
     auto x = t.match("GET", path);
     CHECK_FALSE(x);
-    CHECK(t.label("GET", path) == "unmatched");
+    CHECK(t.label("GET", path) == "unknown");
   }
   CHECK(t.label("POST", "/v1/graphs/g/stop") == "/v1/graphs/{id}/stop");
   auto labels = t.labels();
   CHECK(labels.size() == api_routes.size() + 1);
-  CHECK(labels.back() == "unmatched");
+  CHECK(labels.back() == "unknown");
 }
 
 TEST_CASE("route matching of 100,000-character paths runs on a 256 KiB thread stack",
@@ -232,7 +232,7 @@ TEST_CASE("route matching of 100,000-character paths runs on a 256 KiB thread st
   REQUIRE(on_stack(256 * 1024, [&] {
     for (auto& p : paths) {
       auto m = t.match("POST", p);
-      labels.push_back(m ? t.pattern(m.index) : std::string{"unmatched"});
+      labels.push_back(m ? t.pattern(m.index) : std::string{"unknown"});
       captures.push_back(m.capture.size());
       labels.push_back(t.label("GET", p));
     }
@@ -242,7 +242,7 @@ TEST_CASE("route matching of 100,000-character paths runs on a 256 KiB thread st
   CHECK(captures[0] == id.size());
   CHECK(labels[3] == "/v1/executions/{id}");
   for (size_t i = 4; i < labels.size(); ++i)
-    CHECK(labels[i] == "unmatched");
+    CHECK(labels[i] == "unknown");
 }
 
 TEST_CASE("method labels and logged paths carry no byte of unknown text",
@@ -362,7 +362,7 @@ TEST_CASE("2,000 requests with random bogus methods and paths leave the request 
     INFO(s);
     auto m = s.find("method=\"") + 8;
     CHECK(methods.count(s.substr(m, s.find('"', m) - m)) == 1);
-    bool known_route = s.find("route=\"unmatched\"") != std::string::npos
+    bool known_route = s.find("route=\"unknown\"") != std::string::npos
                        || s.find("route=\"/metrics\"") != std::string::npos;
     CHECK(known_route);
   }

@@ -223,7 +223,8 @@ TEST_CASE("the token table finds a user by the exact token only",
   CHECK_FALSE(token_table{}.find("ta"));
 }
 
-TEST_CASE("401 answers are byte-identical whether a user exists or not",
+TEST_CASE("401 answers are byte-identical whether a user exists or not, and name the Bearer "
+          "scheme",
           "[integration][server][secrets]") {
   server_process srv;
   auto alice = srv.client(alice_token);
@@ -245,7 +246,8 @@ TEST_CASE("401 answers are byte-identical whether a user exists or not",
         hs.emplace("Authorization", *h);
       auto a = request(c, "GET", path, "", "application/json", hs);
       CHECK(a.status == 401);
-      answers.insert(a.content_type + "\n" + a.text);
+      CHECK(a.www_authenticate == "Bearer realm=\"canopy\"");
+      answers.insert(a.content_type + "\n" + a.www_authenticate + "\n" + a.text);
     }
   }
   INFO("distinct 401 answers:\n" << [&] {
