@@ -175,7 +175,7 @@ void start_user_run(agent_actor* self, waiter w) {
   execution_init init;
   auto& r = init.record;
   r.id = make_execution_id();
-  r.graph = st.agent; // a user's run is named after the agent
+  r.graph = parsed.value->name; // `agent` names the agent
   r.root_id = r.id;
   r.inputs = std::move(*inputs);
   r.created_at = now_ms();

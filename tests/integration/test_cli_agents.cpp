@@ -125,13 +125,14 @@ TEST_CASE("an agent answers messages and its history survives the process",
   REQUIRE(answer["execution_id"].is_string());
   auto second = answer["execution_id"].get<std::string>();
 
-  // Each message ran as a root execution named after the agent.
+  // Each message ran as a root execution of the agent's graph.
   auto list = roots(home.path);
   REQUIRE(list.size() == 2);
   CHECK(list[0]["id"] == second);
   auto first = list[1]["id"].get<std::string>();
   for (auto& e : list) {
-    CHECK(e["graph"] == "echo");
+    CHECK(e["graph"] == "echoer");
+    CHECK(e["agent"] == "echo");
     CHECK(e["status"] == "completed");
   }
 

@@ -220,10 +220,11 @@ TEST_CASE("an agent created, replaced and messaged over HTTP replies, keeps its 
   CHECK(history[1]["execution_id"] == run1);
   CHECK_NOTHROW(ms_of(history[1]["time"]));
 
-  // The run is an ordinary root execution named after the agent.
+  // The run is an ordinary root execution of the agent's graph.
   auto run = get_json(c, "/v1/executions/" + run1);
   REQUIRE(run.status == 200);
-  CHECK(run.body["graph"] == "helper");
+  CHECK(run.body["graph"] == "echoer");
+  CHECK(run.body["agent"] == "helper");
   CHECK(run.body["status"] == "completed");
   CHECK(run.body["root_id"] == run1);
   CHECK(run.body["outputs"]["reply"] == first.body["reply"]);
