@@ -586,6 +586,11 @@ caf::error api_client::stream_events(const std::string& id, uint64_t after,
           return error_body.size() < (1u << 20);
         }
         return parser.feed(data, n, [&](const sse_message& m) {
+          if (m.event == "end") {
+            // The subtree settled: the server closes the stream next.
+            ended = true;
+            return true;
+          }
           auto doc = parse_answer(m.data);
           if (doc.is_discarded() || !doc.is_object()) {
             bad = unexpected("an event of the stream is not a JSON object: " + m.data);
@@ -613,6 +618,10 @@ caf::error api_client::stream_events(const std::string& id, uint64_t after,
       return bad;
     if (stopped)
       return caf::none;
+    if (res)
+      status = res->status; // the response handler sees only answers with a body
+    if (status == 204)
+      return caf::none; // settled, and nothing after `last`
     if (status != 0 && status != 200)
       return error_of_answer(status, error_body);
     if (status == 200) {

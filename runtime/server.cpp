@@ -50,6 +50,8 @@ constexpr size_t max_agent_sends = 96;
 
 /// A comment line on an idle SSE stream this often (SPEC §13 rule 20).
 constexpr auto sse_keepalive = std::chrono::seconds{15};
+/// The reconnection delay an event stream asks of its client (`retry:`).
+constexpr int sse_retry_ms = 3000;
 
 // -- errors ---------------------------------------------------------------------
 
@@ -839,11 +841,27 @@ private:
   }
 
   /// Streams the events of `rec`'s subtree as Server-Sent Events from seq
-  /// `after` until the subtree is no longer running.
+  /// `after` until the subtree is no longer running; then one `end` event
+  /// (no `id`, so a client's Last-Event-ID stays the last seq) with the final
+  /// status, and the stream closes. A settled subtree with nothing after
+  /// `after` answers 204: the standard tells EventSource to stop reconnecting.
   void stream_events(call& c, const execution_record& rec, uint64_t after) {
+    {
+      // Status first, then events (see below).
+      auto now = db_.execution(rec.id);
+      if (!now || !is_stoppable(now->status)) {
+        auto more = subtree_events(rec, after, 1);
+        if (!more)
+          return reply(c.res, from_error(more.error()));
+        if (more->empty()) {
+          c.res.status = 204;
+          return;
+        }
+      }
+    }
     struct stream_state {
       uint64_t cursor;
-      bool ended = false;
+      bool opened = false;
     };
     auto st = std::make_shared<stream_state>(stream_state{after});
     auto id = rec.id;
@@ -861,6 +879,10 @@ private:
           if (!events)
             return false;
           std::string out;
+          if (!st->opened) {
+            st->opened = true;
+            out = "retry: " + std::to_string(sse_retry_ms) + "\n\n";
+          }
           for (auto& e : *events) {
             out += "id: " + std::to_string(e.seq) + "\nevent: " + e.type
                    + "\ndata: " + dump_json(event_document(e)) + "\n\n";
@@ -871,6 +893,12 @@ private:
           if (events->size() >= 1000)
             continue; // more to replay
           if (settled) {
+            json end{{"execution_id", id},
+                     {"status", now ? json(to_string(now->status)) : json(nullptr)},
+                     {"last_seq", st->cursor}};
+            auto last = "event: end\ndata: " + dump_json(end) + "\n\n";
+            if (!sink.write(last.data(), last.size()))
+              return false;
             sink.done();
             return true;
           }

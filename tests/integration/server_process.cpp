@@ -469,6 +469,11 @@ private:
       has_data_ = false;
       auto e = std::move(cur_);
       cur_ = sse_event{};
+      if (e.event == "end") {
+        // The stream's last word (the subtree settled), not a logged event.
+        out.end = e.json_data();
+        return true;
+      }
       out.events.push_back(e);
       return !on_event || on_event(out.events.back());
     }
@@ -483,6 +488,10 @@ private:
       value = line.substr(colon + 1);
       if (!value.empty() && value[0] == ' ')
         value.erase(0, 1);
+    }
+    if (field == "retry") {
+      out.retry_ms = std::atoi(value.c_str());
+      return true;
     }
     any_ = true;
     if (field == "id") {
@@ -543,6 +552,9 @@ sse_stream read_sse(httplib::Client& c, const std::string& path,
     }});
   if (res) {
     out.ended = true;
+    // httplib calls the response handler only for answers with a body (not 204).
+    out.status = res->status;
+    out.content_type = res->get_header_value("Content-Type");
   } else if (!out.stopped) {
     out.error = httplib::to_string(res.error());
   }

@@ -289,6 +289,8 @@ struct sse_stream {
   std::vector<sse_event> events;
   size_t comments = 0;             ///< comment lines (`: ...`)
   bool ended = false;              ///< the server ended the stream
+  std::optional<json> end;         ///< the data of the closing `end` event, if one came
+  int retry_ms = 0;                ///< the `retry:` field, 0 when none came
   bool stopped = false;            ///< the callback asked to stop
   std::string text;                ///< the raw body (for error answers)
   std::string error;               ///< the client error, if any

@@ -566,6 +566,12 @@ TEST_CASE("events --server --follow --json streams the tree's log until the tree
   auto events = json_lines(follow->out().data);
   check_gapless_log(events, id, "execution.completed");
 
+  // Following a settled tree replays its log and ends (the stream's `end`).
+  auto settled = on_server(*srv, {"events", id, "--follow", "--json"});
+  INFO(settled.err);
+  CHECK(settled.exit_code == 0);
+  CHECK(json_lines(settled.out) == events);
+
   // Without --follow: the same log as JSON Lines, and as the local home has it.
   auto once = on_server(*srv, {"events", id, "--json"});
   CHECK(once.exit_code == 0);

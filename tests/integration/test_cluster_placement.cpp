@@ -647,7 +647,11 @@ TEST_CASE("an agent step on the supervisor messages an agent that lives on a wor
   });
   auto run2_id = running["steps"]["ask"].value("child_id", "");
   REQUIRE(!run2_id.empty());
-  CHECK(node_of(execution_of(sup, run2_id), "work") == "w-b");
+  // The pid file can come before the supervisor has committed the step's start.
+  auto run2_running = wait_until(c, run2_id, [](const json& doc) {
+    return doc["steps"]["work"]["status"] == "running";
+  });
+  CHECK(node_of(run2_running, "work") == "w-b");
   auto stop = post_json(c, "/v1/executions/" + id2 + "/stop", {{"mode", "graceful"}, {"wait", 60}});
   bool dead = step_dead(pid);
   kill_group(pid); // cleanup, should the check fail

@@ -265,6 +265,12 @@ TEST_CASE("an execution registered, started, followed, stopped, resumed and comp
     CHECK((i->event == "execution.stopped" || i->event.rfind("stop.", 0) == 0));
   // Everything logged up to the end of the stream was in it.
   CHECK(seqs1 == event_log_seqs(c, id));
+  // It asks for a reconnection delay once and closes with an `end` event.
+  CHECK(first_stream.retry_ms == 3000);
+  REQUIRE(first_stream.end);
+  CHECK((*first_stream.end)["execution_id"] == id);
+  CHECK((*first_stream.end)["status"] == "stopped");
+  CHECK((*first_stream.end)["last_seq"] == seqs1.back());
   CHECK(has_event(first_stream, "execution.started"));
   CHECK(has_event(first_stream, "step.completed", "hello"));
   CHECK(has_event(first_stream, "stop.requested"));
@@ -304,9 +310,18 @@ TEST_CASE("an execution registered, started, followed, stopped, resumed and comp
   CHECK(seqs2.front() > seqs1.back());
   CHECK(has_event(second_stream, "execution.resumed"));
   CHECK(second_stream.events.back().event == "execution.completed");
+  REQUIRE(second_stream.end);
+  CHECK((*second_stream.end)["status"] == "completed");
   auto all = seqs1;
   all.insert(all.end(), seqs2.begin(), seqs2.end());
   CHECK(all == event_log_seqs(c, id));
+  // At the end of a settled tree's log, EventSource is told to stop: 204.
+  auto past = read_sse(c, "/v1/executions/" + id + "/events", seqs2.back());
+  INFO("past: " << past.error << " " << past.text);
+  CHECK(past.status == 204);
+  CHECK(past.events.empty());
+  CHECK(!past.end);
+  CHECK(read_sse(c, "/v1/executions/" + id + "/events", seqs2.back() + 100).status == 204);
 
   // A terminal execution: resume answers its document, stop answers
   // no_execution and changes nothing.
