@@ -410,10 +410,14 @@ caf::expected<stop_answer> api_client::stop(const std::string& id, bool force,
                 millis{static_cast<int64_t>(wait_s * 1000)});
   if (!a)
     return a.error();
+  // The execution document, with the stop's outcome under `stop`.
   stop_answer out;
-  out.result = text_of(a->body, "result");
-  if (a->body.is_object() && a->body.contains("execution"))
-    out.execution = a->body["execution"];
+  if (a->body.is_object()) {
+    if (auto i = a->body.find("stop"); i != a->body.end())
+      out.result = text_of(*i, "result");
+    out.execution = a->body;
+    out.execution.erase("stop");
+  }
   if (a->status == 202 && out.result.empty())
     out.result = "stopping";
   if (out.result != "stopped" && out.result != "no_execution" && out.result != "stopping")

@@ -32,6 +32,14 @@ json step_document(const step_record& s) {
 
 } // namespace
 
+json stop_summary(const stop_record* req, const std::string& result, const std::string& mode) {
+  return {{"id", req ? json(req->id) : json(nullptr)},
+          {"result", result},
+          {"mode", mode},
+          {"requested_at", req ? time_or_null(req->requested_at) : json(nullptr)},
+          {"handled_at", req && req->handled ? time_or_null(req->handled_at) : json(nullptr)}};
+}
+
 json execution_summary(const execution_record& rec) {
   return {{"id", rec.id},
           {"graph", rec.graph},

@@ -21,6 +21,12 @@ struct document_options {
 /// Renders one record as the execution document (no `steps`/`children`).
 nlohmann::json execution_summary(const execution_record& rec);
 
+/// Renders a stop's outcome as it rides in a stop answer (SPEC §7, issue
+/// #14): `{id, result, mode, requested_at, handled_at}`; `req` is the stored
+/// request (null fields without one: nothing was stored).
+nlohmann::json stop_summary(const stop_record* req, const std::string& result,
+                            const std::string& mode);
+
 /// Loads execution `id` and renders its document: steps in graph order
 /// (steps never started appear `pending` with attempt 0), and with
 /// `opts.children` every descendant under `children`.

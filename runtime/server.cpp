@@ -650,9 +650,19 @@ private:
       result = rt_.await_stop(*ticket, millis{static_cast<int64_t>(wait * 1000)});
     spdlog::info("event=stop.request user={} execution={} mode={} stop={} result={}", c.user,
                  rec.id, to_string(mode), ticket->request.id, to_string(result));
+    // The answer is the execution document (SPEC §7), the stop's own
+    // outcome inside it.
     auto doc = load_document(db_, rec.id, {true, false});
-    json body = {{"result", to_string(result)}, {"execution", doc ? *doc : json(nullptr)}};
-    return {result == stop_result::stopping ? 202 : 200, std::move(body)};
+    if (!doc) {
+      auto e = from_error(doc.error());
+      return {e.status, error_body(e)};
+    }
+    std::optional<stop_record> stored;
+    if (!ticket->request.id.empty())
+      if (auto s = db_.stop(ticket->request.id))
+        stored = std::move(*s);
+    (*doc)["stop"] = stop_summary(stored ? &*stored : nullptr, to_string(result), to_string(mode));
+    return {result == stop_result::stopping ? 202 : 200, std::move(*doc)};
   }
 
   /// Reads a stop body `{mode, wait}`; answers the error itself when bad.

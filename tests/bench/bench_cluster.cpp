@@ -204,12 +204,12 @@ outcome run(const std::string& scenario, int steps, int workers) {
   auto s0 = clock_type::now();
   auto stop = post_json(c, "/v1/executions/" + id + "/stop", {{"mode", "graceful"}, {"wait", 60}});
   r.stop_ms = ms_since(s0);
-  r.stop_result = std::to_string(stop.status) + " " + stop.body.value("result", "?");
+  r.stop_result = std::to_string(stop.status) + " " + stop_result_of(stop.body);
   r.dead_at_answer = alive(pids) == 0;
   auto d0 = clock_type::now();
   if (eventually([&] { return alive(pids) == 0; }, 10s))
     r.all_dead_ms = ms_since(d0);
-  if (stop.status == 200 && stop.body.value("result", "") == "stopped" && r.dead_at_answer
+  if (stop.status == 200 && stop_result_of(stop.body, "") == "stopped" && r.dead_at_answer
       && pids.size() == static_cast<size_t>(steps))
     r.ok = true;
   else if (stop.status != 200)

@@ -143,10 +143,8 @@ void client_loop(int port, int index, clock_type::time_point end, totals& t) {
                      json{{"mode", "graceful"}, {"wait", 30}});
     lat.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
     ++t.stops;
-    auto result = stop.body.is_object() ? stop.body.value("result", "") : "";
-    auto status = stop.body.is_object() && stop.body["execution"].is_object()
-                    ? stop.body["execution"].value("status", "")
-                    : "";
+    auto result = stop_result_of(stop.body, "");
+    auto status = stop.body.is_object() ? stop.body.value("status", "") : "";
     if (stop.status != 200 || result != "stopped" || status != "stopped") {
       ++t.wrong_stop_answers;
       note(t, "stop -> " + std::to_string(stop.status) + " result=" + result

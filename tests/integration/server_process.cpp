@@ -374,6 +374,16 @@ http_answer request(httplib::Client& c, const std::string& method, const std::st
   return a;
 }
 
+std::string stop_result_of(const json& body, const std::string& fallback) {
+  if (!body.is_object())
+    return fallback;
+  auto stop = body.find("stop");
+  if (stop == body.end() || !stop->is_object())
+    return fallback;
+  auto result = stop->find("result");
+  return result != stop->end() && result->is_string() ? result->get<std::string>() : fallback;
+}
+
 http_answer post_json(httplib::Client& c, const std::string& path, const json& body) {
   return request(c, "POST", path, body.dump());
 }

@@ -244,6 +244,10 @@ struct http_answer {
   std::string www_authenticate; ///< the `WWW-Authenticate` header, "" when none
 };
 
+/// The `stop.result` of a stop answer's body (SPEC §7: the execution
+/// document with the stop inside); `fallback` when there is none.
+std::string stop_result_of(const json& body, const std::string& fallback = "?");
+
 /// Any request: `method` GET, POST, PUT, DELETE, PATCH or OPTIONS.
 http_answer request(httplib::Client& c, const std::string& method, const std::string& path,
                     const std::string& body = {},

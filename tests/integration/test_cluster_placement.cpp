@@ -362,9 +362,9 @@ TEST_CASE("a stop on the root ends the subprocesses on both workers through the 
        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
   CHECK(read_file(d + "/sig.log") == "INT\nTERM\n");
   CHECK(took >= 2s); // both grace periods passed
-  CHECK(stop.body["result"] == "stopped");
+  CHECK(stop.body["stop"]["result"] == "stopped");
 
-  auto& answered = stop.body["execution"];
+  auto& answered = stop.body;
   auto doc = execution_of(sup, id);
   INFO("answered: " << answered.dump(2) << "\nstored: " << doc.dump(2));
   for (auto* snap : {&answered, &doc}) {
@@ -657,7 +657,7 @@ TEST_CASE("an agent step on the supervisor messages an agent that lives on a wor
   kill_group(pid); // cleanup, should the check fail
   INFO("stop: " << stop.status << " " << stop.text);
   REQUIRE(stop.status == 200);
-  CHECK(stop.body["result"] == "stopped");
+  CHECK(stop.body["stop"]["result"] == "stopped");
   CHECK(dead); // the answer came after the remote down
   auto sender_doc = execution_of(sup, id2);
   CHECK(sender_doc["status"] == "stopped");

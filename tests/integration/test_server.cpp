@@ -237,8 +237,12 @@ TEST_CASE("an execution registered, started, followed, stopped, resumed and comp
   auto stop = post_json(c, "/v1/executions/" + id + "/stop", {{"mode", "graceful"}, {"wait", 20}});
   INFO("stop: " << stop.text);
   REQUIRE(stop.status == 200);
-  CHECK(stop.body["result"] == "stopped");
-  auto& stopped = stop.body["execution"];
+  // The answer is the execution document with the stop's outcome inside.
+  CHECK(stop.body["stop"]["result"] == "stopped");
+  CHECK(stop.body["stop"]["mode"] == "graceful");
+  CHECK(stop.body["stop"]["id"].is_string());
+  CHECK(ms_of(stop.body["stop"]["handled_at"]) >= ms_of(stop.body["stop"]["requested_at"]));
+  auto& stopped = stop.body;
   CHECK(stopped["id"] == id);
   CHECK(stopped["status"] == "stopped");
   CHECK(stopped["reason"] == "requested");
@@ -330,9 +334,11 @@ TEST_CASE("an execution registered, started, followed, stopped, resumed and comp
   CHECK(again.body["status"] == "completed");
   auto nothing = post_json(c, "/v1/executions/" + id + "/stop", {{"wait", 1}});
   CHECK(nothing.status == 200);
-  CHECK(nothing.body["result"] == "no_execution");
-  CHECK(nothing.body["execution"]["status"] == "completed");
-  CHECK(nothing.body["execution"]["outputs"] == done["outputs"]);
+  CHECK(nothing.body["stop"]["result"] == "no_execution");
+  CHECK(nothing.body["stop"]["id"].is_null());
+  CHECK(nothing.body["id"] == id);
+  CHECK(nothing.body["status"] == "completed");
+  CHECK(nothing.body["outputs"] == done["outputs"]);
 }
 
 // -- authentication and ownership --------------------------------------------------------------
@@ -643,7 +649,7 @@ TEST_CASE("bad requests answer 4xx with the error body and leave no state behind
   CHECK(held.body["steps"]["nap"]["attempt"] == 1);
   auto stop = post_json(c, e + "/stop", {{"mode", "force"}, {"wait", 20}});
   CHECK(stop.status == 200);
-  CHECK(stop.body["result"] == "stopped");
+  CHECK(stop.body["stop"]["result"] == "stopped");
 }
 
 TEST_CASE("a graph body over 8 KiB is read whole up to max_request_bytes as JSON or text, and "
@@ -976,7 +982,7 @@ TEST_CASE("read commands from another process on the server's home leave its liv
   check_error(post_json(c, "/v1/executions/" + id + "/resume"), 409, "wrong_state", "");
   auto stop = post_json(c, "/v1/executions/" + id + "/stop", {{"wait", 20}});
   CHECK(stop.status == 200);
-  CHECK(stop.body["execution"]["reason"] == "requested");
+  CHECK(stop.body["reason"] == "requested");
 }
 
 // -- metrics ------------------------------------------------------------------------------------
@@ -1010,7 +1016,7 @@ TEST_CASE("/metrics exposes every metric family and its values move after a run 
         == sample(m0, "canopy_executions{status=\"running\"}") + 1);
   auto stop = post_json(c, "/v1/executions/" + slow + "/stop", {{"wait", 20}});
   REQUIRE(stop.status == 200);
-  REQUIRE(stop.body["result"] == "stopped");
+  REQUIRE(stop.body["stop"]["result"] == "stopped");
 
   auto after = request(anon, "GET", "/metrics");
   REQUIRE(after.status == 200);
@@ -1071,8 +1077,8 @@ TEST_CASE("every stop with wait of a running execution answers stopped",
         auto doc = wait_until(c, id, [](const json& d) { return step_is(d, "nap", "running"); });
         auto stop = post_json(c, "/v1/executions/" + id + "/stop", {{"wait", 20}});
         std::lock_guard<std::mutex> guard{mtx};
-        ++answers[std::to_string(stop.status) + " " + stop.body.value("result", "?") + " "
-                  + stop.body["execution"].value("status", "?")];
+        ++answers[std::to_string(stop.status) + " " + stop_result_of(stop.body) + " "
+                  + stop.body.value("status", "?")];
       }
     });
   for (auto& t : pool)
@@ -1119,9 +1125,9 @@ TEST_CASE("a graceful stop whose wait runs out answers 202 stopping, and a force
   auto pending = post_json(c, "/v1/executions/" + a + "/stop", {{"wait", 0.2}});
   INFO(pending.text);
   CHECK(pending.status == 202);
-  CHECK(pending.body["result"] == "stopping");
-  CHECK(pending.body["execution"]["id"] == a);
-  CHECK(pending.body["execution"]["status"] == "stopping");
+  CHECK(pending.body["stop"]["result"] == "stopping");
+  CHECK(pending.body["id"] == a);
+  CHECK(pending.body["status"] == "stopping");
   auto later = wait_status(c, a, "stopped", 20s);
   CHECK(later["status"] == "stopped");
   CHECK(later["reason"] == "requested");
@@ -1132,7 +1138,7 @@ TEST_CASE("a graceful stop whose wait runs out answers 202 stopping, and a force
   auto took = std::chrono::steady_clock::now() - t0;
   INFO(forced.text);
   CHECK(forced.status == 200);
-  CHECK(forced.body["execution"]["status"] == "stopped");
+  CHECK(forced.body["status"] == "stopped");
   CHECK(took < 10s);
 }
 
@@ -1172,9 +1178,9 @@ TEST_CASE("a child execution appears in /tree, follows its parent's stop, and be
 
   auto stop = post_json(c, "/v1/executions/" + id + "/stop", {{"wait", 20}});
   REQUIRE(stop.status == 200);
-  CHECK(stop.body["execution"]["status"] == "stopped");
-  CHECK(step_is(stop.body["execution"], "first", "completed"));
-  CHECK(step_is(stop.body["execution"], "sub", "pending"));
+  CHECK(stop.body["status"] == "stopped");
+  CHECK(step_is(stop.body, "first", "completed"));
+  CHECK(step_is(stop.body, "sub", "pending"));
   auto c_doc = get_json(c, "/v1/executions/" + child_id).body;
   CHECK(c_doc["status"] == "stopped");
   CHECK(c_doc["reason"] == "parent_stopped");
@@ -1248,12 +1254,12 @@ TEST_CASE("stopping a graph stops every unfinished execution of it and answers t
   // wait 0: 202 stopping, then stopped; a second stop answers no_execution.
   auto quick = post_json(c, "/v1/executions/" + b1 + "/stop", {{"wait", 0}});
   CHECK(quick.status == 202);
-  CHECK(quick.body["result"] == "stopping");
-  CHECK(quick.body["execution"]["id"] == b1);
+  CHECK(quick.body["stop"]["result"] == "stopping");
+  CHECK(quick.body["id"] == b1);
   CHECK(wait_status(c, b1, "stopped")["status"] == "stopped");
   auto twice = post_json(c, "/v1/executions/" + b1 + "/stop", {{"wait", 1}});
   CHECK(twice.status == 200);
-  CHECK(twice.body["result"] == "no_execution");
+  CHECK(twice.body["stop"]["result"] == "no_execution");
 }
 
 TEST_CASE("listings filter by status and graph and page with a cursor", "[integration][server]") {

@@ -99,7 +99,7 @@ TEST_CASE("1000 stops sent the instant an execution starts over HTTP are each an
         std::lock_guard<std::mutex> guard{mtx};
         roots.push_back(id);
         slowest_ms = std::max(slowest_ms, ms);
-        ++answers[std::to_string(stop.status) + " " + stop.body.value("result", "?")];
+        ++answers[std::to_string(stop.status) + " " + stop_result_of(stop.body)];
       }
     });
   for (auto& t : pool)
