@@ -835,6 +835,52 @@ caf::expected<registered_graph> store::registered(const std::string& owner,
                                       decode_registered_graph);
 }
 
+caf::expected<std::vector<registered_graph>>
+store::registered_graphs(const std::string& owner, const std::string& after,
+                         size_t limit) const {
+  std::vector<registered_graph> out;
+  auto prefix = owner + '\0';
+  // A name never holds NUL: `after`'s own keys (after \0 version) sort
+  // before `after` \1, every longer or greater name at or after it.
+  auto start = after.empty() ? prefix : prefix + after + '\1';
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    // Keys are owner \0 name \0 version (big endian): a name's newest
+    // version is the last of its run of keys.
+    std::string name, newest;
+    caf::error bad;
+    auto emit = [&] {
+      if (name.empty())
+        return true;
+      auto g = decode_registered_graph(newest);
+      if (!g) {
+        bad = g.error();
+        return false;
+      }
+      out.push_back(std::move(*g));
+      return limit == 0 || out.size() < limit;
+    };
+    bool more = true;
+    scan_prefix(txn, registry_, prefix, start, [&](const MDB_val& k, const MDB_val& v) {
+      auto key = std::string_view{static_cast<const char*>(k.mv_data), k.mv_size};
+      auto this_name = key.substr(prefix.size());
+      this_name = this_name.substr(0, this_name.find('\0'));
+      if (this_name != name) {
+        if (!(more = emit()))
+          return false;
+        name = std::string{this_name};
+      }
+      newest.assign(static_cast<const char*>(v.mv_data), v.mv_size);
+      return true;
+    });
+    if (more)
+      emit();
+    return bad;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 caf::expected<size_t> store::registered_count(const std::string& owner) const {
   size_t count = 0;
   auto prefix = owner + '\0';
@@ -1114,37 +1160,63 @@ caf::error store::commit(write_batch& batch) {
             if (auto rec = load_execution(txn, executions_, x.execution_id))
               touch(rec->root_id, rec->id, rec->parent_id);
       };
+      // One execution and everything keyed by it (see write_batch).
+      auto delete_execution = [&](const std::string& id) {
+        MDB_val k = as_val(id);
+        execution_record rec;
+        MDB_val v;
+        if (mdb_get(txn, executions_, &k, &v) == 0) {
+          if (auto r = decode_execution(as_view(v)))
+            rec = std::move(*r);
+          mdb_del(txn, executions_, &k, nullptr);
+          if (!rec.parent_id.empty()) {
+            auto ck = pair_key(rec.parent_id, id);
+            MDB_val ckv = as_val(ck);
+            mdb_del(txn, children_, &ckv, nullptr);
+          }
+          if (!rec.agent.empty()) {
+            auto rk = agent_prefix(rec.owner, rec.agent) + id;
+            MDB_val rkv = as_val(rk);
+            mdb_del(txn, agent_runs_, &rkv, nullptr);
+          }
+        }
+        mdb_del(txn, graphs_, &k, nullptr);
+        mdb_del(txn, live_, &k, nullptr);
+        if (rec.root_id.empty() || rec.root_id == id)
+          del_prefix(d.subtrees, id + '\0');
+        del_prefix(steps_, id + '\0');
+        del_prefix(events_, id + '\0');
+        if (!rec.root_id.empty() && rec.root_id != id)
+          deleted_in_tree[rec.root_id][id] = seq;
+        mdb_del(txn, counters_, &k, nullptr);
+      };
+      // `root` and every execution below it (the children index holds every
+      // child ever created), when `root` is a root whose stored status is
+      // terminal; else nothing.
+      auto settled_tree = [&](const std::string& root) {
+        std::vector<std::string> ids;
+        auto rec = load_execution(txn, executions_, root);
+        if (!rec || rec->root_id != root || !is_terminal(rec->status))
+          return ids;
+        ids.push_back(root);
+        for (size_t i = 0; i < ids.size(); ++i) {
+          auto prefix = ids[i] + '\0';
+          scan_prefix(txn, children_, prefix, prefix, [&](const MDB_val& key, const MDB_val&) {
+            ids.emplace_back(static_cast<const char*>(key.mv_data) + prefix.size(),
+                             key.mv_size - prefix.size());
+            return true;
+          });
+        }
+        return ids;
+      };
       std::string kbuf, vbuf;
       std::function<void(write_batch&)> apply = [&](write_batch& b) {
         materialize_touched(b);
-        for (auto& id : b.deleted_executions) {
-          MDB_val k = as_val(id);
-          execution_record rec;
-          MDB_val v;
-          if (mdb_get(txn, executions_, &k, &v) == 0) {
-            if (auto r = decode_execution(as_view(v)))
-              rec = std::move(*r);
-            mdb_del(txn, executions_, &k, nullptr);
-            if (!rec.parent_id.empty()) {
-              auto ck = pair_key(rec.parent_id, id);
-              MDB_val ckv = as_val(ck);
-              mdb_del(txn, children_, &ckv, nullptr);
-            }
-            if (!rec.agent.empty()) {
-              auto rk = agent_prefix(rec.owner, rec.agent) + id;
-              MDB_val rkv = as_val(rk);
-              mdb_del(txn, agent_runs_, &rkv, nullptr);
-            }
-          }
-          mdb_del(txn, graphs_, &k, nullptr);
-          mdb_del(txn, live_, &k, nullptr);
-          if (rec.root_id.empty() || rec.root_id == id)
-            del_prefix(d.subtrees, id + '\0');
-          del_prefix(steps_, id + '\0');
-          del_prefix(events_, id + '\0');
-          if (!rec.root_id.empty() && rec.root_id != id)
-            deleted_in_tree[rec.root_id][id] = seq;
-        }
+        for (auto& id : b.deleted_executions)
+          delete_execution(id);
+        for (auto& root : b.deleted_trees)
+          for (auto& id : settled_tree(root))
+            delete_execution(id);
         for (auto& x : b.executions) {
           if (any_pending && is_terminal(x.status))
             settle.insert(x.id);

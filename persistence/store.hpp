@@ -107,6 +107,11 @@ struct write_batch {
   /// Executions to delete, with their steps, graph, index entries and events
   /// (also those in their root's log: SPEC §4.9, nothing of them remains).
   std::vector<std::string> deleted_executions;
+  /// Root executions to delete with their whole trees (every execution the
+  /// children index holds below them), each as `deleted_executions` says,
+  /// only when the root's stored status is terminal when the transaction
+  /// applies it; else nothing of that tree (read the root back to know).
+  std::vector<std::string> deleted_trees;
   /// New stop requests (SPEC §4.1). Each is stored once, by id: writing a
   /// request again does nothing, so delivering it twice is harmless. The
   /// store writes its `stop.requested` event, and answers it itself: a
@@ -144,7 +149,8 @@ struct write_batch {
 
   bool empty() const {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
-           && events.empty() && deleted_executions.empty() && stops.empty()
+           && events.empty() && deleted_executions.empty() && deleted_trees.empty()
+           && stops.empty()
            && counters.empty() && registered.empty() && agents.empty() && history.empty()
            && settle_stops.empty() && subtree_stops.empty() && nested.empty();
   }
@@ -260,6 +266,12 @@ public:
   ///          `owner`, or `not_found`.
   caf::expected<registered_graph> registered(const std::string& owner, const std::string& name,
                                              int version = 0) const;
+
+  /// @returns the newest version of each graph `owner` registered whose name
+  ///          sorts after `after` ("" from the first), in name order, at most
+  ///          `limit` (0: all). Thread-safe.
+  caf::expected<std::vector<registered_graph>>
+  registered_graphs(const std::string& owner, const std::string& after, size_t limit) const;
 
   /// @returns how many graph names `owner` registered (versions count once).
   caf::expected<size_t> registered_count(const std::string& owner) const;

@@ -611,6 +611,42 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   return h;
 }
 
+caf::error runtime::delete_tree(const std::string& id) {
+  auto rec = db_->execution(id);
+  if (!rec)
+    return rec.error();
+  if (rec->root_id != id)
+    return make_error(runtime_errc::wrong_state, "execution " + id + " is a child of "
+                                                   + rec->root_id + ": delete its root");
+  auto live = [&] {
+    return make_error(runtime_errc::wrong_state,
+                      "execution " + id + " is live (" + to_string(rec->status)
+                        + "): stop it, or wait until its tree has settled");
+  };
+  if (!is_terminal(rec->status))
+    return live();
+  auto running = db_->live();
+  if (!running)
+    return running.error();
+  for (auto& r : *running)
+    if (r.root_id == id)
+      return live();
+  write_batch batch;
+  batch.deleted_trees.push_back(id);
+  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value,
+                                  std::move(batch)))
+    return err;
+  // A resume between the checks and the commit: the store kept the tree.
+  auto again = db_->execution(id);
+  if (again) {
+    rec = std::move(*again);
+    return live();
+  }
+  if (!is(again.error(), persistence_errc::not_found))
+    return again.error();
+  return caf::none;
+}
+
 caf::expected<execution_handle> runtime::resume(const std::string& id,
                                                 std::optional<double> budget) {
   auto rec = db_->execution(id);

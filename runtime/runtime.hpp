@@ -232,6 +232,14 @@ public:
   caf::expected<execution_handle> resume(const std::string& id,
                                          std::optional<double> budget = std::nullopt);
 
+  /// Deletes root execution `id` with its whole tree (records, steps,
+  /// graphs, events, counters) in one transaction, once it is settled
+  /// (issue #14). @returns none; `not_found`; `wrong_state` when `id` is not
+  /// a root or its tree is live (then nothing is deleted: the store checks
+  /// the root's status in the deleting transaction). Threading: any thread;
+  /// blocks for one commit.
+  caf::error delete_tree(const std::string& id);
+
   // -- agents (SPEC §9) --------------------------------------------------------
 
   /// Creates agent `name` of `owner` running `g` with policy `on_busy`, living

@@ -260,11 +260,13 @@ public:
     add("GET", "/healthz", false, &api_server::healthz);
     add("GET", "/metrics", false, &api_server::get_metrics);
     add("POST", "/v1/graphs", true, &api_server::post_graph);
+    add("GET", "/v1/graphs", true, &api_server::list_graphs);
     add("GET", "/v1/graphs/{id}", true, &api_server::get_graph);
     add("POST", "/v1/graphs/{id}/executions", true, &api_server::start_execution);
     add("POST", "/v1/graphs/{id}/stop", true, &api_server::stop_graph);
     add("GET", "/v1/executions", true, &api_server::list_executions);
     add("GET", "/v1/executions/{id}", true, &api_server::get_execution);
+    add("DELETE", "/v1/executions/{id}", true, &api_server::delete_execution);
     add("GET", "/v1/executions/{id}/tree", true, &api_server::get_tree);
     add("POST", "/v1/executions/{id}/stop", true, &api_server::stop_execution);
     add("POST", "/v1/executions/{id}/resume", true, &api_server::resume_execution);
@@ -561,6 +563,45 @@ private:
     return std::move(*rg);
   }
 
+  /// Reads `?limit=` (1 to max_page, default default_page) into `limit`;
+  /// answers 400 itself when it is bad.
+  bool page_limit(call& c, size_t& limit) {
+    limit = default_page;
+    if (!c.req.has_param("limit"))
+      return true;
+    uint64_t n = 0;
+    if (!parse_uint(c.req.get_param_value("limit"), n) || n == 0 || n > max_page) {
+      reply(c.res, bad_request("limit must be an integer from 1 to " + std::to_string(max_page)));
+      return false;
+    }
+    limit = n;
+    return true;
+  }
+
+  /// The caller's registered graphs, newest version each, by id; `next` is
+  /// the cursor (the last id) while a page is full.
+  void list_graphs(call& c) {
+    std::string after;
+    if (c.req.has_param("cursor")) {
+      after = c.req.get_param_value("cursor");
+      if (!valid_name(after))
+        return reply(c.res, bad_request("bad cursor '" + after + "'"));
+    }
+    size_t limit = 0;
+    if (!page_limit(c, limit))
+      return;
+    auto graphs = db_.registered_graphs(c.user, after, limit);
+    if (!graphs)
+      return reply(c.res, from_error(graphs.error()));
+    json items = json::array();
+    for (auto& g : *graphs)
+      items.push_back({{"id", g.name},
+                       {"version", g.version},
+                       {"created_at", to_rfc3339(g.created_at)}});
+    json next = graphs->size() == limit ? json(graphs->back().name) : json(nullptr);
+    reply(c.res, 200, {{"items", std::move(items)}, {"next", next}});
+  }
+
   void get_graph(call& c) {
     int version = 0;
     if (c.req.has_param("version")) {
@@ -750,13 +791,8 @@ private:
       if (!valid_id(f.before))
         return reply(c.res, bad_request("bad cursor '" + f.before + "'"));
     }
-    f.limit = default_page;
-    if (c.req.has_param("limit")) {
-      uint64_t n = 0;
-      if (!parse_uint(c.req.get_param_value("limit"), n) || n == 0 || n > max_page)
-        return reply(c.res, bad_request("limit must be an integer from 1 to 1000"));
-      f.limit = n;
-    }
+    if (!page_limit(c, f.limit))
+      return;
     auto recs = db_.list(f);
     if (!recs)
       return reply(c.res, from_error(recs.error()));
@@ -765,6 +801,18 @@ private:
       items.push_back(execution_summary(r));
     json next = recs->size() == f.limit ? json(recs->back().id) : json(nullptr);
     reply(c.res, 200, {{"items", std::move(items)}, {"next", next}});
+  }
+
+  /// Deletes a settled root's whole tree: 204; 409 `wrong_state` for a
+  /// child or a live tree.
+  void delete_execution(call& c) {
+    auto rec = owned(c, c.capture);
+    if (!rec)
+      return;
+    if (auto err = rt_.delete_tree(rec->id))
+      return reply(c.res, from_error(err));
+    spdlog::info("event=execution.deleted user={} execution={}", c.user, rec->id);
+    c.res.status = 204;
   }
 
   void get_execution(call& c) {

@@ -168,6 +168,7 @@ const std::vector<std::pair<std::string, std::string>> api_routes{
   {"GET", "/healthz"},
   {"GET", "/metrics"},
   {"POST", "/v1/graphs"},
+  {"GET", "/v1/graphs"},
   {"GET", "/v1/graphs/{id}"},
   {"POST", "/v1/graphs/{id}/executions"},
   {"POST", "/v1/graphs/{id}/stop"},
@@ -200,7 +201,7 @@ TEST_CASE("the route table matches patterns segment by segment, HEAD as GET, and
   CHECK(m.capture == "abc123");
   CHECK(t.match("HEAD", "/healthz"));
   CHECK(t.match("GET", "/v1/executions").capture.empty());
-  auto wrong_method = t.match("DELETE", "/v1/executions/abc");
+  auto wrong_method = t.match("PUT", "/v1/executions/abc");
   CHECK_FALSE(wrong_method);
   CHECK(wrong_method.path_known);
   for (auto path : {"/v1/graphs/", "/healthz/", "//healthz", "/v1//stop", "v1/graphs",
@@ -212,7 +213,10 @@ TEST_CASE("the route table matches patterns segment by segment, HEAD as GET, and
   }
   CHECK(t.label("POST", "/v1/graphs/g/stop") == "/v1/graphs/{id}/stop");
   auto labels = t.labels();
-  CHECK(labels.size() == api_routes.size() + 1);
+  std::set<std::string> patterns;
+  for (auto& route : api_routes)
+    patterns.insert(route.second);
+  CHECK(labels.size() == patterns.size() + 1);
   CHECK(labels.back() == "unknown");
 }
 

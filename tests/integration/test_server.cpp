@@ -1313,3 +1313,86 @@ TEST_CASE("listings filter by status and graph and page with a cursor", "[integr
   auto bob = srv.client(bob_token);
   CHECK(listed_ids(bob).empty());
 }
+
+TEST_CASE("GET /v1/graphs lists the caller's graphs by id, newest version each, page by page",
+          "[integration][server]") {
+  server_process srv;
+  auto alice = srv.client(alice_token);
+  auto bob = srv.client(bob_token);
+  auto noop = [](const std::string& name, int n) {
+    return json{{"name", name}, {"steps", {{"s" + std::to_string(n), {{"fn", "noop"}}}}}};
+  };
+  CHECK(get_json(alice, "/v1/graphs").body == json{{"items", json::array()}, {"next", nullptr}});
+  register_graph(alice, noop("beta", 1));
+  CHECK(register_graph(alice, noop("beta", 2)) == 2);
+  register_graph(alice, noop("alpha", 1));
+  register_graph(alice, noop("gamma", 1));
+  register_graph(bob, noop("bobs", 1));
+
+  auto all = get_json(alice, "/v1/graphs");
+  INFO(all.text);
+  REQUIRE(all.status == 200);
+  std::vector<std::string> seen;
+  for (auto& g : all.body["items"]) {
+    seen.push_back(g["id"].get<std::string>() + "@" + std::to_string(g["version"].get<int>()));
+    CHECK_NOTHROW(ms_of(g["created_at"]));
+  }
+  CHECK(seen == std::vector<std::string>{"alpha@1", "beta@2", "gamma@1"});
+  CHECK(all.body["next"].is_null());
+
+  auto page1 = get_json(alice, "/v1/graphs?limit=2");
+  REQUIRE(page1.body["items"].size() == 2);
+  REQUIRE(page1.body["next"] == "beta");
+  auto page2 = get_json(alice, "/v1/graphs?limit=2&cursor=beta");
+  REQUIRE(page2.body["items"].size() == 1);
+  CHECK(page2.body["items"][0]["id"] == "gamma");
+  CHECK(page2.body["next"].is_null());
+
+  auto theirs = get_json(bob, "/v1/graphs");
+  REQUIRE(theirs.body["items"].size() == 1);
+  CHECK(theirs.body["items"][0]["id"] == "bobs");
+
+  CHECK(get_json(alice, "/v1/graphs?limit=0").status == 400);
+  CHECK(get_json(alice, "/v1/graphs?limit=1001").status == 400);
+  CHECK(get_json(alice, "/v1/graphs?cursor=a%2Fb").status == 400);
+  auto anon = srv.client();
+  CHECK(get_json(anon, "/v1/graphs").status == 401);
+}
+
+TEST_CASE("DELETE on a settled root removes its whole tree and events; a live tree, a child "
+          "and another user's execution are refused",
+          "[integration][server]") {
+  server_process srv;
+  auto alice = srv.client(alice_token);
+  auto bob = srv.client(bob_token);
+  register_graph(alice, {{"name", "inner"}, {"steps", {{"x", {{"fn", "noop"}}}}}});
+  register_graph(alice, {{"name", "outer"}, {"steps", {{"sub", {{"graph", "inner"}}}}}});
+  register_graph(alice, sleeper_graph("slow", 600000));
+  auto root = start(alice, "outer")["id"].get<std::string>();
+  auto done = wait_status(alice, root, "completed");
+  REQUIRE(done["status"] == "completed");
+  auto child = done["steps"]["sub"].value("child_id", "");
+  REQUIRE(!child.empty());
+  auto live = start(alice, "slow")["id"].get<std::string>();
+  REQUIRE(wait_status(alice, live, "running")["status"] == "running");
+
+  check_error(request(bob, "DELETE", "/v1/executions/" + root), 404, "not_found", "");
+  check_error(request(alice, "DELETE", "/v1/executions/" + child), 409, "wrong_state", "");
+  check_error(request(alice, "DELETE", "/v1/executions/" + live), 409, "wrong_state", "");
+  check_error(request(alice, "DELETE", "/v1/executions/01nosuchexecution000000000"), 404,
+              "not_found", "");
+  CHECK(get_json(alice, "/v1/executions/" + root).status == 200);
+  CHECK(get_json(alice, "/v1/executions/" + live).body["status"] == "running");
+
+  auto deleted = request(alice, "DELETE", "/v1/executions/" + root);
+  INFO(deleted.text);
+  CHECK(deleted.status == 204);
+  for (auto& id : {root, child}) {
+    CHECK(get_json(alice, "/v1/executions/" + id).status == 404);
+    CHECK(get_json(alice, "/v1/executions/" + id + "/events").status == 404);
+  }
+  auto listed = listed_ids(alice);
+  CHECK(listed.count(root) == 0);
+  CHECK(listed.count(live) == 1);
+  CHECK(request(alice, "DELETE", "/v1/executions/" + root).status == 404);
+}

@@ -320,6 +320,46 @@ TEST_CASE("a stored graph round-trips", "[persistence][store]") {
   CHECK(is_errc(missing.error(), persistence_errc::not_found));
 }
 
+TEST_CASE("the registered graphs of an owner list by name, newest version each, from a "
+          "cursor",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  write_batch b;
+  auto reg = [&](const std::string& owner, const std::string& name, int version) {
+    registered_graph g;
+    g.owner = owner;
+    g.name = name;
+    g.version = version;
+    g.document = json{{"name", name}, {"v", version}};
+    g.created_at = 1000 + version;
+    b.registered.push_back(g);
+  };
+  reg("alice", "b", 1);
+  reg("alice", "b", 2);
+  reg("alice", "a", 1);
+  reg("alice", "ab", 1);
+  reg("alice", "c", 1);
+  reg("bob", "a", 7);
+  commit_ok(*db, b);
+  auto names = [&](const std::string& owner, const std::string& after, size_t limit) {
+    std::vector<std::string> out;
+    for (auto& g : get(db->registered_graphs(owner, after, limit)))
+      out.push_back(g.name + "@" + std::to_string(g.version) + ":"
+                    + std::to_string(g.document["v"].get<int>()));
+    return out;
+  };
+  using v = std::vector<std::string>;
+  CHECK(names("alice", "", 0) == v{"a@1:1", "ab@1:1", "b@2:2", "c@1:1"});
+  CHECK(names("alice", "", 2) == v{"a@1:1", "ab@1:1"});
+  CHECK(names("alice", "a", 2) == v{"ab@1:1", "b@2:2"});
+  CHECK(names("alice", "ab", 0) == v{"b@2:2", "c@1:1"});
+  CHECK(names("alice", "b", 1) == v{"c@1:1"});
+  CHECK(names("alice", "c", 5).empty());
+  CHECK(names("bob", "", 0) == v{"a@7:7"});
+  CHECK(names("carol", "", 0).empty());
+}
+
 TEST_CASE("events round-trip and their seqs are assigned into the batch",
           "[persistence][store]") {
   test::temp_dir dir;
@@ -654,6 +694,78 @@ TEST_CASE("deleted_executions removes the record, steps, graph and child index e
     commit_ok(*db, again);
     CHECK(get(db->children("p")) == std::vector<std::string>{"c", "cd"});
     CHECK(get(db->steps("c")).empty());
+  }
+}
+
+TEST_CASE("deleted_trees removes a settled root's whole tree and leaves a live one and its "
+          "neighbours alone",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  write_batch b;
+  // Tree r: r → c → g (grandchild); tree q, live; another root r2.
+  b.executions.push_back(make_exec("r", "g", execution_status::running));
+  b.executions.push_back(make_exec("c", "g", execution_status::running, "r", "r"));
+  auto grand = make_exec("g", "g", execution_status::running, "c", "r");
+  grand.depth = 2;
+  b.executions.push_back(grand);
+  b.executions.push_back(make_exec("q", "g", execution_status::running));
+  b.executions.push_back(make_exec("r2", "g", execution_status::completed));
+  for (auto id : {"r", "c", "g", "q", "r2"}) {
+    b.steps.push_back(make_step(id, "s1"));
+    b.graphs.emplace_back(id, stored_graph{json{{"steps", json::object()}}, "/", json::object()});
+  }
+  b.events.push_back(make_event("r", "r", "execution.queued"));
+  b.events.push_back(make_event("g", "r", "execution.queued"));
+  b.events.push_back(make_event("r2", "r2", "execution.queued"));
+  tree_counters tc;
+  tc.steps = 3;
+  b.counters.emplace_back("r", tc);
+  commit_ok(*db, b);
+  // The whole tree settles (children first, as a snapshot writes them).
+  write_batch end;
+  for (auto id : {"g", "c", "r"}) {
+    auto x = get(db->execution(id));
+    x.status = execution_status::completed;
+    end.executions.push_back(x);
+  }
+  commit_ok(*db, end);
+
+  SECTION("a live root is kept whole") {
+    write_batch del;
+    del.deleted_trees.push_back("q");
+    commit_ok(*db, del);
+    CHECK(get(db->execution("q")).id == "q");
+    CHECK(names_of(get(db->steps("q"))) == std::vector<std::string>{"s1"});
+  }
+  SECTION("a child id is not a tree") {
+    write_batch del;
+    del.deleted_trees.push_back("c");
+    commit_ok(*db, del);
+    CHECK(get(db->execution("c")).id == "c");
+  }
+  SECTION("a settled root goes with every execution below it") {
+    write_batch del;
+    del.deleted_trees.push_back("r");
+    commit_ok(*db, del);
+    for (auto id : {"r", "c", "g"}) {
+      INFO(id);
+      auto rec = db->execution(id);
+      REQUIRE_FALSE(rec);
+      CHECK(is_errc(rec.error(), persistence_errc::not_found));
+      CHECK(get(db->steps(id)).empty());
+      CHECK_FALSE(db->graph(id));
+      CHECK(get(db->children(id)).empty());
+    }
+    CHECK(get(db->tree_events("r", 0)).empty());
+    CHECK(get(db->counters("r")).steps == 0);
+    // Its neighbours are untouched.
+    CHECK(get(db->execution("r2")).id == "r2");
+    CHECK(seqs_of(get(db->tree_events("r2", 0))).size() == 1);
+    CHECK(get(db->execution("q")).id == "q");
+    execution_filter all;
+    all.roots_only = false;
+    CHECK(ids_of(get(db->list(all))) == std::vector<std::string>{"r2", "q"});
   }
 }
 
