@@ -64,7 +64,8 @@ std::string describe(httplib::Error e) {
   }
 }
 
-void set_timeout(httplib::Client& c, millis connect, millis read) {
+/// Timeouts of `c`, and TCP_NODELAY.
+void set_socket_options(httplib::Client& c, millis connect, millis read) {
   auto split = [](millis d, time_t& s, time_t& us) {
     s = static_cast<time_t>(d.count() / 1000);
     us = static_cast<time_t>((d.count() % 1000) * 1000);
@@ -75,6 +76,9 @@ void set_timeout(httplib::Client& c, millis connect, millis read) {
   split(read, s, us);
   c.set_read_timeout(s, us);
   c.set_write_timeout(s, us);
+  // A POST's head and body are two writes: Nagle would hold the body until
+  // the server's delayed ACK.
+  c.set_tcp_nodelay(true);
 }
 
 } // namespace
@@ -334,7 +338,7 @@ caf::expected<std::pair<int, std::string>>
 api_client::exchange(const std::string& method, const std::string& target, const json* body,
                      millis extra_wait) const {
   httplib::Client c{opts_.server.host, opts_.server.port};
-  set_timeout(c, opts_.connect_timeout, opts_.read_timeout + extra_wait);
+  set_socket_options(c, opts_.connect_timeout, opts_.read_timeout + extra_wait);
   httplib::Headers h = {{"Authorization", "Bearer " + opts_.token},
                         {"Accept", "application/json"}};
   auto res = method == "GET" ? c.Get(target, h)
@@ -565,7 +569,7 @@ caf::error api_client::stream_events(const std::string& id, uint64_t after,
   int failures = 0;
   for (;;) {
     httplib::Client c{opts_.server.host, opts_.server.port};
-    set_timeout(c, opts_.connect_timeout, opts_.stream_read_timeout);
+    set_socket_options(c, opts_.connect_timeout, opts_.stream_read_timeout);
     httplib::Headers h = {{"Authorization", "Bearer " + opts_.token},
                           {"Accept", "text/event-stream"},
                           {"Cache-Control", "no-cache"}};

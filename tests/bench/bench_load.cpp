@@ -94,6 +94,7 @@ http_answer call(totals& t, httplib::Client& c, const std::string& method,
 httplib::Client make_client(int port) {
   httplib::Client c{"127.0.0.1", port};
   c.set_keep_alive(true);
+  c.set_tcp_nodelay(true); // a POST's body is not held back by Nagle
   c.set_connection_timeout(10, 0);
   c.set_read_timeout(120, 0);
   c.set_write_timeout(60, 0);

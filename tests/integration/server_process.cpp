@@ -172,6 +172,7 @@ httplib::Client server_process::client(const std::string& token) const {
   c.set_connection_timeout(5, 0);
   c.set_read_timeout(60, 0);
   c.set_write_timeout(60, 0);
+  c.set_tcp_nodelay(true); // a POST's body is not held back by Nagle
   if (!token.empty())
     c.set_bearer_token_auth(token.c_str());
   return c;

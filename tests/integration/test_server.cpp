@@ -617,9 +617,11 @@ TEST_CASE("bad requests answer 4xx with the error body and leave no state behind
      "not_found", ""},
     {"an execution id with capitals", "GET", "/v1/executions/ABC", "", 404, "not_found", ""},
     {"an unknown graph", "GET", "/v1/graphs/nosuch", "", 404, "not_found", ""},
-    {"DELETE an execution", "DELETE", e, "", 405, "", ""},
+    {"DELETE a live execution", "DELETE", e, "", 409, "wrong_state", ""},
+    {"DELETE an execution's events", "DELETE", e + "/events", "", 405, "", ""},
     {"PUT a graph", "PUT", "/v1/graphs", "{}", 405, "", ""},
-    {"GET the graph collection", "GET", "/v1/graphs", "", 405, "", ""},
+    {"DELETE the graph collection", "DELETE", "/v1/graphs", "", 405, "", ""},
+    {"GET the graph collection with a bad limit", "GET", "/v1/graphs?limit=x", "", 400, "", ""},
     {"POST /healthz", "POST", "/healthz", "", 405, "", ""},
     {"GET a stop", "GET", e + "/stop", "", 405, "", ""},
     {"PATCH an execution", "PATCH", e, "{}", 405, "", ""},
@@ -1359,8 +1361,8 @@ TEST_CASE("GET /v1/graphs lists the caller's graphs by id, newest version each, 
   CHECK(get_json(anon, "/v1/graphs").status == 401);
 }
 
-TEST_CASE("DELETE on a settled root removes its whole tree and events; a live tree, a child "
-          "and another user's execution are refused",
+TEST_CASE("DELETE on a settled root removes its whole tree and events while a live tree and "
+          "a child and another user's execution are refused",
           "[integration][server]") {
   server_process srv;
   auto alice = srv.client(alice_token);
