@@ -881,6 +881,39 @@ store::registered_graphs(const std::string& owner, const std::string& after,
   return out;
 }
 
+caf::expected<store_usage> store::usage() const {
+  store_usage out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    MDB_envinfo info;
+    MDB_stat st;
+    if (int rc = mdb_env_info(env_, &info); rc != 0)
+      return make_error(persistence_errc::io_error, mdb_strerror(rc));
+    if (int rc = mdb_env_stat(env_, &st); rc != 0)
+      return make_error(persistence_errc::io_error, mdb_strerror(rc));
+    // The free list is database 0: each value is a list of page numbers
+    // whose first word is its length (what `mdb_stat -f` sums).
+    uint64_t free_pages = 0;
+    MDB_cursor* cur;
+    if (int rc = mdb_cursor_open(txn, 0, &cur); rc != 0)
+      return make_error(persistence_errc::io_error, mdb_strerror(rc));
+    MDB_val k, v;
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      size_t n = 0;
+      if (v.mv_size >= sizeof(n))
+        std::memcpy(&n, v.mv_data, sizeof(n));
+      free_pages += n;
+    }
+    mdb_cursor_close(cur);
+    out.file_bytes = (static_cast<uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
+    out.free_bytes = free_pages * st.ms_psize;
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 caf::expected<size_t> store::registered_count(const std::string& owner) const {
   size_t count = 0;
   auto prefix = owner + '\0';

@@ -181,6 +181,13 @@ struct execution_filter {
   std::string before;
 };
 
+/// How much of the store's file holds data (`store::usage`).
+struct store_usage {
+  uint64_t file_bytes = 0; ///< pages up to the last one ever used
+  uint64_t free_bytes = 0; ///< pages of those on LMDB's free list (reused by later writes)
+  uint64_t used_bytes() const { return file_bytes - free_bytes; }
+};
+
 /// Options of `store::open`.
 struct store_options {
   std::string home;
@@ -272,6 +279,10 @@ public:
   ///          `limit` (0: all). Thread-safe.
   caf::expected<std::vector<registered_graph>>
   registered_graphs(const std::string& owner, const std::string& after, size_t limit) const;
+
+  /// @returns how much of the file holds data, as of the last commit.
+  ///          Thread-safe.
+  caf::expected<store_usage> usage() const;
 
   /// @returns how many graph names `owner` registered (versions count once).
   caf::expected<size_t> registered_count(const std::string& owner) const;

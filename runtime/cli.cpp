@@ -796,6 +796,9 @@ int cli_main(int argc, char** argv) {
   agent_commands agents;
   add_agent_commands(app, agents, add_remote);
 
+  prune_options po;
+  add_prune_command(app, po);
+
   std::string file;
   auto validate = app.add_subcommand("validate", "check a graph file");
   validate->add_option("file", file, "graph file")->required();
@@ -842,6 +845,8 @@ int cli_main(int argc, char** argv) {
     return cmd_serve(g, max_parallel_opt->count() > 0, sf);
   if (validate->parsed())
     return cmd_validate(file, remote);
+  if (po.cmd->parsed())
+    return cmd_prune(g, po);
   if (worker->parsed()) {
     // `--max-parallel` is an alias of `--slots` (SPEC §13 rule 15).
     if (max_parallel_opt->count() > 0) {

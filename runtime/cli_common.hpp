@@ -165,4 +165,21 @@ void add_agent_commands(CLI::App& app, agent_commands& cmds,
 std::optional<int> run_agent_command(const agent_commands& cmds, const global_options& g,
                                      const remote_options& r);
 
+// -- prune (cli_prune.cpp) -------------------------------------------------------------
+
+struct prune_options {
+  CLI::App* cmd = nullptr;
+  std::string older_than;
+  std::string status;
+  bool dry_run = false;
+  bool json = false;
+};
+
+/// Adds `canopy prune --older-than D [--status S] [--dry-run] [--json]`.
+void add_prune_command(CLI::App& app, prune_options& o);
+
+/// Deletes the local home's settled trees past the age (issue #14).
+/// @returns the exit code.
+int cmd_prune(const global_options& g, const prune_options& o);
+
 } // namespace canopy::cli

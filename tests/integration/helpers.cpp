@@ -273,6 +273,10 @@ int64_t ms_of(const json& t) {
   return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
 }
 
+void touch(const std::string& path) {
+  std::ofstream{path} << "open\n";
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in{path, std::ios::binary};
   std::stringstream ss;

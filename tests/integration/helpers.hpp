@@ -139,4 +139,7 @@ int64_t ms_of(const json& t);
 /// Reads a whole file.
 std::string read_file(const std::string& path);
 
+/// Creates (or rewrites) the file `path`: opens a test's gate.
+void touch(const std::string& path);
+
 } // namespace canopy::test

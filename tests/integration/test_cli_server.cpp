@@ -158,10 +158,6 @@ json sleeper(const std::string& name) {
   return g;
 }
 
-void touch(const std::string& path) {
-  std::ofstream{path} << "go\n";
-}
-
 } // namespace
 
 // -- the client's parts ------------------------------------------------------------------

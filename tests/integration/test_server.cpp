@@ -70,10 +70,6 @@ json sleeper_graph(const std::string& name, int ms) {
   return {{"name", name}, {"steps", {{"nap", {{"fn", "sleep"}, {"with", {{"ms", ms}}}}}}}};
 }
 
-void touch(const std::string& path) {
-  std::ofstream{path} << "open\n";
-}
-
 /// Registers `doc`; @returns its version.
 int register_graph(httplib::Client& c, const json& doc) {
   auto a = post_json(c, "/v1/graphs", doc);

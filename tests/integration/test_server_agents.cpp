@@ -34,10 +34,6 @@ server_process::options inline_server(const std::string& home = {}) {
   return o;
 }
 
-void touch(const std::string& path) {
-  std::ofstream{path} << "open\n";
-}
-
 /// An agent graph of one `fn echo` step: the reply is
 /// `{"text": PREFIX + message, "history": the history it was given}`.
 json echo_agent_graph(const std::string& prefix) {

@@ -1,0 +1,114 @@
+#include "persistence/retention.hpp"
+
+#include "persistence/error.hpp"
+
+namespace canopy {
+
+std::optional<millis> retention_rules::age_of(execution_status status) const {
+  switch (status) {
+    case execution_status::completed: return completed;
+    case execution_status::failed: return failed;
+    case execution_status::stopped: return stopped;
+    default: return std::nullopt;
+  }
+}
+
+caf::expected<millis> parse_age(const std::string& text) {
+  if (text.size() >= 2 && text.size() <= 7 && text.back() == 'd'
+      && text.find_first_not_of("0123456789") == text.size() - 1)
+    return millis{std::stoll(text.substr(0, text.size() - 1)) * 86'400'000LL};
+  auto d = parse_duration(text);
+  if (!d)
+    return make_error(persistence_errc::invalid_graph,
+                      "bad age '" + text + "' (a whole number with unit ms, s, m, h or d, "
+                      "e.g. \"7d\")");
+  return d;
+}
+
+caf::expected<retention_rules> retention_from_json(const nlohmann::json& v,
+                                                   const std::string& path) {
+  if (!v.is_object())
+    return make_error(persistence_errc::invalid_graph,
+                      path + ": expected an object such as {\"completed\": \"7d\"}, got "
+                        + v.type_name());
+  retention_rules out;
+  for (auto& [key, value] : v.items()) {
+    std::optional<millis>* slot = key == "completed" ? &out.completed
+                                  : key == "failed"  ? &out.failed
+                                  : key == "stopped" ? &out.stopped
+                                                     : nullptr;
+    if (slot == nullptr)
+      return make_error(persistence_errc::invalid_graph,
+                        path + "/" + key + ": unknown status (completed, failed or stopped)");
+    if (!value.is_string())
+      return make_error(persistence_errc::invalid_graph,
+                        path + "/" + key + ": expected an age such as \"7d\", got "
+                          + value.dump());
+    auto age = parse_age(value.get<std::string>());
+    if (!age)
+      return make_error(persistence_errc::invalid_graph,
+                        path + "/" + key + ": " + message_of(age.error()));
+    *slot = *age;
+  }
+  return out;
+}
+
+namespace {
+
+/// `root` and the number of executions below it (the children index).
+caf::expected<size_t> tree_size(const store& db, const std::string& root) {
+  size_t n = 0;
+  std::vector<std::string> todo{root};
+  while (!todo.empty()) {
+    auto id = std::move(todo.back());
+    todo.pop_back();
+    ++n;
+    auto kids = db.children(id);
+    if (!kids)
+      return kids.error();
+    for (auto& k : *kids)
+      todo.push_back(std::move(k));
+  }
+  return n;
+}
+
+} // namespace
+
+caf::expected<prune_result> prune(const store& db, const retention_rules& rules, int64_t now,
+                                  bool dry_run, const batch_committer& commit,
+                                  size_t trees_per_commit) {
+  prune_result out;
+  if (rules.empty())
+    return out;
+  execution_filter f;
+  f.roots_only = true;
+  auto roots = db.list(f);
+  if (!roots)
+    return roots.error();
+  std::vector<std::string> due;
+  for (auto& r : *roots) {
+    auto age = rules.age_of(r.status);
+    if (!age || r.ended_at == 0 || now - r.ended_at < age->count())
+      continue;
+    auto n = tree_size(db, r.id);
+    if (!n)
+      return n.error();
+    ++out.trees;
+    out.executions += *n;
+    due.push_back(r.id);
+  }
+  if (dry_run)
+    return out;
+  trees_per_commit = std::max<size_t>(1, trees_per_commit);
+  for (size_t i = 0; i < due.size(); i += trees_per_commit) {
+    write_batch b;
+    for (size_t j = i; j < due.size() && j < i + trees_per_commit; ++j)
+      b.deleted_trees.push_back(due[j]);
+    if (auto err = commit(std::move(b)))
+      return err;
+    ++out.commits;
+  }
+  return out;
+}
+
+} // namespace canopy
