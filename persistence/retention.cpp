@@ -53,27 +53,6 @@ caf::expected<retention_rules> retention_from_json(const nlohmann::json& v,
   return out;
 }
 
-namespace {
-
-/// `root` and the number of executions below it (the children index).
-caf::expected<size_t> tree_size(const store& db, const std::string& root) {
-  size_t n = 0;
-  std::vector<std::string> todo{root};
-  while (!todo.empty()) {
-    auto id = std::move(todo.back());
-    todo.pop_back();
-    ++n;
-    auto kids = db.children(id);
-    if (!kids)
-      return kids.error();
-    for (auto& k : *kids)
-      todo.push_back(std::move(k));
-  }
-  return n;
-}
-
-} // namespace
-
 caf::expected<prune_result> prune(const store& db, const retention_rules& rules, int64_t now,
                                   bool dry_run, const batch_committer& commit,
                                   size_t trees_per_commit) {
@@ -90,11 +69,11 @@ caf::expected<prune_result> prune(const store& db, const retention_rules& rules,
     auto age = rules.age_of(r.status);
     if (!age || r.ended_at == 0 || now - r.ended_at < age->count())
       continue;
-    auto n = tree_size(db, r.id);
-    if (!n)
-      return n.error();
+    auto ids = db.subtree_ids(r.id);
+    if (!ids)
+      return ids.error();
     ++out.trees;
-    out.executions += *n;
+    out.executions += ids->size();
     due.push_back(r.id);
   }
   if (dry_run)

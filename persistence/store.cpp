@@ -476,20 +476,56 @@ caf::expected<std::vector<step_record>> store::steps(const std::string& id) cons
   return out;
 }
 
+namespace {
+
+/// Appends the children of `id` (the children index `dbi`) to `out`.
+void append_children(MDB_txn* txn, unsigned dbi, const std::string& id,
+                     std::vector<std::string>& out) {
+  auto prefix = id + '\0';
+  scan_prefix(txn, dbi, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
+    out.emplace_back(static_cast<const char*>(k.mv_data) + prefix.size(),
+                     k.mv_size - prefix.size());
+    return true;
+  });
+}
+
+/// `id` and every execution below it in the children index `dbi`, parents
+/// before their children.
+std::vector<std::string> walk_subtree(MDB_txn* txn, unsigned dbi, const std::string& id) {
+  std::vector<std::string> ids{id};
+  for (size_t i = 0; i < ids.size(); ++i)
+    append_children(txn, dbi, ids[i], ids);
+  return ids;
+}
+
+/// The graph name in a registry key `owner \0 name \0 version`.
+std::string_view registry_name(const MDB_val& k, size_t owner_prefix) {
+  auto rest = std::string_view{static_cast<const char*>(k.mv_data), k.mv_size}.substr(owner_prefix);
+  return rest.substr(0, rest.find('\0'));
+}
+
+} // namespace
+
 caf::expected<std::vector<std::string>> store::children(const std::string& id) const {
   std::vector<std::string> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    auto prefix = id + '\0';
-    scan_prefix(txn, children_, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
-      out.emplace_back(static_cast<const char*>(k.mv_data) + prefix.size(),
-                       k.mv_size - prefix.size());
-      return true;
-    });
+    append_children(txn, children_, id, out);
     return caf::none;
   });
   if (err)
     return err;
   return out;
+}
+
+caf::expected<std::set<std::string>> store::subtree_ids(const std::string& id) const {
+  std::vector<std::string> ids;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    ids = walk_subtree(txn, children_, id);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return std::set<std::string>(ids.begin(), ids.end());
 }
 
 caf::expected<stored_graph> store::graph(const std::string& id) const {
@@ -846,12 +882,13 @@ store::registered_graphs(const std::string& owner, const std::string& after,
   auto err = read([&](MDB_txn* txn) -> caf::error {
     // Keys are owner \0 name \0 version (big endian): a name's newest
     // version is the last of its run of keys.
-    std::string name, newest;
+    std::string name;
+    MDB_val newest{0, nullptr}; // valid until the read ends
     caf::error bad;
     auto emit = [&] {
       if (name.empty())
         return true;
-      auto g = decode_registered_graph(newest);
+      auto g = decode_registered_graph(as_view(newest));
       if (!g) {
         bad = g.error();
         return false;
@@ -861,15 +898,13 @@ store::registered_graphs(const std::string& owner, const std::string& after,
     };
     bool more = true;
     scan_prefix(txn, registry_, prefix, start, [&](const MDB_val& k, const MDB_val& v) {
-      auto key = std::string_view{static_cast<const char*>(k.mv_data), k.mv_size};
-      auto this_name = key.substr(prefix.size());
-      this_name = this_name.substr(0, this_name.find('\0'));
+      auto this_name = registry_name(k, prefix.size());
       if (this_name != name) {
         if (!(more = emit()))
           return false;
         name = std::string{this_name};
       }
-      newest.assign(static_cast<const char*>(v.mv_data), v.mv_size);
+      newest = v;
       return true;
     });
     if (more)
@@ -921,9 +956,7 @@ caf::expected<size_t> store::registered_count(const std::string& owner) const {
     // Keys are owner \0 name \0 version: a name's versions are adjacent.
     std::string last;
     scan_prefix(txn, registry_, prefix, prefix, [&](const MDB_val& k, const MDB_val&) {
-      auto key = std::string_view{static_cast<const char*>(k.mv_data), k.mv_size};
-      auto name = key.substr(prefix.size());
-      name = name.substr(0, name.find('\0'));
+      auto name = registry_name(k, prefix.size());
       if (count == 0 || name != last) {
         ++count;
         last = std::string{name};
@@ -1225,20 +1258,16 @@ caf::error store::commit(write_batch& batch) {
       };
       // `root` and every execution below it (the children index holds every
       // child ever created), when `root` is a root whose stored status is
-      // terminal; else nothing.
+      // terminal and none of them is live; else nothing.
       auto settled_tree = [&](const std::string& root) {
-        std::vector<std::string> ids;
         auto rec = load_execution(txn, executions_, root);
         if (!rec || rec->root_id != root || !is_terminal(rec->status))
-          return ids;
-        ids.push_back(root);
-        for (size_t i = 0; i < ids.size(); ++i) {
-          auto prefix = ids[i] + '\0';
-          scan_prefix(txn, children_, prefix, prefix, [&](const MDB_val& key, const MDB_val&) {
-            ids.emplace_back(static_cast<const char*>(key.mv_data) + prefix.size(),
-                             key.mv_size - prefix.size());
-            return true;
-          });
+          return std::vector<std::string>{};
+        auto ids = walk_subtree(txn, children_, root);
+        for (auto& id : ids) {
+          MDB_val k = as_val(id), v;
+          if (mdb_get(txn, live_, &k, &v) == 0)
+            return std::vector<std::string>{};
         }
         return ids;
       };

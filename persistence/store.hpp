@@ -79,6 +79,7 @@
 #include <optional>
 #include <mutex>
 #include <shared_mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -109,8 +110,9 @@ struct write_batch {
   std::vector<std::string> deleted_executions;
   /// Root executions to delete with their whole trees (every execution the
   /// children index holds below them), each as `deleted_executions` says,
-  /// only when the root's stored status is terminal when the transaction
-  /// applies it; else nothing of that tree (read the root back to know).
+  /// only when, as the transaction applies it, the root's stored status is
+  /// terminal and no execution of the tree is live; else nothing of that
+  /// tree (read the root back to know).
   std::vector<std::string> deleted_trees;
   /// New stop requests (SPEC §4.1). Each is stored once, by id: writing a
   /// request again does nothing, so delivering it twice is harmless. The
@@ -241,6 +243,10 @@ public:
 
   /// @returns the ids of the direct children of `id`, oldest first.
   caf::expected<std::vector<std::string>> children(const std::string& id) const;
+
+  /// @returns `id` and the ids of all its descendants (the children index),
+  ///          read in one transaction. Thread-safe.
+  caf::expected<std::set<std::string>> subtree_ids(const std::string& id) const;
 
   /// @returns the stored graph of execution `id`, or `not_found`.
   caf::expected<stored_graph> graph(const std::string& id) const;

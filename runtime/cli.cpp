@@ -519,7 +519,7 @@ int cmd_events(const global_options& g, const std::string& id, bool follow_live,
   bool whole_tree = id == rec->root_id;
   std::set<std::string> inside, outside;
   if (!whole_tree) {
-    auto ids = subtree_ids(**db, id);
+    auto ids = (*db)->subtree_ids(id);
     if (!ids)
       return fail(ids.error());
     inside = std::move(*ids);

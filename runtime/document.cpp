@@ -99,20 +99,4 @@ caf::expected<json> load_document(const store& db, const std::string& id,
   return doc;
 }
 
-caf::expected<std::set<std::string>> subtree_ids(const store& db, const std::string& id) {
-  std::set<std::string> out{id};
-  std::vector<std::string> todo{id};
-  while (!todo.empty()) {
-    auto next = todo.back();
-    todo.pop_back();
-    auto kids = db.children(next);
-    if (!kids)
-      return kids.error();
-    for (auto& k : *kids)
-      if (out.insert(k).second)
-        todo.push_back(k);
-  }
-  return out;
-}
-
 } // namespace canopy

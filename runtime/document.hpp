@@ -2,7 +2,6 @@
 
 // The execution document of SPEC §6, built from the store.
 
-#include <set>
 #include <string>
 
 #include <caf/expected.hpp>
@@ -33,9 +32,5 @@ nlohmann::json stop_summary(const stop_record* req, const std::string& result,
 /// @returns the document, `not_found`, or a store error. Thread-safe.
 caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
                                             document_options opts = {});
-
-/// @returns `id` and the ids of all its descendants, or a store error.
-/// Thread-safe.
-caf::expected<std::set<std::string>> subtree_ids(const store& db, const std::string& id);
 
 } // namespace canopy

@@ -620,23 +620,18 @@ caf::error runtime::delete_tree(const std::string& id) {
                                                    + rec->root_id + ": delete its root");
   auto live = [&] {
     return make_error(runtime_errc::wrong_state,
-                      "execution " + id + " is live (" + to_string(rec->status)
-                        + "): stop it, or wait until its tree has settled");
+                      "the tree of execution " + id + " is live (its root is "
+                        + to_string(rec->status) + "): stop it, or wait until it has settled");
   };
   if (!is_terminal(rec->status))
     return live();
-  auto running = db_->live();
-  if (!running)
-    return running.error();
-  for (auto& r : *running)
-    if (r.root_id == id)
-      return live();
+  // The store deletes nothing of a tree with a live execution (a resume
+  // racing this included): read the root back to know.
   write_batch batch;
   batch.deleted_trees.push_back(id);
   if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value,
                                   std::move(batch)))
     return err;
-  // A resume between the checks and the commit: the store kept the tree.
   auto again = db_->execution(id);
   if (again) {
     rec = std::move(*again);

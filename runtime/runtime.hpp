@@ -236,7 +236,7 @@ public:
   /// graphs, events, counters) in one transaction, once it is settled
   /// (issue #14). @returns none; `not_found`; `wrong_state` when `id` is not
   /// a root or its tree is live (then nothing is deleted: the store checks
-  /// the root's status in the deleting transaction). Threading: any thread;
+  /// the tree in the deleting transaction). Threading: any thread;
   /// blocks for one commit.
   caf::error delete_tree(const std::string& id);
 

@@ -888,7 +888,7 @@ private:
     auto events = db_.tree_events(rec.root_id, after, limit);
     if (!events || rec.id == rec.root_id)
       return events;
-    auto ids = subtree_ids(db_, rec.id);
+    auto ids = db_.subtree_ids(rec.id);
     if (!ids)
       return ids.error();
     std::vector<event_record> out;
