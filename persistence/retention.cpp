@@ -33,13 +33,16 @@ caf::expected<retention_rules> retention_from_json(const nlohmann::json& v,
                         + v.type_name());
   retention_rules out;
   for (auto& [key, value] : v.items()) {
-    std::optional<millis>* slot = key == "completed" ? &out.completed
-                                  : key == "failed"  ? &out.failed
-                                  : key == "stopped" ? &out.stopped
-                                                     : nullptr;
+    std::optional<millis> interval;
+    std::optional<millis>* slot = key == "completed"  ? &out.completed
+                                  : key == "failed"   ? &out.failed
+                                  : key == "stopped"  ? &out.stopped
+                                  : key == "interval" ? &interval
+                                                      : nullptr;
     if (slot == nullptr)
       return make_error(persistence_errc::invalid_graph,
-                        path + "/" + key + ": unknown status (completed, failed or stopped)");
+                        path + "/" + key
+                          + ": unknown key (expected completed, failed, stopped or interval)");
     if (!value.is_string())
       return make_error(persistence_errc::invalid_graph,
                         path + "/" + key + ": expected an age such as \"7d\", got "
@@ -49,6 +52,13 @@ caf::expected<retention_rules> retention_from_json(const nlohmann::json& v,
       return make_error(persistence_errc::invalid_graph,
                         path + "/" + key + ": " + message_of(age.error()));
     *slot = *age;
+    if (interval) {
+      if (*interval < std::chrono::seconds{1})
+        return make_error(persistence_errc::invalid_graph,
+                          path + "/interval: must be at least 1s, got '"
+                            + value.get<std::string>() + "'");
+      out.interval = *interval;
+    }
   }
   return out;
 }

@@ -27,6 +27,8 @@ struct retention_rules {
   std::optional<millis> completed;
   std::optional<millis> failed;
   std::optional<millis> stopped;
+  /// How often a server prunes by these rules (`canopy prune` runs once).
+  millis interval{std::chrono::hours{1}};
 
   bool empty() const { return !completed && !failed && !stopped; }
   /// The age after which a root that ended with `status` goes (nullopt:
@@ -39,9 +41,10 @@ struct retention_rules {
 /// or an error naming the text. Thread-safe.
 caf::expected<millis> parse_age(const std::string& text);
 
-/// Reads `{"completed": "7d", "failed": "30d", "stopped": "30d"}` (any
-/// subset). @returns the rules, or an error naming the key (`/retention/KEY`
-/// under `path`). Unknown keys are errors. Thread-safe.
+/// Reads `{"completed": "7d", "failed": "30d", "stopped": "30d", "interval":
+/// "1h"}` (any subset; `interval` at least 1 s). @returns the rules, or an
+/// error whose message starts with the key's path (`PATH/KEY: ...`).
+/// Unknown keys are errors. Thread-safe.
 caf::expected<retention_rules> retention_from_json(const nlohmann::json& v,
                                                    const std::string& path = "/retention");
 

@@ -27,6 +27,7 @@
 #include "persistence/error.hpp"
 #include "runtime/cli_common.hpp"
 #include "runtime/cluster_transport.hpp"
+#include "runtime/http_tls.hpp"
 #include "runtime/config.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
@@ -644,6 +645,22 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
     if (!errors.empty())
       return exit_usage;
   }
+  // HTTPS files that load, and no plain HTTP off loopback unless the config
+  // says `"insecure_http": true` (issue #14).
+  {
+    std::string host;
+    int port = 0;
+    split_host_port(cfg.listen, host, port);
+    auto transport = load_http_transport(
+      cfg, host,
+      f.config.empty() ? std::string{"a file passed with --config FILE"}
+                       : "the file of --config (" + f.config + ")");
+    for (auto& e : transport.errors)
+      std::cerr << "error: " << e.path << ": " << e.message << "\n";
+    if (!transport.errors.empty())
+      return exit_usage;
+    opts.tls = std::move(transport.tls);
+  }
   if (max_parallel_given)
     cfg.max_parallel = g.max_parallel;
   // --home, else the file's home, else $CANOPY_HOME, else ./.canopy.
@@ -735,8 +752,12 @@ int cli_main(int argc, char** argv) {
   // `--server URL` and `--token TOKEN` on the commands that can use a server.
   remote_options remote;
   auto add_remote = [&remote](CLI::App* cmd) {
-    cmd->add_option("--server", remote.server, "a canopy server, http://HOST:PORT");
+    cmd->add_option("--server", remote.server,
+                    "a canopy server, http://HOST:PORT or https://HOST:PORT");
     cmd->add_option("--token", remote.token, "bearer token for --server (default $CANOPY_TOKEN)");
+    cmd->add_option("--cacert", remote.cacert,
+                    "PEM file of the CA that signed an https --server's certificate "
+                    "(default: the system's CAs)");
   };
 
   bool force = false;
@@ -820,6 +841,8 @@ int cli_main(int argc, char** argv) {
     return cmd_resume(g, id, as_json, budget);
   if (!remote.token.empty() && remote.server.empty())
     return usage_error("--token needs --server URL");
+  if (!remote.cacert.empty() && remote.server.rfind("https://", 0) != 0)
+    return usage_error("--cacert needs --server https://HOST:PORT");
   if (!status.empty() && !valid_status(status))
     return usage_error("--status: unknown status '" + status
                        + "' (queued, running, stopping, stopped, completed, failed)");

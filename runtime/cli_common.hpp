@@ -51,6 +51,7 @@ struct global_options {
 struct remote_options {
   std::string server; ///< empty: the local home
   std::string token;  ///< empty: `$CANOPY_TOKEN`
+  std::string cacert; ///< `--cacert`: the CA of an https server; empty: the system's
 };
 
 // -- watching an execution in the foreground ----------------------------------------

@@ -80,6 +80,7 @@ caf::expected<api_client> open_client(const remote_options& r) {
     return url.error();
   client_options opts;
   opts.server = *url;
+  opts.ca_file = r.cacert;
   opts.token = r.token;
   if (opts.token.empty())
     if (auto env = std::getenv("CANOPY_TOKEN"))

@@ -60,8 +60,24 @@ std::string describe(httplib::Error e) {
     case httplib::Error::ConnectionTimeout: return "connection timed out";
     case httplib::Error::Read: return "the connection dropped or timed out while reading";
     case httplib::Error::Write: return "the connection dropped while sending";
+    case httplib::Error::SSLConnection: return "the TLS handshake failed (is it an HTTPS server?)";
+    case httplib::Error::SSLServerVerification:
+      return "the server's certificate did not verify (pass the CA that signed it with "
+             "--cacert FILE)";
     default: return httplib::to_string(e);
   }
+}
+
+/// A client of the server of `opts`; over HTTPS it verifies the server's
+/// certificate (against `ca_file` when given) and host name.
+httplib::Client connect(const client_options& opts) {
+  httplib::Client c{opts.server.text()};
+  if (opts.server.tls) {
+    c.enable_server_certificate_verification(true);
+    if (!opts.ca_file.empty())
+      c.set_ca_cert_path(opts.ca_file);
+  }
+  return c;
 }
 
 /// Timeouts of `c`, and TCP_NODELAY.
@@ -87,13 +103,14 @@ void set_socket_options(httplib::Client& c, millis connect, millis read) {
 
 std::string server_url::text() const {
   auto h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  return "http://" + h + ":" + std::to_string(port);
+  return (tls ? "https://" : "http://") + h + ":" + std::to_string(port);
 }
 
 caf::expected<server_url> parse_server_url(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return make_error(runtime_errc::invalid_input,
-                      "--server '" + text + "': " + why + " (expected http://HOST:PORT)");
+                      "--server '" + text + "': " + why
+                        + " (expected http://HOST:PORT or https://HOST:PORT)");
   };
   auto sep = text.find("://");
   if (sep == std::string::npos)
@@ -101,8 +118,8 @@ caf::expected<server_url> parse_server_url(const std::string& text) {
   auto scheme = text.substr(0, sep);
   for (auto& ch : scheme)
     ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (scheme != "http")
-    return bad("unsupported scheme '" + scheme + "', only http is supported");
+  if (scheme != "http" && scheme != "https")
+    return bad("unsupported scheme '" + scheme + "', only http and https are supported");
   auto rest = text.substr(sep + 3);
   if (auto slash = rest.find('/'); slash != std::string::npos) {
     if (rest.substr(slash) != "/")
@@ -112,6 +129,8 @@ caf::expected<server_url> parse_server_url(const std::string& text) {
   if (rest.find_first_of("?#@ ") != std::string::npos)
     return bad("a query, fragment, user or space is not allowed");
   server_url out;
+  out.tls = scheme == "https";
+  out.port = out.tls ? 443 : 80;
   std::string port;
   if (!rest.empty() && rest.front() == '[') {
     auto close = rest.find(']');
@@ -337,7 +356,7 @@ caf::expected<api_answer> api_client::finish(int status, const std::string& body
 caf::expected<std::pair<int, std::string>>
 api_client::exchange(const std::string& method, const std::string& target, const json* body,
                      millis extra_wait) const {
-  httplib::Client c{opts_.server.host, opts_.server.port};
+  auto c = connect(opts_);
   set_socket_options(c, opts_.connect_timeout, opts_.read_timeout + extra_wait);
   httplib::Headers h = {{"Authorization", "Bearer " + opts_.token},
                         {"Accept", "application/json"}};
@@ -568,7 +587,7 @@ caf::error api_client::stream_events(const std::string& id, uint64_t after,
   bool connected_once = false;
   int failures = 0;
   for (;;) {
-    httplib::Client c{opts_.server.host, opts_.server.port};
+    auto c = connect(opts_);
     set_socket_options(c, opts_.connect_timeout, opts_.stream_read_timeout);
     httplib::Headers h = {{"Authorization", "Bearer " + opts_.token},
                           {"Accept", "text/event-stream"},

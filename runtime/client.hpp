@@ -33,12 +33,13 @@ namespace canopy {
 struct server_url {
   std::string host; ///< a name or an address (IPv6 without its brackets)
   int port = 80;
-  /// `http://HOST:PORT`, for messages.
+  bool tls = false; ///< `https://`
+  /// `http://HOST:PORT` or `https://HOST:PORT`, for messages and httplib.
   std::string text() const;
 };
 
-/// Parses `http://HOST[:PORT][/]` (an IPv6 address in brackets; the port
-/// defaults to 80).
+/// Parses `http://HOST[:PORT][/]` or `https://...` (an IPv6 address in
+/// brackets; the port defaults to 80 or 443).
 /// @returns the address, or `runtime_errc::invalid_input` naming the URL and
 ///          what is wrong with it (another scheme, a path, a bad port).
 /// Thread-safe.
@@ -113,6 +114,10 @@ private:
 struct client_options {
   server_url server;
   std::string token;                 ///< sent as `Authorization: Bearer TOKEN`
+  /// HTTPS: the PEM file of the CA certificate(s) the server's certificate
+  /// must chain to (`--cacert`); empty: the system's CAs. The host name is
+  /// checked against the certificate either way.
+  std::string ca_file;
   millis connect_timeout{5000};
   millis read_timeout{30000};        ///< for one answer (stop adds its wait)
   /// Reading a live stream: longer than the server's 15 s keep-alive comments.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "persistence/error.hpp"
@@ -22,7 +23,8 @@ namespace {
 constexpr size_t max_config_bytes = 8u * 1024u * 1024u;
 
 constexpr const char* config_keys = "home, listen, users, allow_inline_commands, max_parallel, "
-                                    "max_request_bytes, tools, cluster, quotas";
+                                    "max_request_bytes, tools, cluster, quotas, tls_cert, tls_key, "
+                                    "insecure_http, retention";
 
 constexpr const char* quota_keys = "live_executions, graphs";
 
@@ -86,10 +88,30 @@ public:
         cfg.cluster = cluster(val, path, false);
       } else if (key == "quotas") {
         quotas(val, path, cfg.quotas);
+      } else if (key == "tls_cert" || key == "tls_key") {
+        if (auto s = non_empty_string(val, path, "a PEM file"))
+          (key == "tls_cert" ? cfg.tls_cert : cfg.tls_key) = relative_to_file(*s);
+      } else if (key == "insecure_http") {
+        if (val.is_boolean())
+          cfg.insecure_http = val.get<bool>();
+        else
+          fail(path, "expected true or false, " + got(val));
+      } else if (key == "retention") {
+        if (auto r = retention_from_json(val, path))
+          cfg.retention = std::move(*r);
+        else
+          fail_with(r.error());
       } else {
         fail(path, "unknown key '" + key + "' (expected one of: " + config_keys + ")");
       }
     }
+    // HTTPS needs both files.
+    for (auto [have, other, missing] : {std::make_tuple(&cfg.tls_cert, &cfg.tls_key, "tls_key"),
+                                        std::make_tuple(&cfg.tls_key, &cfg.tls_cert, "tls_cert")})
+      if (!have->empty() && other->empty() && !doc.contains(missing))
+        fail(std::string{"/"} + missing,
+             std::string{"missing '"} + missing
+               + "' (a PEM file): HTTPS needs both tls_cert and tls_key");
   }
 
   /// Parses a worker's tools file into `cfg` (only `tools` and `cluster.secret`).
@@ -110,6 +132,21 @@ public:
   }
 
 private:
+  /// `path` from the config file's folder when it is relative.
+  std::string relative_to_file(const std::string& path) const {
+    return path.front() == '/' || base_dir_.empty() ? path : base_dir_ + "/" + path;
+  }
+
+  /// An error of a nested parser, whose message starts with its JSON path.
+  void fail_with(const caf::error& err) {
+    auto text = message_of(err);
+    auto colon = text.find(": ");
+    if (!text.empty() && text.front() == '/' && colon != std::string::npos)
+      fail(text.substr(0, colon), text.substr(colon + 2));
+    else
+      fail("", text);
+  }
+
   std::optional<std::string> non_empty_string(const json& v, const std::string& path,
                                               const char* what) {
     if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
@@ -323,7 +360,7 @@ private:
         complete = false;
       } else if (auto s = non_empty_string(v.at(key), path + "/" + key, "a PEM file")) {
         // Relative to the file's folder, as `token_file`.
-        *out = s->front() == '/' || base_dir_.empty() ? *s : base_dir_ + "/" + *s;
+        *out = relative_to_file(*s);
       } else {
         complete = false;
       }

@@ -12,6 +12,7 @@
 #include "actors/tls.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/graph.hpp"
+#include "persistence/retention.hpp"
 #include "persistence/tools.hpp"
 
 namespace canopy {
@@ -52,6 +53,17 @@ struct node_config {
   tool_table tools;
   std::optional<cluster_config> cluster;
   quota_config quotas;
+  /// `tls_cert` and `tls_key`: the HTTP API's certificate (chain) and its
+  /// unencrypted key, PEM files (both or neither; relative paths start from
+  /// the config file's folder). Set: the API speaks HTTPS only.
+  std::string tls_cert;
+  std::string tls_key;
+  /// `"insecure_http": true`: plain HTTP on purpose on a `listen` address
+  /// that is not loopback (without it, such a `listen` needs `tls_cert`).
+  bool insecure_http = false;
+  /// `retention`: how long settled trees are kept, by their root's status,
+  /// and how often the server prunes (`interval`); empty: kept for good.
+  retention_rules retention;
 };
 
 /// The outcome of parsing a configuration: the config, or every error found,

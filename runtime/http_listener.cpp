@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,7 +17,10 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <utility>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 namespace canopy {
@@ -167,18 +171,28 @@ int wait_for(int sock, short events, long ms) {
 /// A connection's stream for httplib's request parser. Reads are buffered
 /// and end (return -1) at the request's deadlines: the header deadline until
 /// the blank line after the headers has been consumed (or past
-/// `max_header_bytes`), then the request deadline.
+/// `max_header_bytes`), then the request deadline. With an OpenSSL session
+/// (on a non-blocking socket) the bytes go through it.
 class deadline_stream : public httplib::Stream {
 public:
   /// Reads of `sock` end when `server_sock` (the listening socket) becomes
-  /// INVALID_SOCKET, as httplib's stop() makes it.
-  deadline_stream(int sock, const std::atomic<socket_t>& server_sock, const http_limits& limits,
-                  std::chrono::milliseconds read_timeout, std::chrono::milliseconds write_timeout)
+  /// INVALID_SOCKET, as httplib's stop() makes it. `ssl`: the connection's
+  /// TLS session after its handshake, or null.
+  deadline_stream(int sock, SSL* ssl, const std::atomic<socket_t>& server_sock,
+                  const http_limits& limits, std::chrono::milliseconds read_timeout,
+                  std::chrono::milliseconds write_timeout)
     : sock_(sock),
+      ssl_(ssl),
       server_sock_(server_sock),
       limits_(limits),
       read_timeout_(read_timeout),
       write_timeout_(write_timeout) {
+  }
+
+  /// True when bytes of a next request are buffered already (here or in
+  /// the TLS session), so that no poll of the socket would announce them.
+  bool buffered() const {
+    return off_ < size_ || (ssl_ != nullptr && SSL_pending(ssl_) > 0);
   }
 
   /// True once a read failed for a deadline, the read timeout or the header
@@ -200,21 +214,7 @@ public:
   /// Waits for bytes up to the read timeout and the current deadline, in
   /// slices of 100 ms so that a stopping server is noticed.
   bool is_readable() const override {
-    if (off_ < size_)
-      return true;
-    auto end = std::min(in_headers_ ? header_end_ : request_end_,
-                        clock_type::now() + read_timeout_);
-    for (;;) {
-      auto now = clock_type::now();
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - now);
-      if (left.count() <= 0 || server_sock_ == INVALID_SOCKET) {
-        expired_ = true;
-        return false;
-      }
-      int rc = wait_for(sock_, POLLIN, std::min(left.count(), 100L));
-      if (rc != 0)
-        return rc > 0;
-    }
+    return buffered() || await(POLLIN, read_end());
   }
 
   bool is_writable() const override {
@@ -235,10 +235,7 @@ public:
     if (off_ >= size_) {
       if (!is_readable())
         return -1;
-      ssize_t n;
-      do
-        n = ::recv(sock_, buf_.data(), buf_.size(), 0);
-      while (n < 0 && errno == EINTR);
+      ssize_t n = receive(buf_.data(), buf_.size());
       if (n <= 0)
         return n;
       off_ = 0;
@@ -257,6 +254,10 @@ public:
   ssize_t write(const char* ptr, size_t size) override {
     if (!is_writable())
       return -1;
+    if (ssl_ != nullptr)
+      return size == 0 ? 0 : tls_io(clock_type::now() + write_timeout_, [&] {
+        return SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, INT32_MAX)));
+      });
     ssize_t n;
     do
       n = ::send(sock_, ptr, size, MSG_NOSIGNAL);
@@ -283,6 +284,69 @@ public:
   }
 
 private:
+  /// The end of the current read: the request's deadline, or the read
+  /// timeout when it comes first.
+  clock_type::time_point read_end() const {
+    return std::min(in_headers_ ? header_end_ : request_end_, clock_type::now() + read_timeout_);
+  }
+
+  /// Waits until the socket has `events` or `end` passed, in slices of
+  /// 100 ms so that a stopping server is noticed. @returns false on the
+  /// deadline (marking the stream expired) or a poll error.
+  bool await(short events, clock_type::time_point end) const {
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock_type::now());
+      if (left.count() <= 0 || server_sock_ == INVALID_SOCKET) {
+        expired_ = true;
+        return false;
+      }
+      int rc = wait_for(sock_, events, std::min(left.count(), 100L));
+      if (rc != 0)
+        return rc > 0;
+    }
+  }
+
+  /// One read into `buf`: from the socket, or decrypted by the TLS session
+  /// (waiting for the rest of a record until the read's end). @returns the
+  /// bytes, 0 at the end of the stream, -1 on an error or a deadline.
+  ssize_t receive(char* buf, size_t size) {
+    if (ssl_ != nullptr)
+      return tls_io(read_end(), [&] { return SSL_read(ssl_, buf, static_cast<int>(size)); });
+    ssize_t n;
+    do
+      n = ::recv(sock_, buf, size, 0);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  /// Runs `op` (SSL_read or SSL_write) until it moves bytes, waiting for
+  /// the socket as OpenSSL asks, until `end`. @returns op's count, 0 when
+  /// the peer closed the session, -1 on an error or the deadline.
+  template <class Op>
+  ssize_t tls_io(clock_type::time_point end, Op op) {
+    for (;;) {
+      ERR_clear_error(); // SSL_get_error reads this thread's queue
+      int n = op();
+      if (n > 0)
+        return n;
+      switch (SSL_get_error(ssl_, n)) {
+        case SSL_ERROR_WANT_READ:
+          if (!await(POLLIN, end))
+            return -1;
+          continue;
+        case SSL_ERROR_WANT_WRITE:
+          if (!await(POLLOUT, end))
+            return -1;
+          continue;
+        case SSL_ERROR_ZERO_RETURN:
+          return 0;
+        default:
+          ERR_clear_error();
+          return -1;
+      }
+    }
+  }
+
   /// Counts header bytes handed to the parser and notices the blank line
   /// (CRLF CRLF) that ends them.
   void consume_header_bytes(const char* p, size_t n) {
@@ -299,6 +363,7 @@ private:
   }
 
   int sock_;
+  SSL* ssl_;
   const std::atomic<socket_t>& server_sock_;
   const http_limits& limits_;
   std::chrono::milliseconds read_timeout_;
@@ -314,6 +379,59 @@ private:
   mutable bool expired_ = false;
 };
 
+/// The OpenSSL session of one connection; end() it before closing the socket.
+struct tls_session {
+  SSL* ssl = nullptr;
+  tls_session() = default;
+  tls_session(const tls_session&) = delete;
+  tls_session& operator=(const tls_session&) = delete;
+  ~tls_session() { end(false); }
+
+  /// Frees the session; with `notify`, after sending close_notify (without
+  /// waiting for the peer's: the socket closes next).
+  void end(bool notify) {
+    if (ssl == nullptr)
+      return;
+    ERR_clear_error();
+    if (notify)
+      SSL_shutdown(ssl);
+    SSL_free(std::exchange(ssl, nullptr));
+    ERR_clear_error();
+  }
+};
+
+/// Runs the server side of the TLS handshake on `sock` (made non-blocking)
+/// until `end`, or until the listening socket closes. @returns false when
+/// it failed or ran out of time.
+bool accept_tls(SSL* ssl, int sock, clock_type::time_point end,
+                const std::atomic<socket_t>& server_sock) {
+  ::fcntl(sock, F_SETFL, ::fcntl(sock, F_GETFL, 0) | O_NONBLOCK);
+  if (SSL_set_fd(ssl, sock) != 1)
+    return false;
+  for (;;) {
+    ERR_clear_error();
+    int rc = SSL_accept(ssl);
+    if (rc == 1)
+      return true;
+    int err = SSL_get_error(ssl, rc);
+    short events = err == SSL_ERROR_WANT_READ ? POLLIN : err == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+    if (events == 0) {
+      ERR_clear_error();
+      return false;
+    }
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock_type::now());
+      if (left.count() <= 0 || server_sock == INVALID_SOCKET)
+        return false;
+      int ready = wait_for(sock, events, std::min(left.count(), 100L));
+      if (ready < 0)
+        return false;
+      if (ready > 0)
+        break;
+    }
+  }
+}
+
 bool is_loopback_exempt(const std::string& address) {
   return address == "127.0.0.1" || address == "::1" || address == "::ffff:127.0.0.1";
 }
@@ -322,7 +440,8 @@ bool is_loopback_exempt(const std::string& address) {
 
 // -- listener ---------------------------------------------------------------------
 
-http_listener::http_listener(http_limits limits) : limits_(limits) {
+http_listener::http_listener(http_limits limits, tls_server_context tls)
+  : limits_(limits), tls_(std::move(tls)) {
   new_task_queue = [this] { return new elastic_pool(limits_.max_threads, limits_.stack_bytes); };
   set_keep_alive_max_count(limits_.keep_alive_requests);
 }
@@ -363,7 +482,20 @@ bool http_listener::process_and_close_socket(socket_t sock) {
     seconds{write_timeout_sec_} + microseconds{write_timeout_usec_});
   int on = 1;
   ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-  deadline_stream strm{sock, svr_sock_, limits_, read_timeout, write_timeout};
+  tls_session session;
+  if (tls_) {
+    session.ssl = SSL_new(tls_.get());
+    if (session.ssl == nullptr
+        || !accept_tls(session.ssl, sock, clock_type::now() + limits_.header_deadline,
+                       svr_sock_)) {
+      // Not TLS, too slow, or no common protocol: nothing to answer.
+      spdlog::debug("event=http.tls_handshake error=failed");
+      session.end(false);
+      ::close(sock);
+      return false;
+    }
+  }
+  deadline_stream strm{sock, session.ssl, svr_sock_, limits_, read_timeout, write_timeout};
   std::string address;
   int port = 0;
   strm.get_remote_ip_and_port(address, port);
@@ -385,8 +517,9 @@ bool http_listener::process_and_close_socket(socket_t sock) {
       auto left = std::chrono::duration_cast<milliseconds>(idle_end - clock_type::now());
       if (left.count() <= 0)
         break;
-      // In slices, so that stop() is noticed.
-      int rc = wait_for(sock, POLLIN, std::min(left.count(), 100L));
+      // In slices, so that stop() is noticed; bytes already buffered (a
+      // pipelined request, a TLS record holding it) need no wait.
+      int rc = strm.buffered() ? 1 : wait_for(sock, POLLIN, std::min(left.count(), 100L));
       if (rc < 0)
         break;
       if (rc == 0)
@@ -401,6 +534,7 @@ bool http_listener::process_and_close_socket(socket_t sock) {
     }
     release(address);
   }
+  session.end(!strm.expired());
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
   return ret;

@@ -20,6 +20,10 @@
 // - At most `per_address` connections at once from one client address;
 //   127.0.0.1 and ::1 are exempt, so a local health check is never refused.
 //   A connection over the cap is answered 503 at once and closed.
+// - With a TLS context, every connection is HTTPS: the handshake must end
+//   within `header_deadline`, and reads and writes keep the same deadlines
+//   (the socket is non-blocking under OpenSSL, so a partial TLS record
+//   cannot hold a thread past them).
 //
 // Threads keep an 8 MiB stack: httplib 0.11 parses the Range header (up to
 // 8 KiB, before any handler runs) with a std::regex whose matching recurses
@@ -33,6 +37,8 @@
 #include <string>
 
 #include <httplib.h>
+
+#include "runtime/http_tls.hpp"
 
 namespace canopy {
 
@@ -53,7 +59,8 @@ struct http_limits {
 /// Thread-safe as httplib::Server is: stop() from any thread.
 class http_listener : public httplib::Server {
 public:
-  explicit http_listener(http_limits limits = {});
+  /// With `tls` (not null) every connection speaks HTTPS.
+  explicit http_listener(http_limits limits = {}, tls_server_context tls = nullptr);
 
   /// Binds `host:port` (port 0: a free port) and widens the queue of
   /// connections waiting for accept() to SOMAXCONN (httplib listens with a
@@ -70,6 +77,7 @@ private:
   void release(const std::string& address);
 
   http_limits limits_;
+  tls_server_context tls_;
   mutable std::mutex mtx_;
   std::map<std::string, size_t> open_; ///< client address → open connections
 };

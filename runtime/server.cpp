@@ -1404,7 +1404,7 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                       message_of(h.error()));
     }
   }
-  http_listener svr;
+  http_listener svr{http_limits{}, opts.tls};
   svr.set_payload_max_length(cfg.max_request_bytes);
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
@@ -1418,7 +1418,8 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   }
   std::thread http{[&svr] { svr.listen_after_bind(); }};
   std::cout << "listening on " << host << ":" << bound << std::endl;
-  spdlog::info("event=listening address={}:{} home={}", host, bound, ro.home);
+  spdlog::info("event=listening address={}:{} home={} tls={}", host, bound, ro.home,
+               opts.tls ? "on" : "off");
   if (ro.cluster) {
     auto address = (cluster_host.find(':') != std::string::npos ? "[" + cluster_host + "]"
                                                                  : cluster_host)

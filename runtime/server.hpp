@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/config.hpp"
+#include "runtime/http_tls.hpp"
 
 namespace canopy {
 
@@ -17,10 +18,12 @@ struct server_options {
   node_config config;
   /// Resume the executions that start-up recovery marked `interrupted`.
   bool resume_interrupted = false;
+  /// The HTTP API's TLS context (load_http_transport); null: plain HTTP.
+  tls_server_context tls;
 };
 
 /// Runs the server until SIGTERM or SIGINT. Prints one line
-/// `listening on HOST:PORT` to stdout once the API accepts connections (port
+/// `listening on HOST:PORT` to stdout (the same line with HTTPS) once the API accepts connections (port
 /// 0 in the config picks a free port; the line names the real one).
 /// @returns the process exit code: 0 after a clean shutdown, 2 for an
 ///          unusable configuration, 5 when the store cannot be opened.

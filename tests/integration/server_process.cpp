@@ -168,7 +168,11 @@ int server_process::cluster_port(std::chrono::milliseconds timeout) const {
 }
 
 httplib::Client server_process::client(const std::string& token) const {
-  httplib::Client c{"127.0.0.1", port_};
+  httplib::Client c{url()};
+  if (tls()) {
+    c.enable_server_certificate_verification(true);
+    c.set_ca_cert_path(config_.at("tls_cert").get<std::string>());
+  }
   c.set_connection_timeout(5, 0);
   c.set_read_timeout(60, 0);
   c.set_write_timeout(60, 0);

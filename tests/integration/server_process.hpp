@@ -76,8 +76,12 @@ public:
 
   /// The port the server listens on (from its listening line).
   int port() const { return port_; }
-  /// `http://127.0.0.1:PORT`.
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  /// `http://127.0.0.1:PORT`, or `https://...` when the config has `tls_cert`.
+  std::string url() const {
+    return (tls() ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(port_);
+  }
+  /// True when the server speaks HTTPS (its config has `tls_cert`).
+  bool tls() const { return config_.contains("tls_cert"); }
   /// The server's pid (also its process group id).
   pid_t pid() const { return pid_; }
   /// The store folder.
@@ -93,7 +97,9 @@ public:
   int cluster_port(std::chrono::milliseconds timeout = std::chrono::seconds{10}) const;
 
   /// A client for this server; with a non-empty `token` every request
-  /// carries `Authorization: Bearer TOKEN`. Read timeout: 60 s.
+  /// carries `Authorization: Bearer TOKEN`. Read timeout: 60 s. Over HTTPS
+  /// it trusts the config's `tls_cert` (a self-signed certificate) and
+  /// checks the host name.
   httplib::Client client(const std::string& token = {}) const;
 
   /// Sends SIGTERM and waits for the exit. @returns the exit code (128 +

@@ -39,6 +39,15 @@ tls_files issue_cert(const temp_dir& dir, const test_ca& ca, const std::string& 
   return t;
 }
 
+tls_files make_self_signed(const temp_dir& dir, const std::string& name) {
+  tls_files t{dir.path + "/" + name + ".pem", dir.path + "/" + name + ".key", {}};
+  t.ca = t.certificate;
+  openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+           "-keyout", t.key, "-out", t.certificate, "-days", "2", "-subj", "/CN=" + name,
+           "-addext", "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost"});
+  return t;
+}
+
 json tls_json(const tls_files& t) {
   return {{"certificate", t.certificate}, {"key", t.key}, {"ca", t.ca}};
 }

@@ -29,6 +29,11 @@ test_ca make_ca(const temp_dir& dir, const std::string& name);
 tls_files issue_cert(const temp_dir& dir, const test_ca& ca, const std::string& node,
                      const std::string& ca_file = {});
 
+/// Makes a self-signed certificate and its key for `name` (`NAME.pem`,
+/// `NAME.key` in `dir`) valid for 127.0.0.1, ::1 and localhost, as an
+/// HTTPS server's. @returns them, with `ca` the certificate itself.
+tls_files make_self_signed(const temp_dir& dir, const std::string& name);
+
 /// The `cluster.tls` object of a config or tools file.
 json tls_json(const tls_files& t);
 
