@@ -84,6 +84,7 @@ caf::expected<prune_result> prune(const store& db, const retention_rules& rules,
       return ids.error();
     ++out.trees;
     out.executions += ids->size();
+    out.ids.insert(out.ids.end(), ids->begin(), ids->end());
     due.push_back(r.id);
   }
   if (dry_run)

@@ -53,6 +53,9 @@ struct prune_result {
   size_t trees = 0;      ///< settled root trees past their age
   size_t executions = 0; ///< executions in them, roots included
   size_t commits = 0;    ///< transactions used
+  /// The ids of those executions (a tree that a racing resume made live
+  /// again is listed, though the store kept it).
+  std::vector<std::string> ids;
 };
 
 /// Commits one batch (`store::commit`, or through a node's store writer).

@@ -112,6 +112,20 @@ void metrics::on_event(const event_record& e, const store& db) {
   }
 }
 
+void metrics::forget(const std::vector<std::string>& ids) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto& id : ids)
+    if (auto i = status_of_.find(id); i != status_of_.end()) {
+      --by_status_[static_cast<size_t>(i->second)];
+      status_of_.erase(i);
+    }
+}
+
+void metrics::count_pruned(size_t trees) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  pruned_ += trees;
+}
+
 void metrics::observe_commit(double seconds) {
   std::lock_guard<std::mutex> guard{mtx_};
   commit_latency_.observe(seconds);
@@ -133,7 +147,7 @@ void metrics::count_request(const std::string& method, const std::string& route,
               + std::to_string(code)];
 }
 
-std::string metrics::render(size_t live_actors) const {
+std::string metrics::render(size_t live_actors, uint64_t store_bytes) const {
   std::lock_guard<std::mutex> guard{mtx_};
   std::string out;
   out += "# HELP canopy_executions Executions in the store by status.\n"
@@ -155,6 +169,15 @@ std::string metrics::render(size_t live_actors) const {
          "# TYPE canopy_live_actors gauge\n"
          "canopy_live_actors "
          + std::to_string(live_actors) + "\n";
+  out += "# HELP canopy_store_bytes Bytes of the store file holding data (its free pages "
+         "excluded).\n"
+         "# TYPE canopy_store_bytes gauge\n"
+         "canopy_store_bytes "
+         + std::to_string(store_bytes) + "\n";
+  out += "# HELP canopy_pruned_total Settled root trees deleted by the retention rules.\n"
+         "# TYPE canopy_pruned_total counter\n"
+         "canopy_pruned_total "
+         + std::to_string(pruned_) + "\n";
   out += "# HELP canopy_stop_latency_seconds From a stop request to its committed snapshot.\n"
          "# TYPE canopy_stop_latency_seconds histogram\n";
   stop_latency_.render("canopy_stop_latency_seconds", out);

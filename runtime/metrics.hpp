@@ -2,8 +2,8 @@
 
 // The server's Prometheus metrics (SPEC §7 `GET /metrics`): executions by
 // status, steps started and finished, live execution actors, stop latency,
-// store commit latency, HTTP requests by route and code, and agent events
-// (messages, replies, cancels).
+// store commit latency, HTTP requests by route and code, agent events
+// (messages, replies, cancels), the store's bytes in use and trees pruned.
 
 #include <array>
 #include <cstdint>
@@ -60,8 +60,16 @@ public:
   /// `unknown`, a code outside 100-599 as 0.
   void count_request(const std::string& method, const std::string& route, int code);
 
-  /// @returns the Prometheus text exposition (format 0.0.4).
-  std::string render(size_t live_actors) const;
+  /// Forgets the deleted executions `ids` (a DELETE or a prune): they no
+  /// longer count in `canopy_executions`.
+  void forget(const std::vector<std::string>& ids);
+
+  /// Counts root trees deleted by the server's retention.
+  void count_pruned(size_t trees);
+
+  /// @returns the Prometheus text exposition (format 0.0.4), with the
+  /// store's bytes in use (`store_usage::used_bytes`).
+  std::string render(size_t live_actors, uint64_t store_bytes) const;
 
 private:
   mutable std::mutex mtx_;
@@ -70,6 +78,7 @@ private:
   uint64_t steps_started_ = 0;
   uint64_t steps_completed_ = 0;
   uint64_t steps_failed_ = 0;
+  uint64_t pruned_ = 0;
   histogram stop_latency_;
   histogram commit_latency_;
   std::vector<std::string> routes_; ///< the route labels (set_routes)

@@ -611,6 +611,13 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   return h;
 }
 
+caf::expected<prune_result> runtime::prune(const retention_rules& rules, int64_t now) {
+  return canopy::prune(*db_, rules, now, false, [this](write_batch batch) {
+    return blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value,
+                            std::move(batch));
+  });
+}
+
 caf::error runtime::delete_tree(const std::string& id) {
   auto rec = db_->execution(id);
   if (!rec)

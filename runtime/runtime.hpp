@@ -28,6 +28,7 @@
 #include "actors/subprocess.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
+#include "persistence/retention.hpp"
 #include "persistence/store.hpp"
 #include "persistence/tools.hpp"
 
@@ -239,6 +240,13 @@ public:
   /// the tree in the deleting transaction). Threading: any thread;
   /// blocks for one commit.
   caf::error delete_tree(const std::string& id);
+
+  /// Deletes every settled root tree past its age by `rules`, as of `now`
+  /// (ms since the epoch), through the store writer, at most 16 trees per
+  /// transaction so that no commit holds the writer long
+  /// (persistence/retention.hpp). @returns what went, or the first store
+  /// error. Threading: any thread; blocks for the commits.
+  caf::expected<prune_result> prune(const retention_rules& rules, int64_t now);
 
   // -- agents (SPEC §9) --------------------------------------------------------
 

@@ -23,6 +23,7 @@
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
 #include "runtime/http_listener.hpp"
+#include "runtime/pruner.hpp"
 #include "runtime/http_routes.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/quota.hpp"
@@ -513,8 +514,12 @@ private:
   }
 
   void get_metrics(call& c) {
+    auto usage = db_.usage();
+    if (!usage)
+      return reply(c.res, from_error(usage.error()));
     c.res.status = 200;
-    c.res.set_content(metrics_.render(rt_.live_executions()), "text/plain; version=0.0.4");
+    c.res.set_content(metrics_.render(rt_.live_executions(), usage->used_bytes()),
+                      "text/plain; version=0.0.4");
   }
 
   void post_graph(call& c) {
@@ -809,8 +814,12 @@ private:
     auto rec = owned(c, c.capture);
     if (!rec)
       return;
+    auto ids = db_.subtree_ids(rec->id);
+    if (!ids)
+      return reply(c.res, from_error(ids.error()));
     if (auto err = rt_.delete_tree(rec->id))
       return reply(c.res, from_error(err));
+    metrics_.forget({ids->begin(), ids->end()});
     spdlog::info("event=execution.deleted user={} execution={}", c.user, rec->id);
     c.res.status = 204;
   }
@@ -1428,10 +1437,13 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
     spdlog::info("event=cluster.listening address={} name={} tls={}", address,
                  ro.cluster->name, ro.cluster->tls ? "on" : "off");
   }
+  std::optional<pruner> retention;
+  retention.emplace(**rt, *m, cfg.retention);
   {
     std::unique_lock<std::mutex> lock{mtx};
     cv.wait(lock, [&] { return stop_requested.load(); });
   }
+  retention.reset();
   // Shutdown sequence: stop taking requests and end the streams, then stop
   // every live execution with reason `shutdown` (snapshotted) and close the
   // store.

@@ -154,6 +154,12 @@ TEST_CASE("bad configurations are rejected at their exact path", "[integration][
     {R"({"cluster": {"timeout": "500ms"}})", "/cluster/timeout",
      "must be shorter than the timeout"},
     {R"({"cluster": {"peers": []}})", "/cluster/peers", "unknown key 'peers'"},
+    {R"({"retention": {"completed": "soon"}})", "/retention/completed", "soon"},
+    {R"({"retention": {"running": "1d"}})", "/retention/running", "unknown key"},
+    {R"({"retention": {"interval": "10ms"}})", "/retention/interval", "at least 1s"},
+    {R"({"retention": "7d"})", "/retention", "expected an object"},
+    {R"({"tls_cert": "c.pem"})", "/tls_key", "HTTPS needs both"},
+    {R"({"insecure_http": 1})", "/insecure_http", "true or false"},
   };
   for (auto& c : corpus) {
     auto result = parse_node_config(json::parse(c.text));

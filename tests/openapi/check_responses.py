@@ -94,13 +94,13 @@ class Checker:
         return node
 
     def validator(self, schema):
-        key = id(schema)
-        v = self.validators.get(key)
-        if v is None:
-            v = Draft202012Validator(schema, resolver=self.resolver)
-            self.validators[key] = (v, schema)  # keep `schema` alive: its id is the key
-            return v
-        return v[0]
+        """The compiled validator of `schema`, an object of the document
+        (cached by identity; the document lives as long as the checker)."""
+        entry = self.validators.get(id(schema))
+        if entry is None:
+            entry = (Draft202012Validator(schema, resolver=self.resolver), schema)
+            self.validators[id(schema)] = entry
+        return entry[0]
 
     def match(self, path):
         segs = path.strip("/").split("/") if path != "/" else [""]
@@ -144,6 +144,8 @@ class Checker:
                 if op is None:
                     return "error: no operation for %s %s" % (method, path)
                 return "error: %s has no answer %d" % (where, status)
+            if head:
+                return self.check_body(where, status, {}, ctype, body, text, head)
             return self.check_error_body(where, status, ctype, body, text, generic[1])
         return self.check_body(where, status, self.resolve(response), ctype, body, text,
                                head)
