@@ -22,6 +22,7 @@
 #include "runtime/auth.hpp"
 #include "runtime/document.hpp"
 #include "runtime/error.hpp"
+#include "runtime/assets.hpp"
 #include "runtime/http_listener.hpp"
 #include "runtime/pruner.hpp"
 #include "runtime/http_routes.hpp"
@@ -260,6 +261,7 @@ public:
     : cfg_(cfg), rt_(rt), db_(*rt.db()), metrics_(m), events_(n), users_(cfg.users) {
     add("GET", "/healthz", false, &api_server::healthz);
     add("GET", "/metrics", false, &api_server::get_metrics);
+    add("GET", "/v1/openapi.json", false, &api_server::get_asset);
     add("POST", "/v1/graphs", true, &api_server::post_graph);
     add("GET", "/v1/graphs", true, &api_server::list_graphs);
     add("GET", "/v1/graphs/{id}", true, &api_server::get_graph);
@@ -520,6 +522,16 @@ private:
     c.res.status = 200;
     c.res.set_content(metrics_.render(rt_.live_executions(), usage->used_bytes()),
                       "text/plain; version=0.0.4");
+  }
+
+  /// A file compiled into the binary (runtime/assets.hpp), at its own path.
+  void get_asset(call& c) {
+    auto a = find_asset(c.req.path);
+    if (a == nullptr)
+      return reply(c.res, not_found("no file " + c.req.path));
+    c.res.status = 200;
+    c.res.set_header("Cache-Control", "no-cache");
+    c.res.set_content(std::string{a->body()}, a->content_type);
   }
 
   void post_graph(call& c) {

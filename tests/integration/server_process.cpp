@@ -1,4 +1,5 @@
 #include "tests/integration/server_process.hpp"
+#include "tests/integration/openapi_check.hpp"
 
 #include <signal.h>
 #include <sys/types.h>
@@ -348,6 +349,19 @@ bool worker_process::kill_group() {
 
 // -- HTTP helpers ----------------------------------------------------------------------
 
+void check_answer(const std::string& method, const std::string& path, int status,
+                  const std::string& content_type, const std::string& body) {
+#ifdef CANOPY_OPENAPI_CHECK
+  auto why = openapi_mismatch(method, path, status, content_type, body);
+  if (!why.empty())
+    throw std::runtime_error(method + " " + path + " answered " + std::to_string(status) + " ("
+                             + content_type + ") unlike runtime/openapi.json: " + why
+                             + "\nbody: " + body.substr(0, 2000));
+#else
+  (void) method, (void) path, (void) status, (void) content_type, (void) body;
+#endif
+}
+
 http_answer request(httplib::Client& c, const std::string& method, const std::string& path,
                     const std::string& body, const std::string& content_type,
                     const httplib::Headers& headers) {
@@ -376,6 +390,7 @@ http_answer request(httplib::Client& c, const std::string& method, const std::st
   a.body = parse_or_null(res->body);
   a.content_type = res->get_header_value("Content-Type");
   a.www_authenticate = res->get_header_value("WWW-Authenticate");
+  check_answer(method, path, a.status, a.content_type, a.text);
   return a;
 }
 
@@ -573,6 +588,9 @@ sse_stream read_sse(httplib::Client& c, const std::string& path,
   } else if (!out.stopped) {
     out.error = httplib::to_string(res.error());
   }
+  // A stream's events are checked by the tests; its status and type here.
+  if (out.status != 0 && (out.ended || is_stream))
+    check_answer("GET", path, out.status, out.content_type, is_stream ? "" : out.text);
   return out;
 }
 
@@ -584,17 +602,24 @@ sse_follower::sse_follower(int port, const std::string& token, const std::string
   if (!token.empty())
     client_.set_bearer_token_auth(token.c_str());
   thread_ = std::thread{[this, path, last_event_id] {
-    auto r = read_sse(client_, path, last_event_id, [this](const sse_event& e) {
-      {
-        std::lock_guard<std::mutex> guard{mtx_};
-        seen_.push_back(e);
-      }
-      cv_.notify_all();
-      return true;
-    });
+    sse_stream r;
+    std::string failure;
+    try {
+      r = read_sse(client_, path, last_event_id, [this](const sse_event& e) {
+        {
+          std::lock_guard<std::mutex> guard{mtx_};
+          seen_.push_back(e);
+        }
+        cv_.notify_all();
+        return true;
+      });
+    } catch (const std::exception& ex) {
+      failure = ex.what();
+    }
     {
       std::lock_guard<std::mutex> guard{mtx_};
       result_ = std::move(r);
+      failure_ = std::move(failure);
       done_ = true;
     }
     cv_.notify_all();
@@ -638,6 +663,8 @@ sse_stream sse_follower::finish(std::chrono::milliseconds timeout) {
   if (thread_.joinable())
     thread_.join();
   std::lock_guard<std::mutex> guard{mtx_};
+  if (!failure_.empty())
+    throw std::runtime_error(failure_);
   return result_;
 }
 

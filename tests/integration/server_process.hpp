@@ -254,6 +254,13 @@ struct http_answer {
 /// document with the stop inside); `fallback` when there is none.
 std::string stop_result_of(const json& body, const std::string& fallback = "?");
 
+/// Checks an answer against the API document (tests/integration/openapi_check.hpp)
+/// in the test binary; throws std::runtime_error naming what does not
+/// match. Elsewhere (the benchmarks) it does nothing. Every helper below
+/// calls it on every answer.
+void check_answer(const std::string& method, const std::string& path, int status,
+                  const std::string& content_type, const std::string& body);
+
 /// Any request: `method` GET, POST, PUT, DELETE, PATCH or OPTIONS.
 http_answer request(httplib::Client& c, const std::string& method, const std::string& path,
                     const std::string& body = {},
@@ -336,7 +343,8 @@ public:
                       std::chrono::milliseconds timeout = std::chrono::seconds{30});
 
   /// Waits for the stream to end; aborts it after `timeout`. @returns what
-  /// was read (`ended` is false when it had to be aborted).
+  /// was read (`ended` is false when it had to be aborted). Throws when the
+  /// answer did not match the API document (check_answer).
   sse_stream finish(std::chrono::milliseconds timeout = std::chrono::seconds{30});
 
 private:
@@ -346,6 +354,7 @@ private:
   std::vector<sse_event> seen_;
   bool done_ = false;
   sse_stream result_;
+  std::string failure_; ///< read_sse's exception (an answer unlike the API document)
   std::thread thread_;
 };
 

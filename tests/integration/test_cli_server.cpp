@@ -162,7 +162,8 @@ json sleeper(const std::string& name) {
 
 // -- the client's parts ------------------------------------------------------------------
 
-TEST_CASE("server URLs are http://HOST:PORT and anything else is rejected with a reason",
+TEST_CASE("server URLs are http or https://HOST:PORT and anything else is rejected with a "
+          "reason",
           "[runtime][client]") {
   auto ok = canopy::parse_server_url("http://127.0.0.1:8080");
   REQUIRE(ok);
@@ -179,7 +180,13 @@ TEST_CASE("server URLs are http://HOST:PORT and anything else is rejected with a
   auto no_port = canopy::parse_server_url("http://localhost");
   REQUIRE(no_port);
   CHECK(no_port->port == 80);
-  for (auto bad : {"https://127.0.0.1:8080", "ftp://h:1", "127.0.0.1:8080", "http://",
+  auto tls = canopy::parse_server_url("https://example.org");
+  REQUIRE(tls);
+  CHECK(tls->tls);
+  CHECK(tls->port == 443);
+  CHECK(tls->text() == "https://example.org:443");
+  CHECK(!canopy::parse_server_url("http://h:1")->tls);
+  for (auto bad : {"https://127.0.0.1:0", "ftp://h:1", "127.0.0.1:8080", "http://",
                    "http://:80", "http://h:", "http://h:0", "http://h:65536", "http://h:8x",
                    "http://h:80/v1", "http://u@h:80", "http://[::1", "http://h:80?x=1"}) {
     INFO(bad);
@@ -188,8 +195,8 @@ TEST_CASE("server URLs are http://HOST:PORT and anything else is rejected with a
     CHECK(canopy::exit_code_of(r.error()) == 2);
     CHECK_THAT(canopy::message_of(r.error()), Catch::Contains(bad));
   }
-  CHECK_THAT(canopy::message_of(canopy::parse_server_url("https://h:1").error()),
-             Catch::Contains("only http"));
+  CHECK_THAT(canopy::message_of(canopy::parse_server_url("ftp://h:1").error()),
+             Catch::Contains("only http and https"));
 }
 
 TEST_CASE("error answers map to the exit codes of SPEC 6", "[runtime][client]") {
@@ -255,7 +262,7 @@ TEST_CASE("the event-stream parser handles comments, CRLF, multi-line data and s
 TEST_CASE("a bad --server URL, a missing token and --token alone exit 2",
           "[integration][cli]") {
   temp_dir home;
-  for (auto url : {"ftp://127.0.0.1:1", "https://127.0.0.1:1", "127.0.0.1:1", "http://h:99999",
+  for (auto url : {"ftp://127.0.0.1:1", "https://127.0.0.1:0", "127.0.0.1:1", "http://h:99999",
                    "http://127.0.0.1:1/api"}) {
     INFO(url);
     for (std::vector<std::string> cmd :
