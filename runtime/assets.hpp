@@ -6,6 +6,8 @@
 // build time from the source tree, so the binary needs no files at run time.
 
 #include <cstddef>
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace canopy {
@@ -28,5 +30,16 @@ extern const size_t embedded_asset_count;
 
 /// The asset served at `path`, or null. Thread-safe.
 const asset* find_asset(std::string_view path);
+
+/// The content type of a file served under /ui/ by its name's extension
+/// (the same table as the build's); empty for an extension not served.
+std::string_view content_type_of(std::string_view name);
+
+/// Reads the dashboard file `name` from the folder `dir` instead of the
+/// binary (`$CANOPY_WEB_DIR`, for working on the pages without a rebuild).
+/// `name` must be a plain file name (`[A-Za-z0-9._-]`, not starting with a
+/// dot) with a served extension. @returns the bytes, or nothing when it is
+/// not such a name or cannot be read. Thread-safe.
+std::optional<std::string> read_web_file(const std::string& dir, std::string_view name);
 
 } // namespace canopy

@@ -262,6 +262,10 @@ public:
     add("GET", "/healthz", false, &api_server::healthz);
     add("GET", "/metrics", false, &api_server::get_metrics);
     add("GET", "/v1/openapi.json", false, &api_server::get_asset);
+    add("GET", "/", false, &api_server::to_dashboard);
+    add("GET", "/ui", false, &api_server::to_dashboard);
+    add("GET", "/ui/", false, &api_server::get_page);
+    add("GET", "/ui/{file}", false, &api_server::get_page);
     add("POST", "/v1/graphs", true, &api_server::post_graph);
     add("GET", "/v1/graphs", true, &api_server::list_graphs);
     add("GET", "/v1/graphs/{id}", true, &api_server::get_graph);
@@ -522,6 +526,45 @@ private:
     c.res.status = 200;
     c.res.set_content(metrics_.render(rt_.live_executions(), usage->used_bytes()),
                       "text/plain; version=0.0.4");
+  }
+
+  /// `/` and `/ui`: the dashboard is at `/ui/`.
+  void to_dashboard(call& c) {
+    c.res.status = 302;
+    c.res.set_header("Location", "/ui/");
+  }
+
+  /// A dashboard file (`/ui/` is index.html): compiled in, or read from
+  /// `$CANOPY_WEB_DIR` when the server started with it. The pages hold no
+  /// data (they read the API with the user's token), so no token is needed;
+  /// their headers allow scripts, styles and requests from this origin only.
+  void get_page(call& c) {
+    std::string name = c.capture.empty() ? "index.html" : c.capture;
+    std::string body;
+    std::string type;
+    if (!web_dir_.empty()) {
+      auto text = read_web_file(web_dir_, name);
+      if (!text)
+        return reply(c.res, not_found("no file /ui/" + name));
+      body = std::move(*text);
+      type = content_type_of(name);
+    } else {
+      auto a = find_asset("/ui/" + name);
+      if (a == nullptr)
+        return reply(c.res, not_found("no file /ui/" + name));
+      body = a->body();
+      type = a->content_type;
+    }
+    c.res.status = 200;
+    c.res.set_header("Cache-Control", "no-cache");
+    c.res.set_header("X-Content-Type-Options", "nosniff");
+    c.res.set_header("Referrer-Policy", "no-referrer");
+    c.res.set_header("X-Frame-Options", "DENY");
+    c.res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'self'; style-src 'self'; "
+                     "connect-src 'self'; img-src 'self' data:; base-uri 'none'; "
+                     "form-action 'none'; frame-ancestors 'none'");
+    c.res.set_content(body, type);
   }
 
   /// A file compiled into the binary (runtime/assets.hpp), at its own path.
@@ -1272,6 +1315,11 @@ private:
   }
 
   const node_config& cfg_;
+  /// `$CANOPY_WEB_DIR` at start: the dashboard's files are read from there.
+  const std::string web_dir_ = [] {
+    auto dir = std::getenv("CANOPY_WEB_DIR");
+    return std::string{dir != nullptr ? dir : ""};
+  }();
   runtime& rt_;
   store& db_;
   metrics& metrics_;
