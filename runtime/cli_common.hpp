@@ -171,12 +171,13 @@ std::optional<int> run_agent_command(const agent_commands& cmds, const global_op
 struct prune_options {
   CLI::App* cmd = nullptr;
   std::string older_than;
+  std::string config; ///< `--config FILE`: its `retention` rules instead of --older-than
   std::string status;
   bool dry_run = false;
   bool json = false;
 };
 
-/// Adds `canopy prune --older-than D [--status S] [--dry-run] [--json]`.
+/// Adds `canopy prune (--older-than D [--status S] | --config FILE) [--dry-run] [--json]`.
 void add_prune_command(CLI::App& app, prune_options& o);
 
 /// Deletes the local home's settled trees past the age (issue #14).

@@ -3,10 +3,12 @@
 
 #include <cstdio>
 #include <iostream>
+#include <variant>
 
 #include "persistence/error.hpp"
 #include "persistence/retention.hpp"
 #include "runtime/cli_common.hpp"
+#include "runtime/config.hpp"
 
 namespace canopy::cli {
 
@@ -22,15 +24,40 @@ std::string mib(uint64_t bytes) {
 
 void add_prune_command(CLI::App& app, prune_options& o) {
   o.cmd = app.add_subcommand("prune", "delete settled trees older than an age");
-  o.cmd->add_option("--older-than", o.older_than, "age since the tree ended, e.g. 7d, 12h")
-    ->required();
+  auto older = o.cmd->add_option("--older-than", o.older_than,
+                                 "age since the tree ended, e.g. 7d, 12h");
+  o.cmd->add_option("--config", o.config,
+                    "a node config file: prune by its retention rules instead")
+    ->excludes(older);
   o.cmd->add_option("--status", o.status, "only trees whose root ended so "
                                           "(completed, failed or stopped; default all three)");
   o.cmd->add_flag("--dry-run", o.dry_run, "count what would go, delete nothing");
   o.cmd->add_flag("--json", o.json, "print the counts as JSON");
 }
 
-int cmd_prune(const global_options& g, const prune_options& o) {
+namespace {
+
+/// The rules of `--older-than D [--status S]`, or of `--config FILE`'s
+/// `retention`. @returns them, or the usage error's exit code.
+std::variant<retention_rules, int> rules_of(const prune_options& o) {
+  if (!o.config.empty()) {
+    if (!o.status.empty())
+      return usage_error("--status goes with --older-than; --config takes its rules' statuses");
+    auto parsed = load_node_config(o.config);
+    if (!parsed) {
+      for (auto& e : parsed.errors)
+        std::cerr << "error: " << o.config << ": " << (e.path.empty() ? "" : e.path + ": ")
+                  << e.message << "\n";
+      return exit_usage;
+    }
+    if (parsed.value->retention.empty())
+      return usage_error(o.config + ": no \"retention\" rules (e.g. \"retention\": "
+                                    "{\"completed\": \"7d\"})");
+    return parsed.value->retention;
+  }
+  if (o.older_than.empty())
+    return usage_error("prune needs --older-than AGE (e.g. 7d) or --config FILE with "
+                       "\"retention\" rules");
   auto age = parse_age(o.older_than);
   if (!age)
     return usage_error("--older-than: " + message_of(age.error()));
@@ -43,6 +70,16 @@ int cmd_prune(const global_options& g, const prune_options& o) {
     rules.stopped = *age;
   if (rules.empty())
     return usage_error("--status: '" + o.status + "' is not completed, failed or stopped");
+  return rules;
+}
+
+} // namespace
+
+int cmd_prune(const global_options& g, const prune_options& o) {
+  auto chosen = rules_of(o);
+  if (auto code = std::get_if<int>(&chosen))
+    return *code;
+  auto& rules = std::get<retention_rules>(chosen);
   auto db = open_store(g, o.dry_run ? store_use::read : store_use::write);
   if (!db)
     return fail(db.error());

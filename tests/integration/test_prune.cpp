@@ -109,6 +109,35 @@ TEST_CASE("prune refuses a bad age or status with exit 2 and names it", "[integr
   CHECK_THAT(r.err, Catch::Contains("--status") && Catch::Contains("running"));
   r = run_canopy(home.path, {"prune"});
   CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--older-than") && Catch::Contains("--config"));
+  temp_dir cfg;
+  auto none = cfg.write("none.json", R"({"users": {"a": {"token": "t"}}})");
+  r = run_canopy(home.path, {"prune", "--config", none});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("no \"retention\""));
+  auto bad = cfg.write("bad.json", R"({"retention": {"completed": "soon"}})");
+  r = run_canopy(home.path, {"prune", "--config", bad});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/retention/completed"));
+  r = run_canopy(home.path, {"prune", "--config", bad, "--older-than", "1d"});
+  CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("prune --config takes the config's retention rules: only the statuses with an age go",
+          "[integration][cli][retention]") {
+  temp_dir home;
+  temp_dir g;
+  auto ok = g.write("ok.json", R"({"steps": {"x": {"fn": "echo", "with": {"v": 1}}}})");
+  auto failing = g.write("fail.json", R"({"steps": {"f": {"fn": "fail"}}})");
+  auto done = run_to_end(home.path, ok);
+  auto failed = run_to_end(home.path, failing);
+  auto config = g.write("node.json", R"({"retention": {"completed": "1ms", "failed": "30d"}})");
+  auto r = run_canopy(home.path, {"prune", "--config", config, "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out_json()["trees"] == 1);
+  CHECK(root_ids(home.path) == std::set<std::string>{failed});
+  (void) done;
 }
 
 TEST_CASE("retention rules read each status's age and name a bad key or value by its path",
