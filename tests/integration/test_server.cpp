@@ -607,7 +607,8 @@ TEST_CASE("bad requests answer 4xx with the error body and leave no state behind
     {"graph: version 0", "GET", "/v1/graphs/ok?version=0", "", 400, "", ""},
     // routes and methods
     {"an unknown route", "GET", "/v1/nope", "", 404, "not_found", ""},
-    {"the root", "GET", "/", "", 404, "not_found", ""},
+    {"an unknown dashboard file", "GET", "/ui/nope.js", "", 404, "not_found", ""},
+    {"a dashboard path with a folder", "GET", "/ui/a/b.js", "", 404, "not_found", ""},
     {"an unknown sub-resource", "GET", e + "/bogus", "", 404, "not_found", ""},
     {"an unknown execution", "GET", "/v1/executions/0000000000000000000000000z", "", 404,
      "not_found", ""},

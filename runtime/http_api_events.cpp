@@ -1,0 +1,116 @@
+#include "runtime/http_api.hpp"
+
+namespace canopy::api {
+
+void api_server::get_events(call& c) {
+  auto rec = owned(c, c.capture);
+  if (!rec)
+    return;
+  uint64_t after = 0;
+  if (c.req.has_param("after") && !parse_uint(c.req.get_param_value("after"), after))
+    return reply(c.res, bad_request("after must be a non-negative integer (an event seq)"));
+  if (c.req.has_header("Last-Event-ID")
+      && !parse_uint(c.req.get_header_value("Last-Event-ID"), after))
+    return reply(c.res, bad_request("Last-Event-ID must be an event seq"));
+  bool sse = c.req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
+  if (!sse) {
+    auto events = subtree_events(*rec, after);
+    if (!events)
+      return reply(c.res, from_error(events.error()));
+    json items = json::array();
+    for (auto& e : *events)
+      items.push_back(event_document(e));
+    return reply(c.res, 200, {{"items", std::move(items)}, {"next", nullptr}});
+  }
+  stream_events(c, *rec, after);
+}
+
+caf::expected<std::vector<event_record>> api_server::subtree_events(const execution_record& rec,
+                                                         uint64_t after, size_t limit) {
+  auto events = db_.tree_events(rec.root_id, after, limit);
+  if (!events || rec.id == rec.root_id)
+    return events;
+  auto ids = db_.subtree_ids(rec.id);
+  if (!ids)
+    return ids.error();
+  std::vector<event_record> out;
+  for (auto& e : *events)
+    if (ids->count(e.execution_id) > 0)
+      out.push_back(std::move(e));
+  return out;
+}
+
+void api_server::stream_events(call& c, const execution_record& rec, uint64_t after) {
+  {
+    // Status first, then events (see below).
+    auto now = db_.execution(rec.id);
+    if (!now || !is_stoppable(now->status)) {
+      auto more = subtree_events(rec, after, 1);
+      if (!more)
+        return reply(c.res, from_error(more.error()));
+      if (more->empty()) {
+        c.res.status = 204;
+        return;
+      }
+    }
+  }
+  struct stream_state {
+    uint64_t cursor;
+    bool opened = false;
+  };
+  auto st = std::make_shared<stream_state>(stream_state{after});
+  auto id = rec.id;
+  c.res.set_header("Cache-Control", "no-cache");
+  c.res.set_header("X-Accel-Buffering", "no");
+  c.res.set_chunked_content_provider(
+    "text/event-stream", [this, st, id, rec](size_t, httplib::DataSink& sink) {
+      for (;;) {
+        auto gen = events_.generation();
+        // Status first, then events: once terminal, everything up to the
+        // terminal commit is in the read that follows.
+        auto now = db_.execution(id);
+        bool settled = !now || !is_stoppable(now->status);
+        auto events = subtree_events(rec, st->cursor, 1000);
+        if (!events)
+          return false;
+        std::string out;
+        if (!st->opened) {
+          st->opened = true;
+          out = "retry: " + std::to_string(sse_retry_ms) + "\n\n";
+        }
+        for (auto& e : *events) {
+          out += "id: " + std::to_string(e.seq) + "\nevent: " + e.type
+                 + "\ndata: " + dump_json(event_document(e)) + "\n\n";
+          st->cursor = std::max(st->cursor, e.seq);
+        }
+        if (!out.empty() && !sink.write(out.data(), out.size()))
+          return false;
+        if (events->size() >= 1000)
+          continue; // more to replay
+        if (settled) {
+          json end{{"execution_id", id},
+                   {"status", now ? json(to_string(now->status)) : json(nullptr)},
+                   {"last_seq", st->cursor}};
+          auto last = "event: end\ndata: " + dump_json(end) + "\n\n";
+          if (!sink.write(last.data(), last.size()))
+            return false;
+          sink.done();
+          return true;
+        }
+        if (!out.empty())
+          return true; // let httplib flush; it calls again
+        if (!events_.wait(gen, sse_keepalive)) {
+          sink.done(); // shutting down
+          return true;
+        }
+        if (events_.generation() == gen) {
+          static const std::string keepalive = ": keep-alive\n\n";
+          if (!sink.write(keepalive.data(), keepalive.size()))
+            return false;
+          return true;
+        }
+      }
+    });
+}
+
+} // namespace canopy::api
