@@ -76,7 +76,8 @@ class Checker:
         # segments first, so `/a/b` wins over `/a/{x}`.
         self.templates = []
         for template, item in doc.get("paths", {}).items():
-            segs = template.strip("/").split("/") if template != "/" else [""]
+            # Exact, as the server's routes: `/ui/` is not `/ui`.
+            segs = template[1:].split("/")
             self.templates.append((segs, template, item))
         self.templates.sort(key=lambda t: -sum(1 for s in t[0] if not s.startswith("{")))
         self.error_validator = self.validator(ERROR_SCHEMA)
@@ -103,7 +104,7 @@ class Checker:
         return entry[0]
 
     def match(self, path):
-        segs = path.strip("/").split("/") if path != "/" else [""]
+        segs = path[1:].split("/")
         for tsegs, template, item in self.templates:
             if len(tsegs) != len(segs):
                 continue
