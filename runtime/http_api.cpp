@@ -274,9 +274,18 @@ void api_server::guarded_dispatch(const httplib::Request& req, httplib::Response
 void api_server::dispatch(const httplib::Request& req, httplib::Response& res) {
   auto m = routes_.match(req.method, req.path);
   if (!m) {
-    if (m.path_known)
+    if (m.path_known) {
+      // RFC 9110: a 405 lists the methods the resource has.
+      std::string allow;
+      for (const char* method : {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+        if (routes_.match(method, req.path))
+          allow += (allow.empty() ? "" : ", ") + std::string{method};
+      res.set_header("Allow", allow);
       return reply(res, {405, "method_not_allowed",
-                         "method " + req.method + " is not allowed on " + req.path, ""});
+                         "method " + req.method + " is not allowed on " + req.path
+                           + " (allowed: " + allow + ")",
+                         ""});
+    }
     return reply(res, not_found("no route " + req.method + " " + req.path));
   }
   auto& [auth, fn] = handlers_[m.index];

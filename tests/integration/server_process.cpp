@@ -390,6 +390,7 @@ http_answer request(httplib::Client& c, const std::string& method, const std::st
   a.body = parse_or_null(res->body);
   a.content_type = res->get_header_value("Content-Type");
   a.www_authenticate = res->get_header_value("WWW-Authenticate");
+  a.allow = res->get_header_value("Allow");
   check_answer(method, path, a.status, a.content_type, a.text);
   return a;
 }

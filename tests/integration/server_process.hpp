@@ -248,6 +248,7 @@ struct http_answer {
   json body;                ///< the body parsed as JSON, null when it is not JSON
   std::string content_type;
   std::string www_authenticate; ///< the `WWW-Authenticate` header, "" when none
+  std::string allow;            ///< the `Allow` header (of a 405), "" when none
 };
 
 /// The `stop.result` of a stop answer's body (SPEC §7: the execution

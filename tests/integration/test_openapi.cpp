@@ -64,3 +64,18 @@ TEST_CASE("GET /v1/openapi.json serves the OpenAPI 3.1 document without a token,
   }
   CHECK(operations >= 21);
 }
+
+TEST_CASE("a 405 names the methods the resource has in its Allow header",
+          "[integration][server]") {
+  server_process srv;
+  auto c = srv.client(alice_token);
+  auto a = request(c, "PUT", "/v1/graphs", "{}");
+  CHECK(a.status == 405);
+  CHECK(a.allow == "GET, HEAD, POST");
+  auto b = request(c, "POST", "/healthz", "{}");
+  CHECK(b.status == 405);
+  CHECK(b.allow == "GET, HEAD");
+  auto d = request(c, "GET", "/v1/executions/abc/stop");
+  CHECK(d.status == 405);
+  CHECK(d.allow == "POST");
+}
