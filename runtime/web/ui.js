@@ -33,9 +33,9 @@ export function fill(el, ...children) {
 }
 
 export const STATUS_ICON = {
-  queued: "\u231B",      // hourglass
+  queued: "\u25D4",      // circle, a quarter filled
   running: "\u25B6",     // play
-  stopping: "\u23F8",    // pause
+  stopping: "\u25EB",    // square split (halting)
   stopped: "\u25A0",     // square
   completed: "\u2713",   // check
   failed: "\u2717",      // cross
@@ -161,10 +161,10 @@ export function poller(fn, every) {
 }
 
 /** Key/value rows for a <dl>. */
-export function dl(pairs, cls = "kv") {
+export function dl(pairs, cls = "kv", skipEmpty = false) {
   const el = h("dl", { class: cls });
   for (const [k, v] of pairs) {
-    if (v === undefined) continue;
+    if (v === undefined || (skipEmpty && (v === null || v === ""))) continue;
     el.append(h("dt", {}, k), h("dd", {}, v === null || v === "" ? h("span", { class: "muted" }, "\u2014") : v));
   }
   return el;
