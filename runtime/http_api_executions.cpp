@@ -210,24 +210,29 @@ void api_server::stop_graph(call& c) {
     if (r.owner == c.user && r.graph == rg->name && is_stoppable(r.status))
       targets.push_back(r);
   json stopped = json::array();
-  std::vector<stop_ticket> tickets;
+  std::vector<std::pair<std::string, stop_ticket>> tickets;
   for (auto& r : targets) {
     auto t = rt_.stop(r.id, mode, "user:" + c.user);
     if (t && t->result != stop_result::no_execution) {
       stopped.push_back(r.id);
-      tickets.push_back(std::move(*t));
+      tickets.emplace_back(r.id, std::move(*t));
     }
   }
+  // Within one `wait` for all of them; those not settled by then are
+  // `pending`, and the answer is 202 (as a single stop's with `wait` 0).
   auto deadline = std::chrono::steady_clock::now()
                   + millis{static_cast<int64_t>(wait * 1000)};
-  for (auto& t : tickets) {
+  json pending = json::array();
+  for (auto& [id, t] : tickets) {
     auto left = std::chrono::duration_cast<millis>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || rt_.await_stop(t, left) == stop_result::stopping)
-      break;
+    auto settled = t.request.id.empty()
+                   || (left.count() > 0 && rt_.await_stop(t, left) != stop_result::stopping);
+    if (!settled)
+      pending.push_back(id);
   }
-  spdlog::info("event=graph.stop user={} graph={} stopped={}", c.user, rg->name,
-               stopped.size());
-  reply(c.res, 200, {{"stopped", stopped}});
+  spdlog::info("event=graph.stop user={} graph={} stopped={} pending={}", c.user, rg->name,
+               stopped.size(), pending.size());
+  reply(c.res, pending.empty() ? 200 : 202, {{"stopped", stopped}, {"pending", pending}});
 }
 
 void api_server::list_executions(call& c) {

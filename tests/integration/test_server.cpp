@@ -1231,6 +1231,7 @@ TEST_CASE("stopping a graph stops every unfinished execution of it and answers t
   for (auto& x : answer.body["stopped"])
     ids.insert(x.get<std::string>());
   CHECK(ids == std::set<std::string>{a1, a2});
+  CHECK(answer.body["pending"] == json::array());
   for (auto& id : {a1, a2}) {
     auto doc = get_json(c, "/v1/executions/" + id).body;
     CHECK(doc["status"] == "stopped");
@@ -1249,6 +1250,19 @@ TEST_CASE("stopping a graph stops every unfinished execution of it and answers t
   auto again = post_json(c, "/v1/graphs/g-a/stop", {{"wait", 1}});
   CHECK(again.status == 200);
   CHECK(again.body["stopped"] == json::array());
+
+  // A graph's stop with wait 0: 202, every execution it reached pending.
+  auto b2 = start(c, "g-b")["id"].get<std::string>();
+  REQUIRE(wait_status(c, b2, "running")["status"] == "running");
+  auto graph_quick = post_json(c, "/v1/graphs/g-b/stop", {{"wait", 0}, {"mode", "force"}});
+  INFO(graph_quick.text);
+  CHECK(graph_quick.status == 202);
+  CHECK(graph_quick.body["pending"] == graph_quick.body["stopped"]);
+  CHECK(graph_quick.body["stopped"].size() == 2);
+  CHECK(wait_status(c, b2, "stopped")["status"] == "stopped");
+  CHECK(wait_status(c, b1, "stopped")["status"] == "stopped");
+  b1 = start(c, "g-b")["id"].get<std::string>();
+  REQUIRE(wait_status(c, b1, "running")["status"] == "running");
 
   // wait 0: 202 stopping, then stopped; a second stop answers no_execution.
   auto quick = post_json(c, "/v1/executions/" + b1 + "/stop", {{"wait", 0}});
