@@ -17,6 +17,7 @@
 #include "persistence/graph_paths.hpp"
 #include "persistence/json_text.hpp"
 #include "persistence/reference.hpp"
+#include "persistence/suggest.hpp"
 #include "persistence/shell_argv.hpp"
 
 namespace canopy {
@@ -66,6 +67,14 @@ namespace {
 const std::vector<std::string> top_level_keys{"name", "inputs", "limits", "steps", "outputs"};
 
 const std::vector<std::string> limit_keys{"max_depth", "max_steps", "budget", "deadline"};
+
+/// `a` then `b`.
+std::vector<std::string> concat(const std::vector<std::string>& a,
+                                const std::vector<std::string>& b) {
+  auto out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
 
 const std::vector<std::string> kind_keys{"run", "tool", "graph", "plan", "agent", "fn"};
 
@@ -237,7 +246,8 @@ public:
     for (auto& [key, val] : doc.items())
       if (!contains(top_level_keys, key))
         fail("/" + escape_pointer(key),
-             "unknown key '" + key + "' (expected one of: " + join(top_level_keys) + ")");
+             "unknown key '" + key + "' (expected one of: " + join(top_level_keys) + ")"
+               + did_you_mean(key, top_level_keys));
     if (auto it = doc.find("name"); it != doc.end()) {
       if (!it->is_string())
         fail("/name", "expected a string, " + got(*it));
@@ -375,7 +385,8 @@ private:
         if (auto d = duration(val, path))
           g_->limits.deadline = *d;
       } else {
-        fail(path, "unknown key '" + key + "' (expected one of: " + join(limit_keys) + ")");
+        fail(path, "unknown key '" + key + "' (expected one of: " + join(limit_keys) + ")"
+                     + did_you_mean(key, limit_keys));
       }
     }
     // A child can only tighten the limit it inherits (SPEC §13 rule 8).
@@ -421,7 +432,8 @@ private:
       else if (!contains(step_field_keys, key))
         fail(path + "/" + escape_pointer(key),
              "unknown key '" + key + "' (a step has one kind of " + join(kind_keys)
-               + " and the fields " + join(step_field_keys) + ")");
+               + " and the fields " + join(step_field_keys) + ")"
+               + did_you_mean(key, concat(kind_keys, step_field_keys)));
     }
     if (kinds.empty())
       fail(path, "step '" + id + "' has no kind (expected exactly one of " + join(kind_keys)
@@ -538,7 +550,8 @@ private:
         if (auto d = duration(val, kpath))
           def.grace.terminate = *d;
       } else {
-        fail(kpath, "unknown key '" + key + "' (expected one of: " + join(grace_keys) + ")");
+        fail(kpath, "unknown key '" + key + "' (expected one of: " + join(grace_keys) + ")"
+                      + did_you_mean(key, grace_keys));
       }
     }
   }
@@ -593,7 +606,8 @@ private:
         if (!contains(builtin_fns, *name) && opts_.fns.count(*name) == 0) {
           std::set<std::string> known{builtin_fns.begin(), builtin_fns.end()};
           known.insert(opts_.fns.begin(), opts_.fns.end());
-          fail(path, "unknown function '" + *name + "' (known: " + join(known) + ")");
+          fail(path, "unknown function '" + *name + "' (known: " + join(known) + ")"
+                       + did_you_mean(*name, {known.begin(), known.end()}));
         }
       }
     } else {
@@ -641,7 +655,8 @@ private:
     if (opts_.tools.empty())
       fail(path, "unknown tool '" + name + "' (no tools are registered on this node)");
     else
-      fail(path, "unknown tool '" + name + "' (registered: " + join(opts_.tools) + ")");
+      fail(path, "unknown tool '" + name + "' (registered: " + join(opts_.tools) + ")"
+                   + did_you_mean(name, {opts_.tools.begin(), opts_.tools.end()}));
   }
 
   // -- child graphs -------------------------------------------------------------
@@ -747,7 +762,8 @@ private:
         if (name == w.def.id) {
           fail(w.path + "/needs/" + std::to_string(k), "step '" + w.def.id + "' needs itself");
         } else if (it == work_index_.end()) {
-          fail(w.path + "/needs/" + std::to_string(k), "unknown step '" + name + "' in needs");
+          fail(w.path + "/needs/" + std::to_string(k),
+               "unknown step '" + name + "' in needs" + did_you_mean(name, step_ids()));
         } else if (added[it->second] != i) {
           added[it->second] = i;
           needs_[i].push_back(it->second);
@@ -833,7 +849,7 @@ private:
         case reference::steps: {
           auto it = work_index_.find(ref.name);
           if (it == work_index_.end())
-            fail(prefix() + "unknown step '" + ref.name + "'");
+            fail(prefix() + "unknown step '" + ref.name + "'" + did_you_mean(ref.name, step_ids()));
           else if (step != nullptr) {
             // Decided in `check_references`, for all steps at once.
             queries_.push_back(detail::upstream_query{*step, it->second});
@@ -865,6 +881,14 @@ private:
   std::vector<step_work> work_;
   /// Step id → position in the work list; becomes the graph's index.
   std::unordered_map<std::string, size_t> work_index_;
+
+  /// The ids of the graph's steps, for suggestions.
+  std::vector<std::string> step_ids() const {
+    std::vector<std::string> out;
+    for (auto& w : work_)
+      out.push_back(w.def.id);
+    return out;
+  }
   /// The steps, in the document's order (then sorted into the graph).
   std::vector<step_def> defs_;
   /// `needs` of each step as positions in the work list.

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 
 #include "actors/execution/execution_actor.hpp"
 #include "persistence/error.hpp"
+#include "persistence/suggest.hpp"
 #include "runtime/cli_common.hpp"
 #include "runtime/cluster_transport.hpp"
 #include "runtime/http_tls.hpp"
@@ -191,6 +193,18 @@ caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g) {
 caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use) {
   store_options opts;
   opts.home = home_of(g);
+  // A reading command never creates a home: a typo in --home, or a folder
+  // where nothing ran, says so instead of listing an empty new store.
+  struct stat st;
+  if (use == store_use::read && ::stat((opts.home + "/data.mdb").c_str(), &st) != 0) {
+    auto shown = opts.home;
+    char cwd[4096];
+    if (!shown.empty() && shown.front() != '/' && ::getcwd(cwd, sizeof(cwd)) != nullptr)
+      shown = std::string{cwd} + "/" + (shown.rfind("./", 0) == 0 ? shown.substr(2) : shown);
+    return make_error(persistence_errc::not_found,
+                      "no canopy home at '" + shown
+                        + "' (nothing has run with it; pass --home DIR or set $CANOPY_HOME)");
+  }
   if (use == store_use::read)
     opts.write_wait = read_recovery_wait;
   auto db = store::open(opts);
@@ -722,6 +736,37 @@ int cmd_validate(const std::string& file, const remote_options& remote) {
 
 namespace canopy {
 
+namespace {
+
+/// The names of `app`'s subcommands.
+std::vector<std::string> command_names(CLI::App& app) {
+  std::vector<std::string> out;
+  for (auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    out.push_back(sub->get_name());
+  return out;
+}
+
+/// The first word of the command line when it is where a command goes but
+/// names none (`canopy lst`); global options and their values are skipped.
+std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv) {
+  auto names = command_names(app);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--home" || a == "--max-parallel") {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] == '-')
+      continue;
+    if (std::find(names.begin(), names.end(), a) != names.end())
+      return std::nullopt;
+    return a;
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
 int cli_main(int argc, char** argv) {
   using namespace cli;
   CLI::App app{"canopy: run agent graphs as supervised actor trees"};
@@ -825,15 +870,31 @@ int cli_main(int argc, char** argv) {
   validate->add_option("file", file, "graph file")->required();
   add_remote(validate);
 
+  auto version = app.add_subcommand("version", "print canopy's version");
+  app.set_version_flag("--version", std::string{"canopy "} + CANOPY_VERSION);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (auto word = unknown_command(app, argc, argv)) {
+      std::cerr << "error: unknown command '" << *word << "'";
+      if (auto near = nearest(*word, command_names(app)))
+        std::cerr << ": did you mean '" << *near << "'?";
+      std::cerr << "\nrun 'canopy --help' for the commands\n";
+      return exit_usage;
+    }
     std::cerr << "error: " << e.what() << "\n" << "run 'canopy --help' for usage\n";
     return exit_usage;
+  }
+  if (version->parsed()) {
+    std::cout << "canopy " << CANOPY_VERSION << "\n";
+    return 0;
   }
   if (run->parsed())
     return cmd_run(g, ro, argv[0]);

@@ -284,4 +284,8 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+bool has_store(const std::string& home) {
+  return std::ifstream{home + "/data.mdb"}.good();
+}
+
 } // namespace canopy::test

@@ -55,6 +55,10 @@ std::string source_dir();
 
 /// Runs `canopy --home HOME ARGS...` to completion (fails the test after
 /// `timeout`). @returns its exit code and output.
+/// True when a store was ever created in `home` (a reading command such as
+/// `ls` refuses a home without one, and creates nothing).
+bool has_store(const std::string& home);
+
 proc_result run_canopy(const std::string& home, const std::vector<std::string>& args,
                    std::chrono::seconds timeout = std::chrono::seconds{120},
                    const std::string& cwd = {});

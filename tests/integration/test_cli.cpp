@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,7 +45,11 @@ size_t max_overlap(std::vector<std::pair<int64_t, int64_t>> iv) {
   return best;
 }
 
+/// Every execution of `home` (`ls --json --all`); [] when no store was
+/// ever created there.
 json ls_json(const std::string& home) {
+  if (!has_store(home))
+    return json::array();
   auto r = run_canopy(home, {"ls", "--json", "--all"});
   REQUIRE(r.exit_code == 0);
   return r.out_json();
@@ -503,4 +508,61 @@ TEST_CASE("a run whose commit waits over 5 s for the store exits 5 and resumes l
   auto resumed = run_canopy(home.path, {"resume", id, "--json"});
   CHECK(resumed.exit_code == 0);
   CHECK(resumed.out_json()["status"] == "completed");
+}
+
+// -- the command line itself (issue #16) ----------------------------------------------
+
+TEST_CASE("canopy --version and canopy version print the version, and a misspelt command is "
+          "named with the closest one",
+          "[integration][cli]") {
+  temp_dir home;
+  for (auto args : {std::vector<std::string>{"--version"}, {"version"}}) {
+    auto r = run_canopy(home.path, args);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::StartsWith("canopy ") && Catch::Contains("."));
+  }
+  auto typo = run_canopy(home.path, {"lst"});
+  CHECK(typo.exit_code == 2);
+  CHECK_THAT(typo.err, Catch::Contains("unknown command 'lst'")
+                         && Catch::Contains("did you mean 'ls'?"));
+  auto after_option = run_canopy(home.path, {"--max-parallel", "2", "stpo", "x"});
+  CHECK(after_option.exit_code == 2);
+  CHECK_THAT(after_option.err, Catch::Contains("did you mean 'stop'?"));
+  auto far = run_canopy(home.path, {"frobnicate"});
+  CHECK(far.exit_code == 2);
+  CHECK_THAT(far.err, Catch::Contains("unknown command 'frobnicate'"));
+  CHECK_THAT(far.err, !Catch::Contains("did you mean"));
+  CHECK(!has_store(home.path));
+}
+
+TEST_CASE("reading commands never create a home and name the one they looked at",
+          "[integration][cli]") {
+  temp_dir dir;
+  auto typo = dir.path + "/typo";
+  for (auto args : {std::vector<std::string>{"ls"}, {"ls", "--json"}, {"show", "abc"},
+                    {"events", "abc"}, {"agent", "ls"}}) {
+    auto r = run_canopy(typo, args);
+    INFO(args.front() << ": " << r.err);
+    CHECK(r.exit_code == 4);
+    CHECK_THAT(r.err, Catch::Contains("no canopy home at '" + typo + "'"));
+  }
+  struct stat st;
+  CHECK(::stat(typo.c_str(), &st) != 0); // not even the folder
+}
+
+TEST_CASE("a misspelt step, key or function in a graph is named with the closest known one",
+          "[integration][cli]") {
+  temp_dir home;
+  temp_dir g;
+  auto file = g.write("typo.json", R"({"steps": {
+    "fetch": {"fn": "echo", "with": {"v": 1}},
+    "parse": {"fn": "ecoh", "needs": ["fecth"], "with": {"x": "${steps.fecht.v}"}},
+    "store": {"fn": "noop", "neds": []}}})");
+  auto r = run_canopy(home.path, {"validate", file});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/steps/parse/needs/0: unknown step 'fecth' in needs; did "
+                                    "you mean 'fetch'?"));
+  CHECK_THAT(r.err, Catch::Contains("unknown step 'fecht'; did you mean 'fetch'?"));
+  CHECK_THAT(r.err, Catch::Contains("unknown function 'ecoh'") && Catch::Contains("did you mean 'echo'?"));
+  CHECK_THAT(r.err, Catch::Contains("unknown key 'neds'") && Catch::Contains("did you mean 'needs'?"));
 }
