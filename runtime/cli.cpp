@@ -190,6 +190,15 @@ caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g) {
   return runtime::open(opts);
 }
 
+bool use_colour(const global_options& g, bool tty) {
+  if (g.color == "always")
+    return true;
+  if (g.color == "never")
+    return false;
+  auto no_color = std::getenv("NO_COLOR");
+  return tty && (no_color == nullptr || *no_color == '\0');
+}
+
 caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use) {
   store_options opts;
   opts.home = home_of(g);
@@ -238,10 +247,11 @@ namespace {
 
 /// Shows progress of `h` until it ends (events after seq `after` only), then
 /// prints the result.
-int follow(runtime& rt, const execution_handle& h, bool as_json, uint64_t after = 0) {
+int follow(const global_options& g, runtime& rt, const execution_handle& h, bool as_json,
+           uint64_t after = 0) {
   bool tty = !as_json && ::isatty(STDOUT_FILENO);
   std::mutex mtx;
-  tree_view view{*rt.db(), h.id()};
+  tree_view view{*rt.db(), h.id(), use_colour(g, tty)};
   size_t drawn = 0;
   auto last_draw = std::chrono::steady_clock::time_point{};
   auto redraw = [&] {
@@ -406,7 +416,7 @@ int cmd_run(const global_options& g, const run_options& o, const char* self_exe)
     ::close(o.detached_fd);
   }
   guard.watch(*h);
-  return follow(**rt, *h, o.json);
+  return follow(g, **rt, *h, o.json);
 }
 
 int cmd_resume(const global_options& g, const std::string& id, bool as_json,
@@ -422,7 +432,7 @@ int cmd_resume(const global_options& g, const std::string& id, bool as_json,
   if (!h)
     return fail(h.error());
   guard.watch(*h);
-  return follow(**rt, *h, as_json, *before);
+  return follow(g, **rt, *h, as_json, *before);
 }
 
 /// `canopy stop`: stores the request (the stop protocol; the process that
@@ -752,7 +762,7 @@ std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv)
   auto names = command_names(app);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--home" || a == "--max-parallel") {
+    if (a == "--home" || a == "--max-parallel" || a == "--color") {
       ++i;
       continue;
     }
@@ -774,6 +784,9 @@ int cli_main(int argc, char** argv) {
   app.fallthrough();
   global_options g;
   app.add_option("--home", g.home, "store folder (default: $CANOPY_HOME, else ./.canopy)");
+  app.add_option("--color", g.color,
+                 "colour the live tree: auto (a terminal without $NO_COLOR), always, never")
+    ->check(CLI::IsMember({"auto", "always", "never"}));
   auto max_parallel_opt =
     app.add_option("--max-parallel", g.max_parallel, "subprocesses at once (default 4)")
       ->check(CLI::Range(1, 4096));

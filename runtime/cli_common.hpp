@@ -45,7 +45,13 @@ int report_graph_errors(const std::string& file, const parse_result& r);
 struct global_options {
   std::string home;
   size_t max_parallel = 4;
+  std::string color = "auto"; ///< `--color auto|always|never`
 };
+
+/// Whether the live tree is coloured: `--color always` yes, `never` no,
+/// `auto` on a terminal unless `$NO_COLOR` is set and not empty
+/// (no-color.org).
+bool use_colour(const global_options& g, bool tty);
 
 /// `--server URL` and `--token TOKEN` of the commands that can use a server.
 struct remote_options {

@@ -85,8 +85,8 @@ std::string event_line(const event_record& e, const std::string& label) {
   return out;
 }
 
-tree_view::tree_view(const store& db, std::string root_id)
-  : db_(db), root_id_(std::move(root_id)) {
+tree_view::tree_view(const store& db, std::string root_id, bool colour)
+  : db_(db), root_id_(std::move(root_id)), colour_(colour) {
 }
 
 tree_view::exec_view& tree_view::get(const std::string& id) {
@@ -149,17 +149,17 @@ void tree_view::render_exec(const std::string& id, const std::string& indent,
     auto& step = v.order[n];
     bool last = n + 1 == v.order.size();
     auto status = v.steps.at(step);
-    std::string line = indent + (last ? "└─ " : "├─ ") + step + " " + colour(status) + status
-                       + reset;
+    std::string line = indent + (last ? "└─ " : "├─ ") + step + " " + paint(colour(status)) + status
+                       + paint(reset);
     auto ll = v.last_line.find(step);
     if (ll != v.last_line.end() && status == "running")
-      line += "  \033[2m" + shorten(ll->second, 60) + reset;
+      line += std::string{"  "} + paint("\033[2m") + shorten(ll->second, 60) + paint(reset);
     auto child = v.child_of_step.find(step);
     if (child != v.child_of_step.end()) {
       auto c = execs_.find(child->second);
       if (c != execs_.end())
-        line += "  → " + c->second.graph + " " + colour(c->second.status) + c->second.status
-                + reset;
+        line += "  → " + c->second.graph + " " + paint(colour(c->second.status)) + c->second.status
+                + paint(reset);
     }
     out.push_back(line);
     if (child != v.child_of_step.end())
@@ -173,7 +173,7 @@ std::vector<std::string> tree_view::render() const {
   if (i == execs_.end())
     return out;
   auto& v = i->second;
-  out.push_back(v.graph + " " + root_id_ + " " + colour(v.status) + v.status + reset
+  out.push_back(v.graph + " " + root_id_ + " " + paint(colour(v.status)) + v.status + paint(reset)
                 + (v.reason.empty() ? "" : " (" + v.reason + ")"));
   render_exec(root_id_, "", out);
   return out;

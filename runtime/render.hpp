@@ -21,12 +21,14 @@ std::string event_line(const event_record& e, const std::string& label);
 /// a terminal. Not thread-safe: feed it from one thread.
 class tree_view {
 public:
-  tree_view(const store& db, std::string root_id);
+  /// `colour`: statuses in ANSI colours (see `--color` and `NO_COLOR`).
+  tree_view(const store& db, std::string root_id, bool colour = true);
 
   /// Applies an event.
   void apply(const event_record& e);
 
-  /// Renders the tree, one line per execution and step, ANSI-coloured.
+  /// Renders the tree, one line per execution and step (ANSI-coloured
+  /// unless made without colour).
   std::vector<std::string> render() const;
 
   /// A short label for an execution: the root's graph name, and for a child
@@ -49,8 +51,12 @@ private:
   void render_exec(const std::string& id, const std::string& indent,
                    std::vector<std::string>& out) const;
 
+  /// `code` when colouring, else "".
+  const char* paint(const char* code) const { return colour_ ? code : ""; }
+
   const store& db_;
   std::string root_id_;
+  bool colour_;
   std::map<std::string, exec_view> execs_;
 };
 

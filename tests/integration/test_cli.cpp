@@ -566,3 +566,30 @@ TEST_CASE("a misspelt step, key or function in a graph is named with the closest
   CHECK_THAT(r.err, Catch::Contains("unknown function 'ecoh'") && Catch::Contains("did you mean 'echo'?"));
   CHECK_THAT(r.err, Catch::Contains("unknown key 'neds'") && Catch::Contains("did you mean 'needs'?"));
 }
+
+TEST_CASE("the live tree on a terminal is coloured unless NO_COLOR is set or --color never says "
+          "so",
+          "[integration][cli]") {
+  temp_dir home;
+  temp_dir g;
+  auto file = g.write("one.json", R"({"steps": {"a": {"fn": "echo", "with": {"v": 1}}}})");
+  // `script` (util-linux, essential in Debian) gives the run a terminal.
+  auto on_tty = [&](const std::string& prefix, const std::string& flags) {
+    auto r = run_command({"script", "-qfec",
+                          prefix + " " + canopy_binary() + " --home " + home.path + " " + flags
+                            + " run " + file,
+                          "/dev/null"},
+                         std::chrono::seconds{60});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  const std::string green = "\033[32m";
+  CHECK_THAT(on_tty("env -u NO_COLOR", ""), Catch::Contains(green));
+  CHECK_THAT(on_tty("env NO_COLOR=1", ""), !Catch::Contains(green));
+  CHECK_THAT(on_tty("env -u NO_COLOR", "--color never"), !Catch::Contains(green));
+  CHECK_THAT(on_tty("env NO_COLOR=1", "--color always"), Catch::Contains(green));
+  auto bad = run_canopy(home.path, {"--color", "sometimes", "ls"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--color"));
+}
