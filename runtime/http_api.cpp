@@ -186,6 +186,7 @@ void api_server::close() {
 void api_server::install(httplib::Server& svr) {
   metrics_.set_routes(routes_.labels());
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    without_brotli(req);
     if (expects_body(req.method)) {
       res.set_header(deferred_header, "1");
       return httplib::Server::HandlerResponse::Unhandled;
@@ -246,6 +247,28 @@ void api_server::install(httplib::Server& svr) {
     spdlog::info("event=http method={} route={} path={} status={}", method, route,
                  log_text(req.path), res.status);
   });
+}
+
+void api_server::without_brotli(const httplib::Request& req) {
+  // httplib's own Request, not const (it hands hooks a const reference):
+  // its Accept-Encoding decides the answer's encoding after the handler.
+  auto& headers = const_cast<httplib::Headers&>(req.headers);
+  auto it = headers.find("Accept-Encoding");
+  if (it == headers.end() || it->second.find("br") == std::string::npos)
+    return;
+  std::string kept;
+  size_t begin = 0;
+  while (begin <= it->second.size()) {
+    auto end = std::min(it->second.find(',', begin), it->second.size());
+    auto token = it->second.substr(begin, end - begin);
+    auto first = token.find_first_not_of(" \t");
+    auto name = first == std::string::npos ? std::string{} : token.substr(first);
+    name = name.substr(0, name.find_first_of(" \t;"));
+    if (!name.empty() && name != "br")
+      kept += (kept.empty() ? "" : ", ") + token.substr(first);
+    begin = end + 1;
+  }
+  it->second = kept;
 }
 
 bool api_server::expects_body(const std::string& method) {

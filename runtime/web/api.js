@@ -179,8 +179,8 @@ export function followEvents(id, { after = 0, onEvents, onState = () => {}, onEn
   }
 
   async function run() {
-    while (!closed) {
-      onState(last > after || last > 0 ? "reconnecting" : "connecting");
+    for (let attempt = 0; !closed; attempt++) {
+      onState(attempt ? "reconnecting" : "connecting");
       let res;
       try {
         const headers = { Accept: "text/event-stream", Authorization: "Bearer " + getToken() };

@@ -93,10 +93,12 @@ function showPrompt() {
       await api("/v1/agents");
     } catch (e) {
       if (e.status !== 401) {
+        clearToken(); // not checked: ask again
         note.textContent = `Cannot reach the server: ${e.message}`;
         note.hidden = false;
-      }
-      return; // a 401 already showed the prompt again
+      } else input.value = ""; // refused (the 401 handler said so): type it again
+      input.focus();
+      return;
     }
     render();
     main.focus();
@@ -107,6 +109,13 @@ function showPrompt() {
 
 onUnauthorized(() => {
   promptNote = "The server refused the token (401). Enter it again.";
+  const note = main.querySelector("[data-testid=token-error]");
+  if (note) {
+    // the prompt is up already (several requests may answer 401): keep what was typed
+    note.textContent = promptNote;
+    note.hidden = false;
+    return;
+  }
   render();
 });
 

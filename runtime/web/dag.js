@@ -3,7 +3,8 @@
 // short texts per node change. Layering is hand-written: a step's layer is
 // the longest path from a root; within a layer steps are ordered by the
 // barycenter of their predecessors. A layer taller than MAX_ROWS wraps into
-// several sub-columns so a wide graph stays readable.
+// several sub-columns so a wide graph stays readable. Keyboard: one tab
+// stop per DAG, arrow keys move between steps, Enter/Space selects.
 
 import { STATUS_ICON } from "./ui.js";
 
@@ -102,7 +103,7 @@ export function drawDag(steps, opts) {
   for (const s of steps) {
     const p = lay.pos.get(s.name);
     const g = svgEl("g", {
-      class: "node", transform: `translate(${p.x},${p.y})`, tabindex: "0", role: "button",
+      class: "node", transform: `translate(${p.x},${p.y})`, tabindex: "-1", role: "button",
       "data-testid": "step-node", "data-step": s.name, "data-exec": opts.execId || "",
     });
     const title = svgEl("title", {});
@@ -149,11 +150,39 @@ export function drawDag(steps, opts) {
     if (g) opts.onSelect && opts.onSelect(g.getAttribute("data-step"));
   };
   svg.addEventListener("click", pick);
+
+  // One tab stop per DAG (roving tabindex); arrows move in reading order
+  // (columns left to right, top to bottom), Enter or Space selects.
+  const order = [...steps].sort((a, b) => {
+    const p = lay.pos.get(a.name), q = lay.pos.get(b.name);
+    return p.x - q.x || p.y - q.y;
+  }).map((s) => s.name);
+  let focusIndex = 0;
+  const focusable = (i) => {
+    nodes.get(order[focusIndex]).g.setAttribute("tabindex", "-1");
+    focusIndex = Math.max(0, Math.min(order.length - 1, i));
+    const g = nodes.get(order[focusIndex]).g;
+    g.setAttribute("tabindex", "0");
+    return g;
+  };
+  if (order.length) focusable(0);
+  const moves = { ArrowDown: 1, ArrowRight: 1, ArrowUp: -1, ArrowLeft: -1 };
   svg.addEventListener("keydown", (ev) => {
+    const g = ev.target.closest && ev.target.closest("g.node");
+    if (!g) return;
     if (ev.key === "Enter" || ev.key === " ") {
       ev.preventDefault();
       pick(ev);
+    } else if (ev.key in moves || ev.key === "Home" || ev.key === "End") {
+      ev.preventDefault();
+      const here = order.indexOf(g.getAttribute("data-step"));
+      const to = ev.key === "Home" ? 0 : ev.key === "End" ? order.length - 1 : here + moves[ev.key];
+      focusable(to).focus();
     }
+  });
+  svg.addEventListener("focusin", (ev) => {
+    const g = ev.target.closest && ev.target.closest("g.node");
+    if (g) focusable(order.indexOf(g.getAttribute("data-step")));
   });
   for (const s of steps) update(s.name);
   return { el: svg, update, select, nodes };

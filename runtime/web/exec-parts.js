@@ -5,7 +5,7 @@
 import { api } from "./api.js";
 import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, fmtDuration } from "./ui.js";
 
-const LOG_ROWS = 2000;
+const LOG_ROWS = 1000; // rows kept in the DOM until "Show all" is pressed
 const TAIL_LINES = 40;
 
 const clock = (iso) => {
@@ -27,35 +27,57 @@ function kindOf(def) {
   return "";
 }
 
-/** The event log: a scrolling table, appended to in batches. */
-export function eventLog() {
+function eventRow(e) {
+  const details = e.data === undefined ? "" : JSON.stringify(e.data);
+  return h("tr", { "data-testid": "event-row", "data-seq": e.seq, "data-type": e.type },
+    h("td", { class: "num" }, String(e.seq)), h("td", { class: "mono" }, clock(e.time)), h("td", {}, e.type),
+    h("td", { class: "mono", title: e.execution_id }, shortId(e.execution_id)), h("td", {}, e.step || ""),
+    h("td", {}, [e.status, e.reason].filter(Boolean).join(" \u00b7 ")),
+    h("td", { class: "mono details" }, details.length > 160 ? details.slice(0, 159) + "\u2026" : details));
+}
+
+/**
+ * The event log: a scrolling table, appended to in batches. It keeps the
+ * last LOG_ROWS rows in the DOM; "Show all" draws the whole log (allEvents()).
+ */
+export function eventLog(allEvents) {
   const tbody = h("tbody", {});
   const count = h("span", { class: "muted", "data-testid": "event-count" }, "0 events");
+  let cap = LOG_ROWS;
+  const more = h("button", { type: "button", class: "btn small", "data-testid": "event-log-all", onclick: showAll }, "Show all");
+  more.hidden = true;
   const box = h("div", { class: "log-box", tabindex: "0", "aria-label": "Event log, oldest first" },
     h("table", { class: "events" },
       h("thead", {}, h("tr", {}, ["seq", "time", "type", "execution", "step", "status", "details"].map((c) => h("th", { scope: "col" }, c)))),
       tbody));
   const el = h("section", { class: "card", "data-testid": "event-log" },
-    h("div", { class: "title-row" }, h("h2", {}, "Event log"), count), box);
+    h("div", { class: "title-row" }, h("h2", {}, "Event log"), count, more), box);
   let total = 0;
+
+  function note() {
+    const shown = tbody.children.length;
+    count.textContent = shown < total ? `${total} events (the last ${shown} shown)` : `${total} events`;
+    more.hidden = shown >= total;
+    more.textContent = `Show all ${total}`;
+  }
+  function showAll() {
+    cap = Infinity;
+    const frag = document.createDocumentFragment();
+    for (const e of allEvents()) frag.append(eventRow(e));
+    fill(tbody, frag);
+    note();
+  }
   return {
     el,
     add(events) {
       if (!events.length) return;
+      total += events.length;
       const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
       const frag = document.createDocumentFragment();
-      for (const e of events) {
-        const details = e.data === undefined ? "" : JSON.stringify(e.data);
-        frag.append(h("tr", { "data-testid": "event-row", "data-seq": e.seq, "data-type": e.type },
-          h("td", { class: "num" }, String(e.seq)), h("td", { class: "mono" }, clock(e.time)), h("td", {}, e.type),
-          h("td", { class: "mono", title: e.execution_id }, shortId(e.execution_id)), h("td", {}, e.step || ""),
-          h("td", {}, [e.status, e.reason].filter(Boolean).join(" \u00b7 ")),
-          h("td", { class: "mono details" }, details.length > 160 ? details.slice(0, 159) + "\u2026" : details)));
-      }
+      for (const e of events.length > cap ? events.slice(-cap) : events) frag.append(eventRow(e));
       tbody.append(frag);
-      total += events.length;
-      while (tbody.children.length > LOG_ROWS) tbody.firstChild.remove();
-      count.textContent = total > LOG_ROWS ? `${total} events (the last ${LOG_ROWS} shown)` : `${total} events`;
+      while (tbody.children.length > cap) tbody.firstChild.remove();
+      note();
       if (atBottom) box.scrollTop = box.scrollHeight;
     },
   };
@@ -194,11 +216,11 @@ export function limitsBox(limits, use, exec) {
     const m = /^([0-9]+)(ms|s|m|h)$/.exec(limits.deadline);
     const max = m ? Number(m[1]) * { ms: 1, s: 1e3, m: 6e4, h: 36e5 }[m[2]] : 0;
     const used = exec.started_at ? (exec.ended_at ? Date.parse(exec.ended_at) : Date.now()) - Date.parse(exec.started_at) : 0;
-    meter("deadline", used, max, `${fmtDuration(used)} of ${limits.deadline} (wall clock since start)`);
+    meter("deadline", used, max, `${fmtDuration(used)} of ${limits.deadline} since start`);
   }
   return h("section", { class: "card", "data-testid": "limits" },
-    h("h2", {}, "Limits"), rows,
-    h("p", { class: "muted small" }, "Use is derived in the browser from the tree (the API does not serve the stored counters)."));
+    h("h2", {}, "Limits ", h("span", { class: "muted small" }, "(use derived from the tree: the API does not serve the stored counters)")),
+    rows);
 }
 
 /** The tree of executions as nested lists. */

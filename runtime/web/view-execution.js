@@ -31,6 +31,8 @@ export function executionView(main, [id]) {
   let fresh = [], batches = [];
   let busy = false;
   let layoutEl = null;
+  let rootDrawn = false, releaseWanted = false;
+  let snapshotLive = true; // was the tree live when last loaded? (a settled one cannot change)
 
   const el = {
     crumbs: h("nav", { class: "crumbs", "aria-label": "Breadcrumbs" }),
@@ -42,14 +44,14 @@ export function executionView(main, [id]) {
     force: h("button", { type: "button", class: "btn danger", "data-testid": "force-button", disabled: true, onclick: () => stopAction("force") }, "\u26A1 Force stop"),
     resume: h("button", { type: "button", class: "btn primary", "data-testid": "resume-button", disabled: true, onclick: resumeAction }, "\u21BB Resume"),
     outcome: h("div", { class: "outcome", "data-testid": "outcome", "aria-live": "polite" }),
-    limits: h("div", {}),
+    limits: h("div", { class: "limits-slot" }),
     tree: h("div", { "data-testid": "child-tree", class: "tree-wrap" }),
     dags: h("div", { class: "dags" }),
     error: h("p", { class: "error", role: "alert" }),
   };
   el.error.hidden = true;
   el.outcome.hidden = true;
-  const log = eventLog();
+  const log = eventLog(() => state.events);
   const panel = stepPanel({ state, graphOf: (x) => graphs.get(x) || null, onClose: () => select(null, null) });
 
   fill(main,
@@ -60,11 +62,10 @@ export function executionView(main, [id]) {
       h("div", { class: "exec-main" },
         h("section", { class: "card" }, el.meta,
           h("div", { class: "actions", role: "group", "aria-label": "Actions" }, el.stop, el.force, el.resume), el.outcome),
-        el.limits,
-        h("section", { class: "card" }, h("h2", {}, "Tree"), el.tree),
+        h("div", { class: "cards-row" }, h("section", { class: "card" }, h("h2", {}, "Tree"), el.tree), el.limits),
         h("section", { class: "card" }, h("h2", {}, "Steps"),
           h("p", { class: "muted small legend" }, "Left to right by ", h("code", {}, "needs"),
-            ". Select a step (click, or Tab then Enter) for its details."),
+            ". Select a step (click; or Tab to the graph, arrow keys, Enter) for its details."),
           el.dags)),
       panel.el)),
     log.el);
@@ -90,7 +91,7 @@ export function executionView(main, [id]) {
       x.node ? ["Node", x.node] : [],
       ["Created", timeEl(x.created_at)],
       ["Started", timeEl(x.started_at)],
-      ["Ended", timeEl(x.ended_at)],
+      ["Ended", x.ended_at ? timeEl(x.ended_at) : null],
       ["Duration", x.started_at ? duration(x.started_at, x.ended_at) : null],
       ["Inputs", Object.keys(x.inputs || {}).length ? h("pre", {}, json(x.inputs)) : null],
       ["Outputs", x.outputs && Object.keys(x.outputs).length ? h("pre", { "data-testid": "exec-outputs" }, json(x.outputs)) : null],
@@ -159,9 +160,16 @@ export function executionView(main, [id]) {
     fill(sec.body, dag.el);
     if (execId === id) {
       drawHeader();
+      // After the frame that shows the DAG: mark it, then apply the replay.
       requestAnimationFrame(() => setTimeout(() => {
         performance.mark("canopy:dag-drawn");
         stats.dagDrawnAt = performance.now();
+        rootDrawn = true;
+        if (!stream) {
+          holdTimer = setTimeout(release, HOLD_MAX_MS);
+          startStream(); // the replay is applied once it caught up (see release)
+        }
+        if (releaseWanted) release();
       }, 0));
     }
   }
@@ -186,7 +194,7 @@ export function executionView(main, [id]) {
     }
     panel.show(execId, name);
     layoutEl.classList.add("with-panel");
-    if (window.matchMedia("(max-width: 1099px)").matches) panel.el.scrollIntoView({ block: "start", behavior: "smooth" });
+    if (window.matchMedia("(max-width: 1099px)").matches) panel.el.scrollIntoView({ block: "start" });
   }
 
   // ---- live updates ---------------------------------------------------
@@ -237,7 +245,7 @@ export function executionView(main, [id]) {
     if (state.unknownExec) refetchTree();
     else if (state.settled) {
       state.settled = false;
-      refetchTree();
+      if (snapshotLive) refetchTree(); // for outputs, results, reasons
     }
   }
 
@@ -253,8 +261,13 @@ export function executionView(main, [id]) {
     schedule();
   }
 
-  function release() {
+  /** Ends the hold once the replay caught up (or took too long) AND the root's DAG is drawn. */
+  function release(force) {
     if (!holding) return;
+    if (!rootDrawn && force !== true) {
+      releaseWanted = true;
+      return;
+    }
     holding = false;
     clearTimeout(holdTimer);
     schedule();
@@ -277,7 +290,7 @@ export function executionView(main, [id]) {
       onIdle: release,
       onEnd: () => {
         release();
-        refetchTree();
+        if (snapshotLive) refetchTree();
         watchSettled();
       },
     });
@@ -289,7 +302,10 @@ export function executionView(main, [id]) {
     watch = setInterval(async () => {
       try {
         const x = await api(`/v1/executions/${id}`);
-        if (LIVE_STATUSES.has(x.status)) startStream();
+        if (LIVE_STATUSES.has(x.status)) {
+          startStream();
+          refetchTree();
+        }
       } catch { /* next time */ }
     }, 5000);
   }
@@ -305,6 +321,7 @@ export function executionView(main, [id]) {
       const tree = await api(`/v1/executions/${id}/tree`);
       if (closed) return;
       const changed = state.loadTree(tree);
+      snapshotLive = LIVE_STATUSES.has(state.root().status);
       for (const e of state.events.slice(mark)) state.apply(e);
       if (changed) drawSections();
       drawTree();
@@ -403,13 +420,12 @@ export function executionView(main, [id]) {
     stats.treeLoadedAt = performance.now();
     performance.mark("canopy:tree-loaded");
     state.loadTree(tree);
+    snapshotLive = LIVE_STATUSES.has(state.root().status);
     state.dirtySteps.clear();
     state.dirtyExecs.clear();
     drawHeader();
     drawTree();
-    drawSections();
-    holdTimer = setTimeout(release, HOLD_MAX_MS);
-    startStream();
+    drawSections(); // starts the stream once the root's DAG is drawn
   }
   init();
 

@@ -9,7 +9,7 @@ import { h, fill, badge, setBadge, duration, age, timeEl, errorText, poller, EXE
 const PAGE = 50;
 
 /**
- * A live table of executions. opts: {graph, status, fixedGraph}. Returns
+ * A live table of executions. opts: {graph, status, onChange()}. Returns
  * {el, setFilter({status, graph}), stop()}.
  */
 export function executionTable(opts = {}) {
@@ -49,7 +49,10 @@ export function executionTable(opts = {}) {
   async function load() {
     try {
       const data = await api(url());
+      const before = new Map(items.map((x) => [x.id, x.status]));
+      const changed = data.items.some((x) => before.get(x.id) !== x.status);
       items = data.items;
+      if (changed && opts.onChange) opts.onChange();
       next = data.next;
       error.hidden = true;
       draw();
@@ -126,7 +129,7 @@ export function executionTable(opts = {}) {
   };
 }
 
-/** Counts per status (roots), up to 1,000 each. */
+/** Counts per status (roots), up to 1,000 each ("1000+" beyond). */
 function statusCounts(onPick) {
   const buttons = new Map();
   const el = h("div", { class: "counts", role: "group", "aria-label": "Executions per status", "data-testid": "status-counts" });
@@ -139,23 +142,27 @@ function statusCounts(onPick) {
     el.append(b);
   }
   let graph = "";
-  async function load() {
-    await Promise.all(EXEC_STATUSES.map(async (s) => {
-      const q = new URLSearchParams({ status: s, limit: "1000" });
-      if (graph) q.set("graph", graph);
-      const data = await api("/v1/executions?" + q);
-      buttons.get(s).n.textContent = data.items.length + (data.next ? "+" : "");
-    }));
-  }
-  const poll = poller(load, 10000);
+  // The API has no counts: list each status (up to 1,000). Live statuses are
+  // few and change fast (every 3 s); settled lists are long (every 30 s).
+  const load = (statuses) => () => Promise.all(statuses.map(async (s) => {
+    const q = new URLSearchParams({ status: s, limit: "1000" });
+    if (graph) q.set("graph", graph);
+    const data = await api("/v1/executions?" + q);
+    buttons.get(s).n.textContent = data.items.length + (data.next ? "+" : "");
+  }));
+  const polls = [poller(load(["queued", "running", "stopping"]), 3000), poller(load(["stopped", "completed", "failed"]), 30000)];
   return {
     el,
-    setGraph(g) { graph = g; poll.poke(); },
+    setGraph(g) {
+      if (g === graph) return;
+      graph = g;
+      polls.forEach((p) => p.poke());
+    },
     setActive(status) {
       for (const [s, { b }] of buttons) b.setAttribute("aria-pressed", String(s === status));
     },
-    poke: () => poll.poke(),
-    stop: () => poll.stop(),
+    poke: () => polls.forEach((p) => p.poke()),
+    stop: () => polls.forEach((p) => p.stop()),
   };
 }
 
@@ -171,7 +178,7 @@ async function graphNames() {
 export function executionsView(main, _params, query) {
   const status = EXEC_STATUSES.includes(query.get("status")) ? query.get("status") : "";
   const graph = query.get("graph") || "";
-  const table = executionTable({ status, graph });
+  const table = executionTable({ status, graph, onChange: () => counts.poke() });
   const counts = statusCounts((s) => {
     statusSel.value = statusSel.value === s ? "" : s;
     apply();

@@ -116,9 +116,12 @@ export function graphView(main, [gid]) {
     stopBtn.disabled = forceBtn.disabled = true;
     try {
       const r = await api(`/v1/graphs/${enc(gid)}/stop`, { method: "POST", body: { mode, wait: 15 } });
+      const pending = new Set(r.pending || []); // 202: not settled when the wait ran out
       fill(outcome, r.stopped.length
-        ? [h("p", {}, `Stop requested for ${r.stopped.length} execution${r.stopped.length > 1 ? "s" : ""}:`),
-          h("ul", { class: "compact" }, r.stopped.map((x) => h("li", { "data-testid": "graph-stopped-id" }, h("a", { href: `#/executions/${x}`, class: "mono" }, x))))]
+        ? [h("p", {}, `Stop requested for ${r.stopped.length} execution${r.stopped.length > 1 ? "s" : ""}`,
+          pending.size ? `; ${pending.size} still stopping (the list below follows them)` : "; all stopped", ":"),
+          h("ul", { class: "compact" }, r.stopped.map((x) => h("li", { "data-testid": "graph-stopped-id", "data-pending": String(pending.has(x)) },
+            h("a", { href: `#/executions/${x}`, class: "mono" }, x), pending.has(x) ? " \u2014 still stopping" : "")))]
         : h("p", {}, "Nothing was running: nothing to stop."));
       table.refresh();
     } catch (e) {

@@ -79,3 +79,19 @@ TEST_CASE("a 405 names the methods the resource has in its Allow header",
   CHECK(d.status == 405);
   CHECK(d.allow == "POST");
 }
+
+TEST_CASE("answers are gzip-compressed for a client that also accepts brotli (brotli at "
+          "httplib's quality costs hundreds of ms)",
+          "[integration][server]") {
+  server_process srv;
+  auto c = srv.client();
+  c.set_decompress(false);
+  auto res = c.Get("/v1/openapi.json", {{"Accept-Encoding", "gzip, deflate, br"}});
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Content-Encoding") == "gzip");
+  auto only_br = c.Get("/v1/openapi.json", {{"Accept-Encoding", "br"}});
+  REQUIRE(only_br);
+  CHECK(only_br->get_header_value("Content-Encoding").empty());
+  CHECK(json::parse(only_br->body)["openapi"] == "3.1.0");
+}

@@ -186,8 +186,9 @@ class Server:
 class Relay:
     """A TCP relay 127.0.0.1:port -> target port; cut() closes every connection."""
 
-    def __init__(self, target_port, port=None):
+    def __init__(self, target_port, port=None, rewrite=None):
         self.target_port = target_port
+        self.rewrite = rewrite  # bytes -> bytes, applied to what the client sends
         self.port = port or free_port()
         self.conns = []
         self.lock = threading.Lock()
@@ -216,17 +217,17 @@ class Relay:
                 continue
             with self.lock:
                 self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, f in ((client, upstream, self.rewrite), (upstream, client, None)):
+                threading.Thread(target=self._pump, args=(a, b, f), daemon=True).start()
 
     @staticmethod
-    def _pump(src, dst):
+    def _pump(src, dst, rewrite=None):
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                dst.sendall(data)
+                dst.sendall(rewrite(data) if rewrite else data)
         except OSError:
             pass
         for s in (src, dst):

@@ -8,7 +8,7 @@ the conversation; a slow message shows its run live (the run's id, its step
 running, its output line) and Cancel (confirmed in the dialog) stops it.
 """
 
-from harness import main, wait_for
+from harness import main
 
 AGENT = {"name": "echoer", "on_busy": "reject", "graph": {
     "name": "echoer", "inputs": ["message", "history"],

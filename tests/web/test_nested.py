@@ -98,7 +98,7 @@ def test(hx):
     b.click("graph-stop-button")
     b.confirm()
     b.wait(lambda: len(b.q("graph-stopped-id")) == 2, 20, "the graph stop's outcome")
-    ids = sorted(e.text for e in b.q("graph-stopped-id"))
+    ids = sorted(e.find_element("css selector", "a").text for e in b.q("graph-stopped-id"))
     assert ids == sorted([a, c]), f"stopped {ids}, expected {sorted([a, c])}"
     for i in (a, c):
         s.wait_status(i, "stopped")

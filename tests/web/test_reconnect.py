@@ -13,7 +13,7 @@ At the end the page's event log must be exactly the API's log: every event
 once, in order, none missing.
 """
 
-from harness import main, wait_for
+from harness import main
 
 TICKS = 40
 

@@ -121,6 +121,12 @@ def test(hx):
     b.click("step-node", step="fetch")
     b.wait(lambda: "fetched part 3" in b.text("step-stdout"), 10, "the step panel at 390 px")
     b.shot("12-phone-step-panel")
+    for route, name in (("#/agents/helper", "13-phone-agent"), ("#/nodes", "14-phone-nodes"), ("#/graphs/pipeline", "15-phone-graph")):
+        b.go(route)
+        b.wait(lambda: b.q("agent-message") or b.q("nodes-row") or b.q("step-node"), 10, f"{route} at 390 px")
+        width = b.js("return document.documentElement.scrollWidth")
+        assert width <= 390, f"{route} scrolls sideways at 390 px ({width} px wide)"
+        b.shot(name)
     b.driver.set_window_size(1280, 800)
     hx.stop_worker(w1)
     names = sorted(p.name for p in hx.out.glob("*.png"))

@@ -10,7 +10,7 @@ the execution completes, and the side-effect log proves that the steps
 completed before the stop did not run again (one line per step).
 """
 
-from harness import main, wait_for
+from harness import main
 
 
 def graph(tmp):
