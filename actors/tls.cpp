@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,41 @@ int no_passphrase(char*, int, int, void*) {
 
 } // namespace
 
+std::vector<tls_problem> load_certificate_and_key(ssl_ctx_st* ctx,
+                                                  const std::string& certificate,
+                                                  const std::string& key) {
+  std::vector<tls_problem> out;
+  ERR_clear_error();
+  SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+  auto fail = [&](const char* field, const std::string& path, const std::string& what) {
+    out.push_back({field, "'" + path + "': " + what});
+  };
+  bool cert_ok = false;
+  if (auto why = unreadable(certificate); !why.empty())
+    fail("certificate", certificate, "cannot read it: " + why);
+  else if (SSL_CTX_use_certificate_chain_file(ctx, certificate.c_str()) != 1)
+    fail("certificate", certificate, "not a PEM certificate: " + ssl_errors());
+  else
+    cert_ok = true;
+  // The key alone first (a context without a certificate), then with it:
+  // OpenSSL refuses a key that does not match the loaded certificate.
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> key_ctx{SSL_CTX_new(TLS_method()),
+                                                            &SSL_CTX_free};
+  if (key_ctx)
+    SSL_CTX_set_default_passwd_cb(key_ctx.get(), no_passphrase);
+  if (auto why = unreadable(key); !why.empty())
+    fail("key", key, "cannot read it: " + why);
+  else if (!key_ctx
+           || SSL_CTX_use_PrivateKey_file(key_ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1)
+    fail("key", key, "not an unencrypted PEM private key: " + ssl_errors());
+  else if (cert_ok
+           && (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1
+               || SSL_CTX_check_private_key(ctx) != 1))
+    fail("key", key, "does not match the certificate '" + certificate + "': " + ssl_errors());
+  ERR_clear_error();
+  return out;
+}
+
 std::vector<tls_problem> check_tls_files(const tls_files& files) {
   std::vector<tls_problem> out;
   ERR_clear_error();
@@ -57,34 +93,12 @@ std::vector<tls_problem> check_tls_files(const tls_files& files) {
     out.push_back({"certificate", "cannot create an OpenSSL context: " + ssl_errors()});
     return out;
   }
-  SSL_CTX_set_default_passwd_cb(ctx.get(), no_passphrase);
   auto fail = [&](const char* field, const std::string& path, const std::string& what) {
     out.push_back({field, "'" + path + "': " + what});
   };
-  bool cert_ok = false;
-  if (auto why = unreadable(files.certificate); !why.empty())
-    fail("certificate", files.certificate, "cannot read it: " + why);
-  else if (SSL_CTX_use_certificate_chain_file(ctx.get(), files.certificate.c_str()) != 1)
-    fail("certificate", files.certificate, "not a PEM certificate: " + ssl_errors());
-  else
-    cert_ok = true;
-  // The key alone first (a context without a certificate), then with it:
-  // OpenSSL refuses a key that does not match the loaded certificate.
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> key_ctx{SSL_CTX_new(TLS_method()),
-                                                            &SSL_CTX_free};
-  if (key_ctx)
-    SSL_CTX_set_default_passwd_cb(key_ctx.get(), no_passphrase);
-  if (auto why = unreadable(files.key); !why.empty())
-    fail("key", files.key, "cannot read it: " + why);
-  else if (!key_ctx
-           || SSL_CTX_use_PrivateKey_file(key_ctx.get(), files.key.c_str(), SSL_FILETYPE_PEM)
-                != 1)
-    fail("key", files.key, "not an unencrypted PEM private key: " + ssl_errors());
-  else if (cert_ok
-           && (SSL_CTX_use_PrivateKey_file(ctx.get(), files.key.c_str(), SSL_FILETYPE_PEM) != 1
-               || SSL_CTX_check_private_key(ctx.get()) != 1))
-    fail("key", files.key,
-         "does not match the certificate '" + files.certificate + "': " + ssl_errors());
+  out = load_certificate_and_key(ctx.get(), files.certificate, files.key);
+  bool cert_ok = std::none_of(out.begin(), out.end(),
+                              [](const tls_problem& p) { return p.field == "certificate"; });
   bool ca_ok = false;
   if (auto why = unreadable(files.ca); !why.empty())
     fail("ca", files.ca, "cannot read it: " + why);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+struct ssl_ctx_st; // OpenSSL's SSL_CTX
+
 namespace canopy {
 
 /// The PEM files of a node's `cluster.tls`. With them the cluster port runs
@@ -26,6 +28,15 @@ struct tls_problem {
   std::string field;   ///< `certificate`, `key` or `ca`
   std::string message; ///< names the file and OpenSSL's reason
 };
+
+/// Loads `certificate` (a PEM chain) and `key` (an unencrypted PEM key) into
+/// `ctx` and checks that they match (a context made by the caller, e.g. the
+/// HTTP API's). @returns the problems, field `certificate` or `key`, each
+/// naming the file and OpenSSL's reason; empty when both loaded. Thread-safe
+/// for distinct contexts.
+std::vector<tls_problem> load_certificate_and_key(ssl_ctx_st* ctx,
+                                                  const std::string& certificate,
+                                                  const std::string& key);
 
 /// Loads the files as CAF's openssl module will on every connection (where
 /// a failure aborts the process): the certificate chain; the key, and that
