@@ -31,7 +31,6 @@ from pathlib import Path
 
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -264,7 +263,27 @@ class Browser:
                   "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1"):
             opts.add_argument(a)
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+        # chromedriver is started here and reached at 127.0.0.1: selenium's
+        # own Service dials "localhost", which a minimal root (no /etc/hosts)
+        # cannot resolve.
+        port = free_port()
+        self.driver_proc = subprocess.Popen([CHROMEDRIVER, f"--port={port}"], stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if self.driver_proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop_driver()
+                    raise RuntimeError(f"{CHROMEDRIVER} did not start listening on 127.0.0.1:{port}")
+                time.sleep(0.05)  # the poll interval of a wait for its port
+        try:
+            self.driver = webdriver.Remote(command_executor=f"http://127.0.0.1:{port}", options=opts)
+        except Exception:
+            self.stop_driver()
+            raise
         self.driver.set_window_size(width, height)
         self.base_url = base_url
         self.out = Path(out_dir)
@@ -349,12 +368,26 @@ class Browser:
         benign = ("Failed to load resource", "net::ERR_", "favicon")
         return [e["message"] for e in self.logs() if e.get("level") == "SEVERE" and not any(b in e["message"] for b in benign)]
 
+    def stop_driver(self):
+        """Stops and reaps chromedriver's process group."""
+        if self.driver_proc.poll() is None:
+            try:
+                os.killpg(self.driver_proc.pid, signal.SIGTERM)
+                self.driver_proc.wait(timeout=10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.driver_proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.driver_proc.wait()
+
     def quit(self):
         try:
             self.logs()
             self.driver.quit()
         except Exception:
             pass
+        self.stop_driver()
 
 
 class Harness:
