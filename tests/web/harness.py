@@ -313,8 +313,21 @@ class Browser:
                          timeout, f"[data-testid={testid}] {data}")
 
     def text(self, testid, **data):
-        els = self.q(testid, **data)
-        return els[0].text if els else ""
+        """The rendered text of the first such element ("" when none), read in
+        one script call, so a redraw cannot make it stale halfway."""
+        sel = f'[data-testid="{testid}"]' + "".join(f'[data-{k.replace("_", "-")}="{v}"]' for k, v in data.items())
+        return self.js("const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", sel)
+
+    def read(self, fn, tries=20):
+        """fn() on the live page, again when the page redrew an element that fn
+        was reading (StaleElementReferenceException): fn must find its elements
+        itself. A read, not a wait: no condition is awaited."""
+        for i in range(tries):
+            try:
+                return fn()
+            except StaleElementReferenceException:
+                if i == tries - 1:
+                    raise
 
     def js(self, script, *args):
         return self.driver.execute_script(script, *args)

@@ -23,8 +23,8 @@ def test(hx):
 
     b.login("ta")
     b.click("nav-agents")
-    row = b.one("agent-row", name="echoer")
-    assert "reject" in row.text, f"on_busy in the list: {row.text!r}"
+    row_text = b.read(lambda: b.one("agent-row", name="echoer").text)
+    assert "reject" in row_text, f"on_busy in the list: {row_text!r}"
     b.click("agent-link")
     b.wait(lambda: b.text("agent-on-busy") == "reject", 10, "on_busy on the agent's page")
     b.one("conversation-empty")
@@ -33,7 +33,8 @@ def test(hx):
     b.click("agent-send-button")
     b.wait(lambda: [m.text for m in b.q("agent-message", role="agent")] and "you said: hello canopy" in b.q("agent-message", role="agent")[-1].text,
            15, "the agent's reply in the conversation")
-    msgs = [(m.get_attribute("data-role"), m.text) for m in b.q("agent-message") if not m.get_attribute("data-pending")]
+    msgs = b.read(lambda: [(m.get_attribute("data-role"), m.text) for m in b.q("agent-message")
+                           if not m.get_attribute("data-pending")])
     assert [r for r, _ in msgs][-2:] == ["user", "agent"] and "hello canopy" in msgs[-2][1], msgs
     hist = s.ok("GET", "/v1/agents/echoer")["history"]
     assert [h["role"] for h in hist] == ["user", "agent"], hist

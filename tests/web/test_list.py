@@ -38,10 +38,11 @@ def test(hx):
     counts = lambda: {e.get_attribute("data-status"): e.text.split()[-1] for e in b.q("status-count")}  # noqa: E731
     b.wait(lambda: counts().get("completed") == "55" and counts().get("failed") == "1" and counts().get("running") == "1", 10,
            f"counts per status ({counts()})")
-    row = b.q("exec-row", id=slow)[0]
-    assert "ago" in row.find_element("css selector", '[data-testid="exec-age"]').text
-    assert row.find_element("css selector", '[data-testid="exec-duration"]').text.endswith("s"), "a duration"
-    assert "step_failed" in b.q("exec-row", id=bad)[0].text, "the failed row says why"
+    cell = lambda testid: b.read(lambda: b.q("exec-row", id=slow)[0].find_element(  # noqa: E731
+        "css selector", f'[data-testid="{testid}"]').text)
+    assert "ago" in cell("exec-age")
+    assert cell("exec-duration").endswith("s"), "a duration"
+    assert "step_failed" in b.read(lambda: b.q("exec-row", id=bad)[0].text), "the failed row says why"
 
     # pagination through `next`
     b.click("page-older")

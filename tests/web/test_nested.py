@@ -31,8 +31,19 @@ def children(s, xid):
 
 def running_tree(s):
     xid = s.start_execution("outer")["id"]
-    kids = wait_for(lambda: (lambda k: k if len(k) == 2 and all(c["status"] == "running" for c in k.values()) else None)(children(s, xid)),
-                    15, "both children running")
+    seen = {}
+
+    def both_running():
+        seen.clear()
+        seen.update(children(s, xid))
+        return dict(seen) if len(seen) == 2 and all(c["status"] == "running" for c in seen.values()) else None
+    try:
+        kids = wait_for(both_running, 30, "both children running")
+    except Exception:
+        tree = s.ok("GET", f"/v1/executions/{xid}/tree")
+        raise AssertionError(f"children of {xid} not both running: "
+                             f"{ {k: c['status'] for k, c in seen.items()} }; root {tree['status']}, steps "
+                             f"{ {k: v['status'] for k, v in tree.get('steps', {}).items()} }") from None
     return xid, kids
 
 
@@ -54,8 +65,8 @@ def test(hx):
     xw = b.js("return Object.fromEntries([...document.querySelectorAll('[data-exec=\"%s\"][data-testid=step-node]')]"
               ".map(g => [g.dataset.step, g.transform.baseVal[0].matrix.e]))" % sub)
     assert xw["warm"] < xw["wait"] < xw["cool"], f"the child's steps are layered left to right by needs: x = {xw}"
-    assert not b.q("dag-section", exec=sub)[0].find_elements("css selector", ".muted.small") or \
-        "unknown" not in b.q("dag-section", exec=sub)[0].text, "the child's graph document was found"
+    assert b.read(lambda: not b.q("dag-section", exec=sub)[0].find_elements("css selector", ".muted.small") or
+                  "unknown" not in b.q("dag-section", exec=sub)[0].text), "the child's graph document was found"
     b.shot("nested-1-running")
 
     b.click("stop-button")
@@ -66,8 +77,9 @@ def test(hx):
     assert pend == want, f"steps back to pending: {pend}, expected {want}"
     for cid in (sub, inl):
         b.wait(lambda: b.q("child-node", id=cid, status="stopped"), 10, f"child {cid} stopped in the tree")
-        node = b.q("child-node", id=cid)[0]
-        assert "parent_stopped" in node.find_element("css selector", '[data-testid="child-reason"]').text, node.text
+        reason = b.read(lambda: b.q("child-node", id=cid)[0].find_element(
+            "css selector", '[data-testid="child-reason"]').text)
+        assert "parent_stopped" in reason, reason
     assert b.text("exec-reason") == "requested"
     assert s.execution(sub)["reason"] == "parent_stopped"
     b.wait(lambda: b.q("step-node", exec=sub, step="wait", status="pending"), 10, "the child's step pending")
@@ -98,7 +110,7 @@ def test(hx):
     b.click("graph-stop-button")
     b.confirm()
     b.wait(lambda: len(b.q("graph-stopped-id")) == 2, 20, "the graph stop's outcome")
-    ids = sorted(e.find_element("css selector", "a").text for e in b.q("graph-stopped-id"))
+    ids = b.read(lambda: sorted(e.find_element("css selector", "a").text for e in b.q("graph-stopped-id")))
     assert ids == sorted([a, c]), f"stopped {ids}, expected {sorted([a, c])}"
     for i in (a, c):
         s.wait_status(i, "stopped")

@@ -49,7 +49,7 @@ def test(hx):
     b.shot("reconnect-1-cut")
     b.wait(lambda: b.q("stream-state", state="live"), 10, "the page to reconnect")
     b.wait(lambda: b.q("step-node", step="emit", status="completed"), 15, "emit completed (after the cut)")
-    outputs = [e.text for e in b.q("event-row", type="step.output") if "tick" in e.text]
+    outputs = b.read(lambda: [t for t in (e.text for e in b.q("event-row", type="step.output")) if "tick" in t])
     assert len(outputs) == TICKS, f"every output line once across the cut: {len(outputs)} of {TICKS}"
 
     # 2. the server restarts on the same home and port
@@ -73,7 +73,7 @@ def test(hx):
     assert len(seqs) == len(set(seqs)), "an event shown twice"
     stats = b.js("return window.__canopyStats")
     assert stats["received"] == len(api), f"events applied {stats['received']} != {len(api)} in the log"
-    ticks = [e.text for e in b.q("event-row", type="step.output") if "tick" in e.text]
+    ticks = b.read(lambda: [t for t in (e.text for e in b.q("event-row", type="step.output")) if "tick" in t])
     assert len(ticks) == TICKS, f"{len(ticks)} tick lines in the page's log, expected {TICKS}"
     print(f"  {len(api)} events, each once; {cut} connection(s) cut, one restart")
 

@@ -50,22 +50,22 @@ def test(hx):
     b.wait(lambda: b.q("step-node", step="side", status="completed"), 10, "side completed")
     assert b.q("step-node", step="finish", status="pending"), "finish waits for hold"
     # colour is never the only signal: the node says its status in words
-    assert "running" in b.q("step-node", step="hold")[0].text, "the node has a status word"
+    assert "running" in b.read(lambda: b.q("step-node", step="hold")[0].text), "the node has a status word"
 
     b.click("stop-button")
     b.one("confirm-dialog")
     assert b.js("return document.activeElement.dataset.testid") == "confirm-no", "the dialog takes the focus (Cancel first)"
     b.confirm()
-    out = b.wait(lambda: (lambda o: o if o and "stopped" in o.text and b.q("outcome-pending") else None)(
+    b.wait(lambda: (lambda o: o if o and "stopped" in o.text and b.q("outcome-pending") else None)(
         (b.q("outcome") or [None])[0]), 20, "the stop's outcome")
-    text = out.text
+    text = b.text("outcome")
     assert "requested" in text, f"the outcome names the reason: {text!r}"
-    pend = [e.get_attribute("data-step") for e in b.q("outcome-pending")]
+    pend = b.read(lambda: [e.get_attribute("data-step") for e in b.q("outcome-pending")])
     assert pend == ["hold"], f"only hold went back to pending, the outcome says {pend}"
     b.wait(lambda: b.text("exec-status-text") == "stopped", 10, "the page to show stopped")
-    assert b.text("exec-reason") == "requested", f"reason shown: {b.text('exec-reason')!r}"
+    b.wait(lambda: b.text("exec-reason") == "requested", 10, f"the reason shown ({b.text('exec-reason')!r})")
     b.wait(lambda: b.q("step-node", step="hold", status="pending"), 10, "hold pending in the DAG")
-    assert "requested" in b.q("step-node", step="hold")[0].text, "the pending step says why"
+    b.wait(lambda: "requested" in b.q("step-node", step="hold")[0].text, 10, "the pending step saying why")
     doc = s.execution(xid)
     assert doc["status"] == "stopped" and doc["steps"]["hold"]["status"] == "pending", doc
     b.shot("stop-resume-1-stopped")
