@@ -117,6 +117,10 @@ struct store_view {
 
 store_view read_store(const std::string& home, std::string id) {
   store_view v;
+  // Killed before the store was created: nothing stored, nothing to read
+  // (a reading command refuses a home without a store).
+  if (!has_store(home))
+    return v;
   auto ls = run_canopy(home, {"ls", "--json"}, 60s);
   auto list = ls.out_json();
   if (ls.exit_code != 0 || !list.is_array()) {
