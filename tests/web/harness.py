@@ -420,10 +420,16 @@ class Harness:
         self.workers = []
 
     def __enter__(self):
-        self.server.start()
-        if self.relay_wanted:
-            self.relay = Relay(self.server.port)
-        self.browser = Browser(self.relay.url if self.relay else self.server.url, self.out)
+        # `with` calls __exit__ only after __enter__ returned: clean up here
+        # when the browser (or the relay) cannot start, so no server is left.
+        try:
+            self.server.start()
+            if self.relay_wanted:
+                self.relay = Relay(self.server.port)
+            self.browser = Browser(self.relay.url if self.relay else self.server.url, self.out)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
         return self
 
     def start_worker(self, name, slots=2):
