@@ -15,7 +15,6 @@ namespace canopy {
 /// One embedded file.
 struct asset {
   const char* path;         ///< where it is served, e.g. `/ui/app.js`
-  const char* content_type; ///< e.g. `text/javascript; charset=utf-8`
   const unsigned char* data;
   size_t size;
 
@@ -31,8 +30,9 @@ extern const size_t embedded_asset_count;
 /// The asset served at `path`, or null. Thread-safe.
 const asset* find_asset(std::string_view path);
 
-/// The content type of a file served under /ui/ by its name's extension
-/// (the same table as the build's); empty for an extension not served.
+/// The content type of a served file by its name's extension (the one
+/// table, for embedded files and `$CANOPY_WEB_DIR`'s); empty for an
+/// extension that is not served.
 std::string_view content_type_of(std::string_view name);
 
 /// Reads the dashboard file `name` from the folder `dir` instead of the

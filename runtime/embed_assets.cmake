@@ -1,5 +1,5 @@
 # Writes OUT, a C++ source holding the files the server serves as they are
-# (runtime/assets.hpp): runtime/openapi.json at /v1/openapi.json and every
+# (runtime/assets.hpp; their content types come from content_type_of there): runtime/openapi.json at /v1/openapi.json and every
 # file of runtime/web at /ui/NAME. Run by the build (cmake -P) whenever one
 # of them changes. Arguments: -DSOURCE_DIR=... -DOUT=...
 
@@ -22,26 +22,12 @@ foreach(entry IN LISTS files)
   if(NOT EXISTS "${file}")
     message(FATAL_ERROR "embed_assets: ${file} is missing")
   endif()
-  get_filename_component(ext "${file}" LAST_EXT)
-  if(ext STREQUAL ".html")
-    set(type "text/html; charset=utf-8")
-  elseif(ext STREQUAL ".js")
-    set(type "text/javascript; charset=utf-8")
-  elseif(ext STREQUAL ".css")
-    set(type "text/css; charset=utf-8")
-  elseif(ext STREQUAL ".json")
-    set(type "application/json")
-  elseif(ext STREQUAL ".svg")
-    set(type "image/svg+xml")
-  else()
-    message(FATAL_ERROR "embed_assets: no content type for ${file}")
-  endif()
   file(READ "${file}" hex HEX)
   file(SIZE "${file}" size)
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
   string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" hex "${hex}")
   string(APPEND body "const unsigned char data_${i}[] = {\n${hex}0x00};\n\n")
-  string(APPEND table "  {\"${path}\", \"${type}\", data_${i}, ${size}},\n")
+  string(APPEND table "  {\"${path}\", data_${i}, ${size}},\n")
   math(EXPR i "${i} + 1")
 endforeach()
 string(APPEND body "} // namespace\n\nconst asset embedded_assets[] = {\n${table}};\n")

@@ -425,20 +425,18 @@ void api_server::to_dashboard(call& c) {
 void api_server::get_page(call& c) {
   std::string name = c.capture.empty() ? "index.html" : c.capture;
   std::string body;
-  std::string type;
   if (!web_dir_.empty()) {
     auto text = read_web_file(web_dir_, name);
     if (!text)
       return reply(c.res, not_found("no file /ui/" + name));
     body = std::move(*text);
-    type = content_type_of(name);
   } else {
     auto a = find_asset("/ui/" + name);
-    if (a == nullptr)
+    if (a == nullptr || content_type_of(name).empty())
       return reply(c.res, not_found("no file /ui/" + name));
     body = a->body();
-    type = a->content_type;
   }
+  std::string type{content_type_of(name)};
   c.res.status = 200;
   c.res.set_header("Cache-Control", "no-cache");
   c.res.set_header("X-Content-Type-Options", "nosniff");
@@ -457,7 +455,7 @@ void api_server::get_asset(call& c) {
     return reply(c.res, not_found("no file " + c.req.path));
   c.res.status = 200;
   c.res.set_header("Cache-Control", "no-cache");
-  c.res.set_content(std::string{a->body()}, a->content_type);
+  c.res.set_content(std::string{a->body()}, std::string{content_type_of(a->path)});
 }
 
 bool api_server::page_limit(call& c, size_t& limit) {
