@@ -28,6 +28,7 @@
 #include "persistence/error.hpp"
 #include "persistence/suggest.hpp"
 #include "runtime/cli_common.hpp"
+#include "runtime/cli_help.hpp"
 #include "runtime/cluster_transport.hpp"
 #include "runtime/http_tls.hpp"
 #include "runtime/config.hpp"
@@ -886,6 +887,10 @@ int cli_main(int argc, char** argv) {
   auto version = app.add_subcommand("version", "print canopy's version");
   app.set_version_flag("--version", std::string{"canopy "} + CANOPY_VERSION);
 
+  std::string shell;
+  auto completion = add_completion_command(app, shell);
+  group_commands(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -909,6 +914,8 @@ int cli_main(int argc, char** argv) {
     std::cout << "canopy " << CANOPY_VERSION << "\n";
     return 0;
   }
+  if (completion->parsed())
+    return print_completion(app, shell);
   if (run->parsed())
     return cmd_run(g, ro, argv[0]);
   if (resume->parsed())
