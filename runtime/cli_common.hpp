@@ -4,6 +4,7 @@
 // cli_remote.cpp, cli_agents.cpp). Not installed; not part of the library API.
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <functional>
 #include <optional>
@@ -18,6 +19,10 @@
 #include "runtime/client.hpp"
 #include "runtime/runtime.hpp"
 
+namespace canopy {
+class tree_view;
+} // namespace canopy
+
 /// The command line's internals, shared by its files; nothing outside the
 /// `canopy` binary uses them.
 namespace canopy::cli {
@@ -29,6 +34,10 @@ constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_stopped = 3;
 
+/// The exit code of an execution that ended with status `s`: 0 completed,
+/// 3 stopped, 1 otherwise (SPEC §6).
+int exit_code_of(execution_status s);
+
 /// Prints `err` and returns its exit code.
 int fail(const caf::error& err);
 
@@ -38,6 +47,10 @@ int usage_error(const std::string& msg);
 /// Prints the errors of a graph file as `FILE: PATH: message`.
 /// @returns `exit_usage`.
 int report_graph_errors(const std::string& file, const parse_result& r);
+
+/// Parses `--input K=V` (string) and `--input K:=JSON` (JSON value).
+/// @returns the inputs object, or `invalid_input` naming the bad item.
+caf::expected<json> parse_inputs(const std::vector<std::string>& items);
 
 // -- options shared by commands ------------------------------------------------------
 
@@ -91,6 +104,31 @@ private:
   std::thread thread_;
 };
 
+/// The live tree of `run` and `resume` on a terminal, local or on a server:
+/// each frame is drawn over the previous one. Not thread-safe.
+class tree_frames {
+public:
+  explicit tree_frames(const tree_view& view) : view_(view) {
+  }
+
+  /// Draws the view over the previous frame.
+  void redraw();
+
+  /// Draws the view unless the last frame is under 100 ms old: ten frames a
+  /// second at most (draw the final state with `redraw`).
+  void throttled();
+
+private:
+  const tree_view& view_;
+  size_t drawn_ = 0; ///< lines of the previous frame
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+/// Prints how a foreground run ended, as `run` and `resume` do on stdout:
+/// `STATUS[ (REASON)]: ID`, then `error: ...` when it has one, then a
+/// completed run's outputs as indented JSON.
+void print_outcome(const execution_record& rec);
+
 // -- the local home and a server ----------------------------------------------------
 
 /// Opens the runtime on the local home with the global options.
@@ -136,6 +174,31 @@ int remote_ls(const remote_options& r, const std::string& status, bool all, bool
 /// with `follow_live`, streamed until the tree stops running.
 int remote_events(const remote_options& r, const std::string& id, bool follow_live,
                   bool as_json);
+
+// -- runs on a server (cli_remote_run.cpp) ------------------------------------------------
+
+/// `canopy run FILE --server URL`: `g` (parsed from `file` and checked
+/// against `inputs` as a local run does) is registered on the server as one
+/// document (the files it includes put inline), started with `inputs`, and
+/// followed as a local run: the live tree from the server's event stream,
+/// Ctrl-C stops the execution on the server (a second forces), the same
+/// final output and exit codes. `detach`: prints the id and returns.
+int remote_run(const global_options& g, const remote_options& r, const std::string& file,
+               const graph& parsed, json inputs, bool as_json, bool detach);
+
+/// `canopy resume ID --server URL [--budget X]`: resumes on the server and
+/// follows as `remote_run` does, printing the events after the resume only.
+int remote_resume(const global_options& g, const remote_options& r, const std::string& id,
+                  bool as_json, std::optional<double> budget);
+
+/// `canopy graph push FILE --server URL`: registers `parsed` (from `file`)
+/// as `remote_run` does and prints its id (`{"id", "version"}` with `as_json`).
+int remote_graph_push(const remote_options& r, const std::string& file, const graph& parsed,
+                      bool as_json);
+
+/// `canopy graph ls --server URL`: the token's user's graphs, the newest
+/// version of each (the JSON array of the server's items with `as_json`).
+int remote_graph_ls(const remote_options& r, bool as_json);
 
 // -- agents (cli_agents.cpp) ----------------------------------------------------------
 

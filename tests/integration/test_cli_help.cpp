@@ -69,13 +69,14 @@ TEST_CASE("bash completion offers commands, sub-commands, options and an option'
 
   auto top = complete(script, {"canopy", ""});
   for (auto c : {"run", "resume", "stop", "show", "ls", "events", "agent", "serve", "worker",
-                 "prune", "validate", "completion", "version"})
+                 "graph", "prune", "validate", "completion", "version"})
     CHECK(has(top, c));
   CHECK(complete(script, {"canopy", "re"}) == std::vector<std::string>{"resume"});
   auto agent = complete(script, {"canopy", "agent", ""});
   CHECK(has(agent, "send"));
   CHECK(has(agent, "history"));
   CHECK(!has(agent, "run"));
+  CHECK(complete(script, {"canopy", "graph", ""}) == std::vector<std::string>{"push", "ls"});
   auto run_opts = complete(script, {"canopy", "run", "--"});
   CHECK(has(run_opts, "--json"));
   CHECK(has(run_opts, "--input"));
