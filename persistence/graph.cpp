@@ -1059,6 +1059,10 @@ std::string check_agent_name(const std::string& name) {
   return check_word(name, "an agent name", 128);
 }
 
+std::string check_graph_id(const std::string& name) {
+  return check_word(name, "a graph id", 128);
+}
+
 std::string check_node_name(const std::string& name) {
   return check_word(name, "a node name", 255);
 }

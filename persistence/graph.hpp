@@ -223,6 +223,11 @@ std::vector<graph_error> check_agent_graph(const graph& g);
 /// @returns what is wrong, or an empty string.
 std::string check_agent_name(const std::string& name);
 
+/// Checks a registered graph's id (its name on a server, part of its URL):
+/// 1 to 128 characters of `A-Z a-z 0-9 _ . -`.
+/// @returns what is wrong, or an empty string.
+std::string check_graph_id(const std::string& name);
+
 /// Checks a cluster node name (a worker's `--name`, an agent's node): 1 to
 /// 255 characters of `A-Z a-z 0-9 _ . -`, as host names are.
 /// @returns what is wrong, or an empty string.

@@ -51,16 +51,6 @@ json inline_document(const graph& g) {
   return doc;
 }
 
-/// True for a server's graph id: 1-128 of `A-Z a-z 0-9 . _ -`.
-bool valid_graph_id(const std::string& s) {
-  if (s.empty() || s.size() > 128)
-    return false;
-  for (unsigned char c : s)
-    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-')
-      return false;
-  return true;
-}
-
 /// Registers `parsed` (read from `file`) on the server under the name a
 /// local run gives it, as one document.
 /// @returns the answer `{id, version}`, or an error: a name the server
@@ -68,10 +58,10 @@ bool valid_graph_id(const std::string& s) {
 ///          anything is sent), or `register_graph`'s.
 caf::expected<json> register_file(const api_client& api, const std::string& file,
                                   const graph& parsed) {
-  if (!valid_graph_id(parsed.name))
+  if (auto why = check_graph_id(parsed.name); !why.empty())
     return make_error(runtime_errc::invalid_input,
-                      file + ": graph name '" + parsed.name + "' cannot be a server's graph id "
-                        "(1-128 of A-Z a-z 0-9 . _ -): set \"name\" in the file");
+                      file + ": graph name '" + parsed.name + "' cannot be a server's graph id ("
+                        + why + "): set \"name\" in the file");
   auto doc = inline_document(parsed);
   doc["name"] = parsed.name;
   auto size = doc.dump().size();

@@ -1,5 +1,6 @@
 #include "runtime/http_api.hpp"
 
+#include "persistence/graph.hpp"
 #include "runtime/assets.hpp"
 
 namespace canopy::api {
@@ -102,12 +103,7 @@ bool stop_options(const json& body, stop_mode& mode, double& wait, http_error& e
 
 /// True for names usable as graph ids in a URL: 1-128 of [A-Za-z0-9._-].
 bool valid_name(const std::string& s) {
-  if (s.empty() || s.size() > 128)
-    return false;
-  for (unsigned char c : s)
-    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-')
-      return false;
-  return true;
+  return check_graph_id(s).empty();
 }
 
 /// True for strings that look like execution ids (lowercase base32).
