@@ -204,8 +204,15 @@ void add_logs_command(CLI::App& app, logs_options& o,
                     "default: every step of the tree, lines prefixed `STEP | `");
   o.cmd->add_flag("-f,--follow", o.follow,
                   "keep printing new lines until the step (or else the tree) ends");
-  o.cmd->add_option("--tail", o.tail, "only the last N lines (then follow)")
-    ->check(CLI::Range(size_t{0}, size_t{1} << 40));
+  auto whole = CLI::Validator(
+    [](std::string& text) {
+      bool ok = !text.empty() && text.size() <= 12
+                && text.find_first_not_of("0123456789") == std::string::npos;
+      return ok ? std::string{}
+                : "'" + text + "': expected a whole number of lines (0 or more)";
+    },
+    "N");
+  o.cmd->add_option("--tail", o.tail, "only the last N lines (then follow)")->check(whole);
   auto out = o.cmd->add_flag_callback("--stdout", [&o] { o.stream = "stdout"; },
                                       "only the lines on stdout");
   auto err = o.cmd->add_flag_callback("--stderr", [&o] { o.stream = "stderr"; },

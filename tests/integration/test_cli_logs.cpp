@@ -205,6 +205,8 @@ TEST_CASE("canopy logs names an unknown step with the closest one, and rejects b
     CHECK(r.out.empty());
     CHECK_THAT(r.err, Catch::Contains("error: "));
   }
+  CHECK_THAT(run_canopy(home.path, {"logs", id, "--tail", "-1"}).err,
+             Catch::Contains("--tail: '-1': expected a whole number of lines"));
 }
 
 TEST_CASE("canopy logs --follow streams a running step's lines and ends when that step ends",
