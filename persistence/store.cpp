@@ -28,6 +28,11 @@ using namespace store_lmdb;
 
 namespace {
 
+/// `execution_filter::created_after`: how much older than the bound an id's
+/// time may be before the walk stops (an id's time precedes its record's
+/// `created_at` by the few instructions between them).
+constexpr int64_t created_after_margin_ms = 60'000;
+
 /// A read-only transaction that aborts when it goes out of scope.
 struct read_txn {
   MDB_txn* txn = nullptr;
@@ -553,6 +558,12 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
       rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
     }
     for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+      if (f.created_after != 0) {
+        // Every older id is older still: past the margin, nothing qualifies.
+        auto id_ms = execution_id_ms(as_view(k));
+        if (id_ms >= 0 && id_ms + created_after_margin_ms < f.created_after)
+          break;
+      }
       auto rec = decode_execution(as_view(v));
       if (!rec) {
         mdb_cursor_close(cur);
@@ -567,6 +578,8 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
       if (f.status && rec->status != *f.status)
         continue;
       if (!f.graph.empty() && rec->graph != f.graph)
+        continue;
+      if (rec->created_at < f.created_after)
         continue;
       out.push_back(std::move(*rec));
       if (f.limit != 0 && out.size() >= f.limit)
@@ -1508,6 +1521,20 @@ std::string make_execution_id() {
     hi >>= 5;
   }
   return out;
+}
+
+int64_t execution_id_ms(std::string_view id) {
+  static const std::string_view alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
+  if (id.size() != 26)
+    return -1;
+  int64_t ms = 0;
+  for (size_t i = 0; i < 10; ++i) {
+    auto d = alphabet.find(id[i]);
+    if (d == std::string_view::npos)
+      return -1;
+    ms = ms * 32 + static_cast<int64_t>(d);
+  }
+  return ms;
 }
 
 } // namespace canopy

@@ -81,6 +81,7 @@
 #include <shared_mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/expected.hpp>
@@ -181,6 +182,10 @@ struct execution_filter {
   size_t limit = 0;      ///< 0: no limit
   /// A cursor: only executions with an id lower (older) than this one.
   std::string before;
+  /// Only executions created at or after this time (ms since the epoch; 0:
+  /// any). The walk stops at ids whose time is over a minute older (an id's
+  /// time is taken just before its record's `created_at`).
+  int64_t created_after = 0;
 };
 
 /// How much of the store's file holds data (`store::usage`).
@@ -439,5 +444,9 @@ private:
 /// Generates a new execution id: 26 characters, time-ordered (ULID-like,
 /// lowercase Crockford base32). Thread-safe.
 std::string make_execution_id();
+
+/// The creation time in an id of `make_execution_id` (ms since the epoch).
+/// @returns it, or -1 when `id` is not such an id. Thread-safe.
+int64_t execution_id_ms(std::string_view id);
 
 } // namespace canopy

@@ -64,12 +64,6 @@ constexpr std::chrono::milliseconds read_recovery_wait{250};
 
 // -- helpers of the commands ----------------------------------------------------------
 
-/// True when `s` names an execution status.
-bool valid_status(const std::string& s) {
-  execution_status x;
-  return from_string(s, x);
-}
-
 std::string home_of(const global_options& g) {
   return g.home.empty() ? default_home() : g.home;
 }
@@ -223,13 +217,17 @@ caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_
   return db;
 }
 
+caf::error recover_reading(store& db) {
+  return recover(db, store_use::read);
+}
+
 int print_document(const caf::expected<json>& doc, bool as_json) {
   if (!doc)
     return fail(doc.error());
   if (as_json)
     std::cout << doc->dump() << "\n";
   else
-    std::cout << render_document(*doc);
+    std::cout << render_document(*doc, now_ms());
   return 0;
 }
 
@@ -490,48 +488,6 @@ int cmd_show(const global_options& g, const std::string& id, bool as_json) {
   if (!db)
     return fail(db.error());
   return print_document(load_document(**db, id), as_json);
-}
-
-// -- cluster nodes (SPEC §10) ------------------------------------------------------------
-
-/// `canopy ls --nodes` on the local home: this process's runtime alone (the
-/// node `local`); a cluster's members are listed by its server (`--server`).
-int cmd_ls_nodes(const global_options& g, bool as_json) {
-  auto rt = open_runtime(g);
-  if (!rt)
-    return fail(rt.error());
-  json out = json::array();
-  for (auto& n : (*rt)->nodes())
-    out.push_back(node_document(n));
-  print_nodes(out, as_json);
-  return exit_completed;
-}
-
-int cmd_ls(const global_options& g, const std::string& status, bool all, bool as_json) {
-  execution_filter f;
-  f.roots_only = !all;
-  if (!status.empty()) {
-    execution_status s;
-    if (!from_string(status, s))
-      return usage_error("--status: unknown status '" + status
-                         + "' (queued, running, stopping, stopped, completed, failed)");
-    f.status = s;
-  }
-  auto db = open_store(g, store_use::read);
-  if (!db)
-    return fail(db.error());
-  auto rows = (*db)->list(f);
-  if (!rows)
-    return fail(rows.error());
-  if (as_json) {
-    json out = json::array();
-    for (auto& r : *rows)
-      out.push_back(execution_summary(r));
-    std::cout << out.dump() << "\n";
-  } else {
-    std::cout << render_list(*rows);
-  }
-  return 0;
 }
 
 /// Prints one event of a local tree: a JSON line, or a human line.
@@ -862,15 +818,8 @@ int cli_main(int argc, char** argv) {
   show->add_flag("--json", as_json, "print the document as JSON");
   add_remote(show);
 
-  std::string status;
-  bool all = false;
-  auto ls = app.add_subcommand("ls", "list executions, newest first");
-  ls->add_option("--status", status, "only this status");
-  ls->add_flag("--all", all, "include child executions");
-  ls->add_flag("--json", as_json, "print a JSON array");
-  bool nodes = false;
-  ls->add_flag("--nodes", nodes, "list the cluster's nodes instead of executions");
-  add_remote(ls);
+  ls_options lo;
+  add_ls_command(app, lo, add_remote);
 
   bool follow_live = false;
   auto events = app.add_subcommand("events", "the event log of an execution's tree");
@@ -878,6 +827,9 @@ int cli_main(int argc, char** argv) {
   events->add_flag("--follow", follow_live, "keep printing until the tree stops running");
   events->add_flag("--json", as_json, "one JSON event per line");
   add_remote(events);
+
+  logs_options logs;
+  add_logs_command(app, logs, add_remote);
 
   serve_flags sf;
   auto serve = app.add_subcommand("serve", "run a supervisor node with the HTTP API");
@@ -972,25 +924,18 @@ int cli_main(int argc, char** argv) {
       return usage_error("graph ls lists the graphs registered on a server: pass --server URL");
     return remote_graph_ls(remote, as_json);
   }
-  if (!status.empty() && !valid_status(status))
-    return usage_error("--status: unknown status '" + status
-                       + "' (queued, running, stopping, stopped, completed, failed)");
   bool on_server = !remote.server.empty();
   if (stop->parsed())
     return on_server ? remote_stop(remote, id, force, wait_s) : cmd_stop(g, id, force, wait_s);
   if (show->parsed())
     return on_server ? remote_show(remote, id, as_json) : cmd_show(g, id, as_json);
-  if (ls->parsed() && nodes) {
-    if (!status.empty() || all)
-      return usage_error("--nodes lists nodes: it takes no --status or --all");
-    return on_server ? remote_ls_nodes(remote, as_json) : cmd_ls_nodes(g, as_json);
-  }
-  if (ls->parsed())
-    return on_server ? remote_ls(remote, status, all, as_json)
-                     : cmd_ls(g, status, all, as_json);
+  if (lo.cmd->parsed())
+    return run_ls(g, remote, lo);
   if (events->parsed())
     return on_server ? remote_events(remote, id, follow_live, as_json)
                      : cmd_events(g, id, follow_live, as_json);
+  if (logs.cmd->parsed())
+    return on_server ? remote_logs(remote, logs) : cmd_logs(g, logs);
   if (auto rc = run_agent_command(agents, g, remote))
     return *rc;
   if (serve->parsed())

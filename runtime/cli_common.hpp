@@ -144,6 +144,11 @@ enum class store_use {
 /// @returns the store, or an error of `store::open` or `recover`.
 caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use);
 
+/// Recovery for a reading command that follows a store (`events --follow`,
+/// `logs --follow`): turns executions of dead owners into stopped ones; a
+/// busy store is no error (it warns once and reads on).
+caf::error recover_reading(store& db);
+
 /// A client for `r`, or a usage error (bad URL, no token).
 caf::expected<api_client> open_client(const remote_options& r);
 
@@ -167,8 +172,19 @@ int remote_ls_nodes(const remote_options& r, bool as_json);
 /// `canopy show ID --server URL`.
 int remote_show(const remote_options& r, const std::string& id, bool as_json);
 
-/// `canopy ls --server URL`: the server's executions, roots only unless `all`.
-int remote_ls(const remote_options& r, const std::string& status, bool all, bool as_json);
+/// What `canopy ls` lists, checked (cli_ls.cpp).
+struct ls_query {
+  std::string status;       ///< empty: any
+  std::string graph;        ///< empty: any
+  std::string since;        ///< `--since` as given; empty: any age
+  int64_t created_after = 0; ///< `since` as a time (ms); 0: any
+  size_t limit = 0;         ///< 0: all
+  bool all = false;         ///< children too
+  bool json = false;        ///< `-o json` / `--json`
+};
+
+/// `canopy ls --server URL`: the server's executions matching `q`.
+int remote_ls(const remote_options& r, const ls_query& q);
 
 /// `canopy events ID [--follow] --server URL`: the events of `id`'s tree;
 /// with `follow_live`, streamed until the tree stops running.
@@ -199,6 +215,53 @@ int remote_graph_push(const remote_options& r, const std::string& file, const gr
 /// `canopy graph ls --server URL`: the token's user's graphs, the newest
 /// version of each (the JSON array of the server's items with `as_json`).
 int remote_graph_ls(const remote_options& r, bool as_json);
+
+// -- ls (cli_ls.cpp) ---------------------------------------------------------------------
+
+/// Arguments of `canopy ls`, as parsed.
+struct ls_options {
+  CLI::App* cmd = nullptr;
+  std::string status;
+  std::string graph;
+  std::string limit;  ///< checked by run_ls: a whole number from 1
+  std::string since;  ///< checked by run_ls: an age such as 10m, 2h, 1d
+  std::string output; ///< `-o json|table`; empty: table unless --json
+  bool all = false;
+  bool json = false;
+  bool nodes = false;
+};
+
+/// Adds `canopy ls [--status S] [--graph NAME] [--since AGE] [--limit N]
+/// [--all] [-o json|table] [--json] [--nodes]`; `add_remote` adds `--server`.
+void add_ls_command(CLI::App& app, ls_options& o,
+                    const std::function<void(CLI::App*)>& add_remote);
+
+/// Checks the arguments and lists the local home's executions (or nodes),
+/// or a server's with `r.server`. @returns the exit code.
+int run_ls(const global_options& g, const remote_options& r, const ls_options& o);
+
+// -- logs (cli_logs.cpp) -------------------------------------------------------------------
+
+/// Arguments of `canopy logs ID [STEP] [--follow] [--tail N] [--stderr|--stdout]`.
+struct logs_options {
+  CLI::App* cmd = nullptr;
+  std::string id;
+  std::string step;               ///< empty: every step of the tree; `a/b`: b of a's child
+  bool follow = false;
+  std::optional<size_t> tail;     ///< the last N lines (then follow)
+  std::string stream;             ///< "stdout", "stderr" or empty (both)
+};
+
+/// Adds `canopy logs`; `add_remote` adds `--server` and its options.
+void add_logs_command(CLI::App& app, logs_options& o,
+                      const std::function<void(CLI::App*)>& add_remote);
+
+/// `canopy logs` on the local home. @returns the exit code.
+int cmd_logs(const global_options& g, const logs_options& o);
+
+/// `canopy logs --server URL`: the same from a server's event log and its
+/// live stream. @returns the exit code.
+int remote_logs(const remote_options& r, const logs_options& o);
 
 // -- agents (cli_agents.cpp) ----------------------------------------------------------
 

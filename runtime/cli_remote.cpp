@@ -134,27 +134,33 @@ int remote_show(const remote_options& r, const std::string& id, bool as_json) {
   return print_document(api->tree(id), as_json);
 }
 
-int remote_ls(const remote_options& r, const std::string& status, bool all, bool as_json) {
+int remote_ls(const remote_options& r, const ls_query& q) {
   auto api = open_client(r);
   if (!api)
     return fail(api.error());
-  auto items = api->executions(status, all);
+  execution_query query;
+  query.status = q.status;
+  query.graph = q.graph;
+  query.since = q.since;
+  query.all = q.all;
+  query.limit = q.limit;
+  auto items = api->executions(query);
   if (!items)
     return fail(items.error());
   json out = json::array();
   std::vector<execution_record> rows;
   for (auto& item : *items) {
-    if (!all && item.contains("parent_id") && !item["parent_id"].is_null())
+    if (!q.all && item.contains("parent_id") && !item["parent_id"].is_null())
       continue; // roots only unless --all (SPEC §13 rule 14)
     item.erase("steps");
     item.erase("children");
     rows.push_back(execution_of(item));
     out.push_back(std::move(item));
   }
-  if (as_json)
+  if (q.json)
     std::cout << out.dump() << "\n";
   else
-    std::cout << render_list(rows);
+    std::cout << render_list(rows, now_ms());
   return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/client.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -395,33 +396,42 @@ caf::expected<json> api_client::tree(const std::string& id) const {
   return std::move(a->body);
 }
 
-caf::expected<std::vector<json>> api_client::executions(const std::string& status,
-                                                        bool all) const {
+caf::expected<std::vector<json>> api_client::executions(const execution_query& q) const {
+  constexpr size_t max_page = 1000; // the server's largest `limit`
+  std::string query;
+  auto add = [&](const char* key, const std::string& value) {
+    query += (query.empty() ? "?" : "&") + std::string{key} + "=" + url_encode(value);
+  };
+  if (q.all)
+    add("all", "true");
+  if (!q.status.empty())
+    add("status", q.status);
+  if (!q.graph.empty())
+    add("graph", q.graph);
+  if (!q.since.empty())
+    add("since", q.since);
+  if (q.limit != 0)
+    add("limit", std::to_string(std::min(q.limit, max_page)));
   std::vector<json> out;
   std::string cursor;
   for (;;) {
-    std::string target = "/v1/executions";
-    std::string sep = "?";
-    if (all) {
-      target += "?all=true";
-      sep = "&";
-    }
-    if (!status.empty()) {
-      target += sep + "status=" + url_encode(status);
-      sep = "&";
-    }
+    auto target = "/v1/executions" + query;
     if (!cursor.empty())
-      target += sep + "cursor=" + url_encode(cursor);
+      target += (query.empty() ? "?" : "&") + std::string{"cursor="} + url_encode(cursor);
     auto a = get(target);
     if (!a)
       return a.error();
     auto& body = a->body;
     if (!body.is_object() || !body.contains("items") || !body["items"].is_array())
       return unexpected("the listing is not {\"items\": [...], \"next\": ...}");
-    for (auto& item : body["items"])
+    for (auto& item : body["items"]) {
+      if (q.limit != 0 && out.size() >= q.limit)
+        return out;
       out.push_back(std::move(item));
+    }
     auto next = body.value("next", json());
-    if (!next.is_string() || next.get<std::string>().empty())
+    if (!next.is_string() || next.get<std::string>().empty()
+        || (q.limit != 0 && out.size() >= q.limit))
       return out;
     if (next.get<std::string>() == cursor)
       return unexpected("the listing's cursor does not advance");

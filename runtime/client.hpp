@@ -126,6 +126,15 @@ struct client_options {
   int max_reconnects = 10;
 };
 
+/// What `api_client::executions` lists: the query of `GET /v1/executions`.
+struct execution_query {
+  std::string status; ///< empty: any
+  std::string graph;  ///< empty: any
+  std::string since;  ///< empty: any age; else an age such as "10m" or "1d"
+  bool all = false;   ///< children too (roots only by default)
+  size_t limit = 0;   ///< the newest this many (0: every page)
+};
+
 /// A 2xx answer: its status and its JSON body.
 struct api_answer {
   int status = 0;
@@ -171,10 +180,10 @@ public:
   /// `GET /v1/executions/{id}/tree`: the execution with its descendants.
   caf::expected<nlohmann::json> tree(const std::string& id) const;
 
-  /// `GET /v1/executions?status=S`, following `next` cursors to the end.
-  /// @returns every item, newest first (as the server lists them).
-  caf::expected<std::vector<nlohmann::json>> executions(const std::string& status,
-                                                         bool all = false) const;
+  /// `GET /v1/executions?status=&graph=&since=&all=`, following `next`
+  /// cursors to the end or until `q.limit` items came.
+  /// @returns the items, newest first (as the server lists them).
+  caf::expected<std::vector<nlohmann::json>> executions(const execution_query& q) const;
 
   /// `POST /v1/executions/{id}/stop` with `{"mode", "wait"}`.
   caf::expected<stop_answer> stop(const std::string& id, bool force, double wait_s) const;

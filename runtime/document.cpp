@@ -30,6 +30,26 @@ json step_document(const step_record& s) {
   return j;
 }
 
+/// The kind key of a graph document's step (`run`, `tool`, ...), or null.
+json kind_of(const json& def) {
+  if (def.is_object())
+    for (auto* k : {"run", "tool", "graph", "plan", "agent", "fn"})
+      if (def.contains(k))
+        return k;
+  return nullptr;
+}
+
+/// The `needs` of a graph document's step: its step names.
+json needs_of(const json& def) {
+  json out = json::array();
+  if (def.is_object())
+    if (auto i = def.find("needs"); i != def.end() && i->is_array())
+      for (auto& n : *i)
+        if (n.is_string())
+          out.push_back(n);
+  return out;
+}
+
 } // namespace
 
 json stop_summary(const stop_record* req, const std::string& result, const std::string& mode) {
@@ -71,16 +91,24 @@ caf::expected<json> load_document(const store& db, const std::string& id,
     if (!steps)
       return steps.error();
     json out = json::object();
-    // Graph order first (every step, started or not), then anything else.
+    // Every step of the graph, started or not, then anything else; each with
+    // its kind and needs from the graph (a reader orders them with these).
+    json defs = json::object();
     if (auto g = db.graph(id); g && g->document.contains("steps")
                                  && g->document["steps"].is_object())
-      for (auto& kv : g->document["steps"].items()) {
-        step_record pending;
-        pending.step = kv.key();
-        out[kv.key()] = step_document(pending);
-      }
+      defs = std::move(g->document["steps"]);
+    for (auto& kv : defs.items()) {
+      step_record pending;
+      pending.step = kv.key();
+      out[kv.key()] = step_document(pending);
+    }
     for (auto& s : *steps)
       out[s.step] = step_document(s);
+    for (auto& kv : out.items()) {
+      auto def = defs.find(kv.key());
+      kv.value()["kind"] = def != defs.end() ? kind_of(*def) : json(nullptr);
+      kv.value()["needs"] = def != defs.end() ? needs_of(*def) : json::array();
+    }
     doc["steps"] = std::move(out);
   }
   if (opts.children) {

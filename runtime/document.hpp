@@ -26,9 +26,10 @@ nlohmann::json execution_summary(const execution_record& rec);
 nlohmann::json stop_summary(const stop_record* req, const std::string& result,
                             const std::string& mode);
 
-/// Loads execution `id` and renders its document: steps in graph order
-/// (steps never started appear `pending` with attempt 0), and with
-/// `opts.children` every descendant under `children`.
+/// Loads execution `id` and renders its document: every step of its graph
+/// by name (steps never started appear `pending` with attempt 0), each with
+/// its `kind` and `needs` from the graph (readers order them by `needs`),
+/// and with `opts.children` every descendant under `children`.
 /// @returns the document, `not_found`, or a store error. Thread-safe.
 caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
                                             document_options opts = {});

@@ -1,5 +1,9 @@
 #include "runtime/http_api.hpp"
 
+#include <algorithm>
+
+#include "persistence/retention.hpp"
+
 namespace canopy::api {
 
 void api_server::post_graph(call& c) {
@@ -248,6 +252,13 @@ void api_server::list_executions(call& c) {
   }
   if (c.req.has_param("graph"))
     f.graph = c.req.get_param_value("graph");
+  if (c.req.has_param("since")) {
+    auto text = c.req.get_param_value("since");
+    auto age = parse_age(text);
+    if (!age)
+      return reply(c.res, bad_request("since: " + message_of(age.error())));
+    f.created_after = std::max<int64_t>(1, now_ms() - age->count());
+  }
   if (c.req.has_param("all")) {
     auto all = c.req.get_param_value("all");
     if (all != "true" && all != "false")

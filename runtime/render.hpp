@@ -2,6 +2,7 @@
 
 // Human output of the CLI: event lines, the live tree, `show` and `ls`.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -78,11 +79,15 @@ private:
   std::map<std::string, exec_view> execs_;
 };
 
-/// Renders a document from `load_document` as an indented tree.
-std::string render_document(const nlohmann::json& doc);
+/// Renders a document from `load_document` as an indented tree: a step per
+/// line in graph order with its status, start and duration (running ones:
+/// so far, at `now`), and the last stderr lines under a failed step
+/// (render_show.cpp).
+std::string render_document(const nlohmann::json& doc, int64_t now);
 
-/// Renders `ls` rows.
-std::string render_list(const std::vector<execution_record>& rows);
+/// Renders `ls` rows: id, graph, status, reason, age and duration at `now`
+/// (render_show.cpp).
+std::string render_list(const std::vector<execution_record>& rows, int64_t now);
 
 // -- agents (SPEC §9) ----------------------------------------------------------------
 

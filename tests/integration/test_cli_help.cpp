@@ -68,7 +68,7 @@ TEST_CASE("bash completion offers commands, sub-commands, options and an option'
   std::ofstream{script} << r.out;
 
   auto top = complete(script, {"canopy", ""});
-  for (auto c : {"run", "resume", "stop", "show", "ls", "events", "agent", "serve", "worker",
+  for (auto c : {"run", "resume", "stop", "show", "ls", "logs", "events", "agent", "serve", "worker",
                  "graph", "prune", "validate", "completion", "version"})
     CHECK(has(top, c));
   CHECK(complete(script, {"canopy", "re"}) == std::vector<std::string>{"resume"});

@@ -540,6 +540,55 @@ TEST_CASE("list() returns newest first, roots only, filtered by status and graph
   }
 }
 
+TEST_CASE("list() with created_after keeps what was created since, and stops at old ids",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  auto now = now_ms();
+  // An id made long ago (its time prefix is 2020), then three made now whose
+  // records say when they were created.
+  auto old_ms = int64_t{1'577'836'800'000};
+  std::string old_id(26, '0');
+  {
+    static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+    auto ms = static_cast<uint64_t>(old_ms);
+    for (int i = 9; i >= 0; --i, ms >>= 5)
+      old_id[static_cast<size_t>(i)] = alphabet[ms & 31];
+  }
+  REQUIRE(execution_id_ms(old_id) == old_ms);
+  auto ancient = make_exec(old_id, "alpha", execution_status::completed);
+  ancient.created_at = old_ms;
+  auto two_hours = make_exec(make_execution_id(), "alpha", execution_status::completed);
+  two_hours.created_at = now - 2 * 3'600'000;
+  auto ten_minutes = make_exec(make_execution_id(), "beta", execution_status::failed);
+  ten_minutes.created_at = now - 10 * 60'000;
+  auto fresh = make_exec(make_execution_id(), "alpha", execution_status::running);
+  fresh.created_at = now;
+  CHECK(execution_id_ms(fresh.id) >= now - 1000);
+  CHECK(execution_id_ms("not an id") == -1);
+  CHECK(execution_id_ms(std::string(26, 'u')) == -1); // 'u' is not in the alphabet
+  write_batch b;
+  for (auto* r : {&ancient, &two_hours, &ten_minutes, &fresh})
+    b.executions.push_back(*r);
+  commit_ok(*db, b);
+
+  execution_filter f;
+  f.created_after = now - 30 * 60'000;
+  CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{fresh.id, ten_minutes.id});
+  f.created_after = now - 3 * 3'600'000;
+  CHECK(ids_of(get(db->list(f))) ==
+        std::vector<std::string>{fresh.id, ten_minutes.id, two_hours.id});
+  f.graph = "alpha";
+  CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{fresh.id, two_hours.id});
+  f.limit = 1;
+  CHECK(ids_of(get(db->list(f))) == std::vector<std::string>{fresh.id});
+  // Without the bound the old one is there; with one after it, it is not.
+  execution_filter any;
+  CHECK(get(db->list(any)).size() == 4);
+  any.created_after = old_ms + 1;
+  CHECK(get(db->list(any)).size() == 3);
+}
+
 TEST_CASE("tree_events honours after and limit and keeps trees apart",
           "[persistence][store]") {
   test::temp_dir dir;

@@ -273,14 +273,38 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-/// The CLI shows the home exactly as the release that wrote it did.
+/// Takes out of a document (and its children's) the step fields that came
+/// after the fixture's release: each step's `kind` and `needs` (issue #16),
+/// which must be there.
+void drop_later_fields(json& doc) {
+  for (auto& kv : doc["steps"].items()) {
+    INFO(kv.key());
+    CHECK(kv.value()["kind"].is_string());
+    CHECK(kv.value()["needs"].is_array());
+    kv.value().erase("kind");
+    kv.value().erase("needs");
+  }
+  for (auto& child : doc["children"])
+    drop_later_fields(child);
+}
+
+/// `show ID --json` as the fixture's release printed it: the same text once
+/// the fields added since are taken out.
+std::string shown_as_released(const std::string& home, const std::string& id) {
+  auto doc = json::parse(cli(home, {"show", id, "--json"}));
+  drop_later_fields(doc);
+  return doc.dump() + "\n";
+}
+
+/// The CLI shows the home exactly as the release that wrote it did (besides
+/// the fields added since).
 void check_cli_documents(const std::string& home) {
   std::istringstream ids{read_text(fixture + "/ids.txt")};
   std::string id;
   int roots = 0;
   for (; std::getline(ids, id); ++roots) {
     INFO(id);
-    CHECK(cli(home, {"show", id, "--json"}) == read_text(fixture + "/show-" + id + ".json"));
+    CHECK(shown_as_released(home, id) == read_text(fixture + "/show-" + id + ".json"));
     CHECK(cli(home, {"events", id, "--json"}) == read_text(fixture + "/events-" + id + ".json"));
   }
   CHECK(roots == 5);

@@ -1,0 +1,316 @@
+// `canopy logs ID [STEP] [--follow] [--tail N] [--stderr|--stdout]`: the
+// output of steps as the store keeps it (`step.output` events, data
+// `{stream, line}`), from the local home or a server (`--server URL`).
+//
+// Without STEP: every step of ID's subtree (its child executions too, as
+// `canopy events ID` shows them), each line as `PATH | LINE`, where PATH is
+// the step's name, or for a step of a child execution the steps that lead to
+// it from ID (`review/draft`: step `draft` of the child that step `review`
+// runs). STEP is such a path; one that names a `run`, `tool` or `fn` step
+// prints its lines raw; one that runs child executions (`graph`, `plan`,
+// `agent`) prints its own lines and its children's, prefixed as above.
+// `--follow` keeps printing until STEP completed or failed, or else until
+// ID's tree is no longer running. An unknown step is `not_found` (exit 4),
+// named with the closest step.
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "persistence/error.hpp"
+#include "persistence/suggest.hpp"
+#include "runtime/cli_common.hpp"
+#include "runtime/document.hpp"
+
+namespace canopy::cli {
+
+namespace {
+
+// -- tunables ---------------------------------------------------------------------------
+
+/// `logs --follow` polls the local store as `events --follow` does: quickly
+/// while events arrive, backing off to the longest pause while quiet.
+constexpr std::chrono::milliseconds min_poll{5};
+constexpr std::chrono::milliseconds max_poll{50};
+
+/// How often `logs --follow` looks for a dead owner on the local home.
+constexpr std::chrono::milliseconds recovery_interval{250};
+
+// -- what to print ------------------------------------------------------------------------
+
+std::string text_of(const json& doc, const char* key) {
+  auto i = doc.is_object() ? doc.find(key) : doc.end();
+  return doc.is_object() && i != doc.end() && i->is_string() ? i->get<std::string>()
+                                                             : std::string{};
+}
+
+/// The lines `logs` prints from a tree's events: which events count, and how
+/// each is labelled. Built from the asked execution's tree document; an
+/// execution it does not know (a child created since) makes it reload the
+/// document once. Not thread-safe.
+class log_selection {
+public:
+  /// Loads the tree document of the asked execution again.
+  using loader = std::function<caf::expected<json>()>;
+
+  /// Resolves `o.step` in `tree`. @returns the selection, or `not_found`
+  /// naming an unknown step (with the closest one).
+  static caf::expected<log_selection> make(json tree, loader reload, const logs_options& o) {
+    log_selection s{std::move(reload), o.stream};
+    s.top_id_ = text_of(tree, "id");
+    s.index(tree, "");
+    if (o.step.empty())
+      return s;
+    s.target_ = o.step;
+    const json* doc = &tree;
+    size_t begin = 0;
+    for (;;) {
+      auto slash = o.step.find('/', begin);
+      auto name = o.step.substr(begin, slash == std::string::npos ? slash : slash - begin);
+      static const json no_steps = json::object();
+      auto found = doc->find("steps");
+      auto& steps = found != doc->end() && found->is_object() ? *found : no_steps;
+      auto where = doc == &tree ? "execution " + s.top_id_
+                                : "the child execution " + text_of(*doc, "id") + " of step '"
+                                    + o.step.substr(0, begin - 1) + "'";
+      if (!steps.contains(name)) {
+        std::vector<std::string> names;
+        for (auto& kv : steps.items())
+          names.push_back(kv.key());
+        return make_error(persistence_errc::not_found,
+                          where + " has no step '" + name + "'" + did_you_mean(name, names));
+      }
+      auto& step = steps.at(name);
+      if (slash == std::string::npos) {
+        auto kind = text_of(step, "kind");
+        s.prefixed_ = kind == "graph" || kind == "plan" || kind == "agent"
+                      || !text_of(step, "child_id").empty();
+        auto status = text_of(step, "status");
+        s.settled_ = status == "completed" || status == "failed";
+        return s;
+      }
+      // Down into the step's child (the newest, when it ran several).
+      const json* child = nullptr;
+      if (auto kids = doc->find("children"); kids != doc->end() && kids->is_array())
+        for (auto& c : *kids)
+          if (text_of(c, "parent_step") == name)
+            child = &c;
+      if (child == nullptr)
+        return make_error(persistence_errc::not_found,
+                          "step '" + o.step.substr(0, slash) + "' of " + where
+                            + " has no child execution (yet)");
+      doc = child;
+      begin = slash + 1;
+    }
+  }
+
+  /// The line to print for `e`, or nullopt when it is not output selected.
+  std::optional<std::string> line(const event_record& e) {
+    if (e.type != "step.output" || !e.data.is_object())
+      return std::nullopt;
+    if (!stream_.empty() && text_of(e.data, "stream") != stream_)
+      return std::nullopt;
+    auto label = label_of(e);
+    if (!label)
+      return std::nullopt;
+    auto text = text_of(e.data, "line");
+    if (target_.empty())
+      return *label + " | " + text;
+    if (!prefixed_)
+      return *label == target_ ? std::optional<std::string>{text} : std::nullopt;
+    if (*label == target_ || label->rfind(target_ + "/", 0) == 0)
+      return *label + " | " + text;
+    return std::nullopt;
+  }
+
+  /// Follows the chosen step's life: it settles with `step.completed` or
+  /// `step.failed` and is live again when it starts over (a retry, a resume).
+  void observe(const event_record& e) {
+    if (target_.empty() || e.step.empty() || e.type.rfind("step.", 0) != 0
+        || e.type == "step.output")
+      return;
+    auto label = label_of(e);
+    if (!label || *label != target_)
+      return;
+    settled_ = e.type == "step.completed" || e.type == "step.failed";
+  }
+
+  /// True when a step was chosen and it completed or failed (as of the
+  /// document, then of the events observed since).
+  bool settled() const { return settled_; }
+
+private:
+  log_selection(loader reload, std::string stream)
+    : reload_(std::move(reload)), stream_(std::move(stream)) {
+  }
+
+  /// Records the path of every execution in `doc`, from `path`.
+  void index(const json& doc, const std::string& path) {
+    paths_[text_of(doc, "id")] = path;
+    if (auto kids = doc.find("children"); kids != doc.end() && kids->is_array())
+      for (auto& c : *kids)
+        index(c, path + text_of(c, "parent_step") + "/");
+  }
+
+  /// `PATH/STEP` of `e`'s step from the asked execution, or nullopt when its
+  /// execution is outside the asked subtree.
+  std::optional<std::string> label_of(const event_record& e) {
+    auto i = paths_.find(e.execution_id);
+    if (i == paths_.end()) {
+      if (outside_.count(e.execution_id) > 0)
+        return std::nullopt;
+      // Lineage never changes: the child of an execution outside is outside.
+      bool maybe_inside = e.parent_id.empty() || paths_.count(e.parent_id) > 0;
+      if (maybe_inside && reload_)
+        if (auto doc = reload_())
+          index(*doc, "");
+      i = paths_.find(e.execution_id);
+      if (i == paths_.end()) {
+        outside_.insert(e.execution_id);
+        return std::nullopt;
+      }
+    }
+    return i->second + e.step;
+  }
+
+  loader reload_;
+  std::string stream_;                        ///< "stdout", "stderr" or "" (both)
+  std::string top_id_;
+  std::string target_;                        ///< the chosen step's path; "" for all
+  bool prefixed_ = true;                      ///< lines labelled `PATH | `
+  bool settled_ = false;
+  std::map<std::string, std::string> paths_;  ///< execution → `a/b/` ("" for the top)
+  std::set<std::string> outside_;
+};
+
+/// Prints the lines of a first batch: all, or the last `tail`.
+void print_first(const std::vector<std::string>& lines, const std::optional<size_t>& tail) {
+  size_t from = tail && *tail < lines.size() ? lines.size() - *tail : 0;
+  for (size_t i = from; i < lines.size(); ++i)
+    std::cout << lines[i] << "\n";
+  std::cout << std::flush;
+}
+
+} // namespace
+
+void add_logs_command(CLI::App& app, logs_options& o,
+                      const std::function<void(CLI::App*)>& add_remote) {
+  o.cmd = app.add_subcommand("logs", "the output of an execution's steps, as stored");
+  o.cmd->add_option("id", o.id, "execution id")->required();
+  o.cmd->add_option("step", o.step,
+                    "one step (A/B: step B of the child execution of step A); "
+                    "default: every step of the tree, lines prefixed `STEP | `");
+  o.cmd->add_flag("-f,--follow", o.follow,
+                  "keep printing new lines until the step (or else the tree) ends");
+  auto whole = CLI::Validator(
+    [](std::string& text) {
+      bool ok = !text.empty() && text.size() <= 12
+                && text.find_first_not_of("0123456789") == std::string::npos;
+      return ok ? std::string{}
+                : "'" + text + "': expected a whole number of lines (0 or more)";
+    },
+    "N");
+  o.cmd->add_option("--tail", o.tail, "only the last N lines (then follow)")->check(whole);
+  auto out = o.cmd->add_flag_callback("--stdout", [&o] { o.stream = "stdout"; },
+                                      "only the lines on stdout");
+  auto err = o.cmd->add_flag_callback("--stderr", [&o] { o.stream = "stderr"; },
+                                      "only the lines on stderr");
+  out->excludes(err);
+  add_remote(o.cmd);
+}
+
+int cmd_logs(const global_options& g, const logs_options& o) {
+  auto db = open_store(g, store_use::read);
+  if (!db)
+    return fail(db.error());
+  auto rec = (*db)->execution(o.id);
+  if (!rec)
+    return fail(rec.error());
+  auto reload = [&db, &o] { return load_document(**db, o.id); };
+  auto tree = reload();
+  if (!tree)
+    return fail(tree.error());
+  auto sel = log_selection::make(std::move(*tree), reload, o);
+  if (!sel)
+    return fail(sel.error());
+  uint64_t after = 0;
+  bool first = true;
+  auto delay = min_poll;
+  auto last_recovery = std::chrono::steady_clock::now();
+  for (;;) {
+    // Status first, then events: once the execution is terminal, the read
+    // that follows holds every event up to its terminal commit.
+    auto now = (*db)->execution(o.id);
+    if (!now)
+      return fail(now.error());
+    auto events = (*db)->tree_events(rec->root_id, after);
+    if (!events)
+      return fail(events.error());
+    std::vector<std::string> lines;
+    for (auto& e : *events) {
+      after = e.seq;
+      if (auto l = sel->line(e))
+        lines.push_back(std::move(*l));
+      sel->observe(e);
+    }
+    if (first)
+      print_first(lines, o.tail);
+    else
+      print_first(lines, std::nullopt);
+    first = false;
+    if (!o.follow || sel->settled() || is_terminal(now->status))
+      return 0;
+    delay = events->empty() ? std::min(delay * 2, max_poll) : min_poll;
+    std::this_thread::sleep_for(delay);
+    // An owner that died leaves its tree `running`: notice it now and then.
+    if (std::chrono::steady_clock::now() - last_recovery > recovery_interval) {
+      last_recovery = std::chrono::steady_clock::now();
+      if (auto err = recover_reading(**db))
+        return fail(err);
+    }
+  }
+}
+
+int remote_logs(const remote_options& r, const logs_options& o) {
+  auto api = open_client(r);
+  if (!api)
+    return fail(api.error());
+  auto reload = [&api, &o] { return api->tree(o.id); };
+  auto tree = reload();
+  if (!tree)
+    return fail(tree.error());
+  auto sel = log_selection::make(std::move(*tree), reload, o);
+  if (!sel)
+    return fail(sel.error());
+  // The log so far (the server filters it to ID's subtree), then the live
+  // stream from where it ended.
+  auto events = api->events(o.id);
+  if (!events)
+    return fail(events.error());
+  uint64_t last = 0;
+  std::vector<std::string> lines;
+  for (auto& doc : *events) {
+    auto e = event_of(doc);
+    last = std::max(last, e.seq);
+    if (auto l = sel->line(e))
+      lines.push_back(std::move(*l));
+    sel->observe(e);
+  }
+  print_first(lines, o.tail);
+  if (!o.follow || sel->settled())
+    return 0;
+  auto err = api->stream_events(o.id, last, [&](const json& doc) {
+    auto e = event_of(doc);
+    if (auto l = sel->line(e))
+      std::cout << *l << "\n" << std::flush;
+    sel->observe(e);
+    return !sel->settled();
+  });
+  if (err)
+    return fail(err);
+  return 0;
+}
+
+} // namespace canopy::cli
