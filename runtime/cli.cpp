@@ -17,7 +17,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -62,15 +61,6 @@ constexpr std::chrono::milliseconds follow_recovery_interval{250};
 constexpr std::chrono::milliseconds read_recovery_wait{250};
 
 // -- helpers of the commands ----------------------------------------------------------
-
-/// The exit code of an execution that ended with status `s` (SPEC §6).
-int exit_code_of(execution_status s) {
-  switch (s) {
-    case execution_status::completed: return exit_completed;
-    case execution_status::stopped: return exit_stopped;
-    default: return exit_failed;
-  }
-}
 
 /// True when `s` names an execution status.
 bool valid_status(const std::string& s) {
@@ -128,6 +118,14 @@ caf::error recover(store& db, store_use use) {
 
 // -- shared by the CLI's files (cli_common.hpp) -----------------------------------------
 
+int exit_code_of(execution_status s) {
+  switch (s) {
+    case execution_status::completed: return exit_completed;
+    case execution_status::stopped: return exit_stopped;
+    default: return exit_failed;
+  }
+}
+
 int fail(const caf::error& err) {
   std::cerr << "error: " << message_of(err) << "\n";
   return canopy::exit_code_of(err);
@@ -159,15 +157,6 @@ void interrupt_guard::watch(std::function<void(int)> on_signal) {
         return;
       f(n);
     }
-  });
-}
-
-void interrupt_guard::watch(execution_handle h) {
-  watch([h](int n) {
-    if (n == 0)
-      std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
-    auto mode = n > 0 ? stop_mode::force : stop_mode::graceful; // the second Ctrl-C forces
-    std::thread([h, mode] { (void) h.stop(mode); }).join();
   });
 }
 
@@ -242,85 +231,6 @@ void print_nodes(const json& docs, bool as_json) {
 }
 
 namespace {
-
-// -- watching an execution in the foreground ----------------------------------------
-
-/// Shows progress of `h` until it ends (events after seq `after` only), then
-/// prints the result.
-int follow(const global_options& g, runtime& rt, const execution_handle& h, bool as_json,
-           uint64_t after = 0) {
-  bool tty = !as_json && ::isatty(STDOUT_FILENO);
-  std::mutex mtx;
-  tree_view view{*rt.db(), h.id(), use_colour(g, tty)};
-  size_t drawn = 0;
-  auto last_draw = std::chrono::steady_clock::time_point{};
-  auto redraw = [&] {
-    last_draw = std::chrono::steady_clock::now();
-    std::string out;
-    if (drawn > 0)
-      out += "\033[" + std::to_string(drawn) + "F\033[J";
-    auto lines = view.render();
-    for (auto& l : lines)
-      out += l + "\n";
-    drawn = lines.size();
-    std::cout << out << std::flush;
-  };
-  subscription sub;
-  if (!as_json)
-    sub = h.subscribe([&](const event_record& e) {
-      std::lock_guard<std::mutex> guard{mtx};
-      if (e.seq <= after) {
-        view.apply(e); // history: builds the tree, printed only on a TTY
-        return;
-      }
-      view.apply(e);
-      if (tty) {
-        // At most ten frames a second; the final state is drawn after wait().
-        if (std::chrono::steady_clock::now() - last_draw > std::chrono::milliseconds(100))
-          redraw();
-      } else {
-        std::cout << event_line(e, view.label(e.execution_id)) << "\n" << std::flush;
-      }
-    });
-  auto rec = h.wait();
-  sub.cancel();
-  // No callback runs any more (cancel awaited the forwarder's down); taking
-  // the lock once also orders its last one before `view` is used and
-  // destroyed here for ThreadSanitizer, which cannot see CAF's hand-over.
-  { std::lock_guard<std::mutex> guard{mtx}; }
-  if (!rec) {
-    // The execution could not record its end (e.g. the store stayed busy):
-    // once this process is gone, the next command that opens the store makes
-    // it `stopped`/`interrupted`, resumable from its last recorded state.
-    int rc = fail(rec.error());
-    std::cerr << "resume with: canopy --home " << rt.db()->home() << " resume " << h.id()
-              << "\n";
-    return rc;
-  }
-  auto doc = load_document(*rt.db(), h.id());
-  if (!doc)
-    return fail(doc.error());
-  if (as_json) {
-    std::cout << doc->dump() << "\n";
-  } else {
-    if (tty) {
-      std::lock_guard<std::mutex> guard{mtx};
-      redraw();
-    }
-    std::cout << (*doc)["status"].get<std::string>();
-    if (!rec->reason.empty())
-      std::cout << " (" << rec->reason << ")";
-    std::cout << ": " << h.id() << "\n";
-    if (!rec->error.empty())
-      std::cout << "error: " << rec->error << "\n";
-    if (rec->status == execution_status::completed)
-      std::cout << rec->outputs.dump(2) << "\n";
-  }
-  if (rec->status == execution_status::stopped || rec->status == execution_status::failed)
-    std::cerr << "resume with: canopy --home " << rt.db()->home() << " resume " << h.id()
-              << "\n";
-  return exit_code_of(rec->status);
-}
 
 // -- commands --------------------------------------------------------------------------
 
@@ -415,8 +325,7 @@ int cmd_run(const global_options& g, const run_options& o, const char* self_exe)
     (void) !::write(o.detached_fd, line.data(), line.size());
     ::close(o.detached_fd);
   }
-  guard.watch(*h);
-  return follow(g, **rt, *h, o.json);
+  return follow(g, **rt, *h, guard, o.json);
 }
 
 int cmd_resume(const global_options& g, const std::string& id, bool as_json,
@@ -431,8 +340,7 @@ int cmd_resume(const global_options& g, const std::string& id, bool as_json,
   auto h = (*rt)->resume(id, budget);
   if (!h)
     return fail(h.error());
-  guard.watch(*h);
-  return follow(g, **rt, *h, as_json, *before);
+  return follow(g, **rt, *h, guard, as_json, *before);
 }
 
 /// `canopy stop`: stores the request (the stop protocol; the process that

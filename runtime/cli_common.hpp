@@ -29,6 +29,9 @@ constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_stopped = 3;
 
+/// The exit code of an execution that ended with status `s` (SPEC §6).
+int exit_code_of(execution_status s);
+
 /// Prints `err` and returns its exit code.
 int fail(const caf::error& err);
 
@@ -76,9 +79,6 @@ public:
   /// waiting forever (seen with CAF 0.17).
   void watch(std::function<void(int)> on_signal);
 
-  /// Stops `h` on a signal: gracefully on the first, forced on the second.
-  void watch(execution_handle h);
-
   /// Ends the watch: no signal is handled after this returns. Call it before
   /// the runtime that `on_signal` uses is destroyed.
   void finish();
@@ -90,6 +90,17 @@ private:
   std::atomic<bool> done_{false};
   std::thread thread_;
 };
+
+/// Follows `h` in the foreground (`run`, `resume`) until it ends, then prints
+/// the result and @returns its exit code. Human output: on a terminal, the
+/// live tree redrawn in place, fitted to the window (live_frame.hpp), then
+/// the whole tree; elsewhere one line per event (after seq `after`), and a
+/// failed step's last stderr lines after the error. Ctrl-C (through
+/// `guard`, which it watches and finishes) stops `h`: gracefully on the
+/// first, forced after, each said at once (in the frame on a terminal, else
+/// on stderr). In cli_follow.cpp.
+int follow(const global_options& g, runtime& rt, const execution_handle& h,
+           interrupt_guard& guard, bool as_json, uint64_t after = 0);
 
 // -- the local home and a server ----------------------------------------------------
 
