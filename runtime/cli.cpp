@@ -27,6 +27,7 @@
 #include "persistence/error.hpp"
 #include "persistence/suggest.hpp"
 #include "runtime/cli_common.hpp"
+#include "runtime/cli_help.hpp"
 #include "runtime/cluster_transport.hpp"
 #include "runtime/http_tls.hpp"
 #include "runtime/config.hpp"
@@ -72,29 +73,6 @@ std::string home_of(const global_options& g) {
   return g.home.empty() ? default_home() : g.home;
 }
 
-/// Parses `--input K=V` (string) and `--input K:=JSON` (JSON value).
-caf::expected<json> parse_inputs(const std::vector<std::string>& items) {
-  json inputs = json::object();
-  for (auto& item : items) {
-    auto json_pos = item.find(":=");
-    auto eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return make_error(runtime_errc::invalid_input,
-                        "--input '" + item + "': expected K=V or K:=JSON");
-    if (json_pos != std::string::npos && json_pos + 1 == eq) {
-      auto key = item.substr(0, json_pos);
-      auto value = parse_json_text(item.substr(eq + 1));
-      if (!value)
-        return make_error(runtime_errc::invalid_input,
-                          "--input " + key + ": bad JSON: " + message_of(value.error()));
-      inputs[key] = std::move(*value);
-    } else {
-      inputs[item.substr(0, eq)] = item.substr(eq + 1);
-    }
-  }
-  return inputs;
-}
-
 /// Turns executions of dead owners into `stopped`/`interrupted` (SPEC §13
 /// rule 12). For a reading command a busy store is no error: it warns once on
 /// stderr and reads on without recovering (SPEC §13 rule 16).
@@ -124,6 +102,28 @@ int exit_code_of(execution_status s) {
     case execution_status::stopped: return exit_stopped;
     default: return exit_failed;
   }
+}
+
+caf::expected<json> parse_inputs(const std::vector<std::string>& items) {
+  json inputs = json::object();
+  for (auto& item : items) {
+    auto json_pos = item.find(":=");
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return make_error(runtime_errc::invalid_input,
+                        "--input '" + item + "': expected K=V or K:=JSON");
+    if (json_pos != std::string::npos && json_pos + 1 == eq) {
+      auto key = item.substr(0, json_pos);
+      auto value = parse_json_text(item.substr(eq + 1));
+      if (!value)
+        return make_error(runtime_errc::invalid_input,
+                          "--input " + key + ": bad JSON: " + message_of(value.error()));
+      inputs[key] = std::move(*value);
+    } else {
+      inputs[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+  }
+  return inputs;
 }
 
 int fail(const caf::error& err) {
@@ -300,17 +300,22 @@ int run_detached(const global_options& g, const run_options& o, const char* self
   return exit_completed;
 }
 
-int cmd_run(const global_options& g, const run_options& o, const char* self_exe) {
+int cmd_run(const global_options& g, const run_options& o, const remote_options& remote,
+            const char* self_exe) {
   auto inputs = parse_inputs(o.inputs);
   if (!inputs)
     return fail(inputs.error());
   // Validate before anything is stored (and before a detached child starts).
+  // A server checks tool names against its own tools and its workers'.
   parse_options popts;
+  popts.any_tool = !remote.server.empty();
   auto parsed = parse_graph_file(o.file, popts);
   if (!parsed)
     return report_graph_errors(o.file, parsed);
   if (auto err = check_inputs(*parsed.value, *inputs))
     return fail(err);
+  if (!remote.server.empty())
+    return remote_run(g, remote, o.file, *parsed.value, std::move(*inputs), o.json, o.detach);
   if (o.detach)
     return run_detached(g, o, self_exe);
   interrupt_guard guard;
@@ -328,8 +333,10 @@ int cmd_run(const global_options& g, const run_options& o, const char* self_exe)
   return follow(g, **rt, *h, guard, o.json);
 }
 
-int cmd_resume(const global_options& g, const std::string& id, bool as_json,
-               std::optional<double> budget) {
+int cmd_resume(const global_options& g, const remote_options& remote, const std::string& id,
+               bool as_json, std::optional<double> budget) {
+  if (!remote.server.empty())
+    return remote_resume(g, remote, id, as_json, budget);
   interrupt_guard guard;
   auto rt = open_runtime(g);
   if (!rt)
@@ -611,6 +618,20 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
   return run_server(opts);
 }
 
+/// `canopy graph push FILE --server URL`: validates the file as `run
+/// --server` does, then registers it.
+int cmd_graph_push(const std::string& file, const remote_options& remote, bool as_json) {
+  if (remote.server.empty())
+    return usage_error("graph push registers a graph on a server: pass --server URL (a "
+                       "local run reads the graph file itself)");
+  parse_options popts;
+  popts.any_tool = true; // the server checks tools against its own and its workers'
+  auto parsed = parse_graph_file(file, popts);
+  if (!parsed)
+    return report_graph_errors(file, parsed);
+  return remote_graph_push(remote, file, *parsed.value, as_json);
+}
+
 /// `canopy validate [--server URL]`: parses the file as `run` does and
 /// resolves each `graph` step naming a registered graph as its run would:
 /// locally none resolves (local executions have no registry); on a server,
@@ -726,6 +747,9 @@ int cli_main(int argc, char** argv) {
                     "(default: the system's CAs)");
   };
 
+  add_remote(run);
+  add_remote(resume);
+
   bool force = false;
   double wait_s = 30;
   auto stop = app.add_subcommand("stop", "stop an execution running in another process");
@@ -787,12 +811,28 @@ int cli_main(int argc, char** argv) {
   add_prune_command(app, po);
 
   std::string file;
+  auto graph_cmd = app.add_subcommand("graph", "graphs registered on a server");
+  graph_cmd->require_subcommand(1);
+  auto graph_push = graph_cmd->add_subcommand("push", "validate a graph file and register it "
+                                                      "(its next version) on a server");
+  graph_push->add_option("file", file, "graph file")->required();
+  graph_push->add_flag("--json", as_json, "print {\"id\", \"version\"}");
+  add_remote(graph_push);
+  auto graph_ls = graph_cmd->add_subcommand("ls", "the graphs registered on a server, the "
+                                                  "newest version of each");
+  graph_ls->add_flag("--json", as_json, "print a JSON array");
+  add_remote(graph_ls);
+
   auto validate = app.add_subcommand("validate", "check a graph file");
   validate->add_option("file", file, "graph file")->required();
   add_remote(validate);
 
   auto version = app.add_subcommand("version", "print canopy's version");
   app.set_version_flag("--version", std::string{"canopy "} + CANOPY_VERSION);
+
+  std::string shell;
+  auto completion = add_completion_command(app, shell);
+  group_commands(app);
 
   try {
     app.parse(argc, argv);
@@ -817,14 +857,23 @@ int cli_main(int argc, char** argv) {
     std::cout << "canopy " << CANOPY_VERSION << "\n";
     return 0;
   }
-  if (run->parsed())
-    return cmd_run(g, ro, argv[0]);
-  if (resume->parsed())
-    return cmd_resume(g, id, as_json, budget);
+  if (completion->parsed())
+    return print_completion(app, shell);
   if (!remote.token.empty() && remote.server.empty())
     return usage_error("--token needs --server URL");
   if (!remote.cacert.empty() && remote.server.rfind("https://", 0) != 0)
     return usage_error("--cacert needs --server https://HOST:PORT");
+  if (run->parsed())
+    return cmd_run(g, ro, remote, argv[0]);
+  if (resume->parsed())
+    return cmd_resume(g, remote, id, as_json, budget);
+  if (graph_push->parsed())
+    return cmd_graph_push(file, remote, as_json);
+  if (graph_ls->parsed()) {
+    if (remote.server.empty())
+      return usage_error("graph ls lists the graphs registered on a server: pass --server URL");
+    return remote_graph_ls(remote, as_json);
+  }
   if (!status.empty() && !valid_status(status))
     return usage_error("--status: unknown status '" + status
                        + "' (queued, running, stopping, stopped, completed, failed)");

@@ -29,7 +29,8 @@ constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_stopped = 3;
 
-/// The exit code of an execution that ended with status `s` (SPEC §6).
+/// The exit code of an execution that ended with status `s`: 0 completed,
+/// 3 stopped, 1 otherwise (SPEC §6).
 int exit_code_of(execution_status s);
 
 /// Prints `err` and returns its exit code.
@@ -41,6 +42,10 @@ int usage_error(const std::string& msg);
 /// Prints the errors of a graph file as `FILE: PATH: message`.
 /// @returns `exit_usage`.
 int report_graph_errors(const std::string& file, const parse_result& r);
+
+/// Parses `--input K=V` (string) and `--input K:=JSON` (JSON value).
+/// @returns the inputs object, or `invalid_input` naming the bad item.
+caf::expected<json> parse_inputs(const std::vector<std::string>& items);
 
 // -- options shared by commands ------------------------------------------------------
 
@@ -91,14 +96,10 @@ private:
   std::thread thread_;
 };
 
-/// Follows `h` in the foreground (`run`, `resume`) until it ends, then prints
-/// the result and @returns its exit code. Human output: on a terminal, the
-/// live tree redrawn in place, fitted to the window (live_frame.hpp), then
-/// the whole tree; elsewhere one line per event (after seq `after`), and a
-/// failed step's last stderr lines after the error. Ctrl-C (through
-/// `guard`, which it watches and finishes) stops `h`: gracefully on the
-/// first, forced after, each said at once (in the frame on a terminal, else
-/// on stderr). In cli_follow.cpp.
+/// Follows `h` in the foreground (`run`, `resume` on the local home) as
+/// `foreground_view` shows it (the live tree, Ctrl-C through `guard`, which
+/// it watches and finishes, as stops of `h`; events after seq `after` only),
+/// then prints the end and @returns the exit code. In cli_follow.cpp.
 int follow(const global_options& g, runtime& rt, const execution_handle& h,
            interrupt_guard& guard, bool as_json, uint64_t after = 0);
 
@@ -147,6 +148,31 @@ int remote_ls(const remote_options& r, const std::string& status, bool all, bool
 /// with `follow_live`, streamed until the tree stops running.
 int remote_events(const remote_options& r, const std::string& id, bool follow_live,
                   bool as_json);
+
+// -- runs on a server (cli_remote_run.cpp) ------------------------------------------------
+
+/// `canopy run FILE --server URL`: `g` (parsed from `file` and checked
+/// against `inputs` as a local run does) is registered on the server as one
+/// document (the files it includes put inline), started with `inputs`, and
+/// followed as a local run: the live tree from the server's event stream,
+/// Ctrl-C stops the execution on the server (a second forces), the same
+/// final output and exit codes. `detach`: prints the id and returns.
+int remote_run(const global_options& g, const remote_options& r, const std::string& file,
+               const graph& parsed, json inputs, bool as_json, bool detach);
+
+/// `canopy resume ID --server URL [--budget X]`: resumes on the server and
+/// follows as `remote_run` does, printing the events after the resume only.
+int remote_resume(const global_options& g, const remote_options& r, const std::string& id,
+                  bool as_json, std::optional<double> budget);
+
+/// `canopy graph push FILE --server URL`: registers `parsed` (from `file`)
+/// as `remote_run` does and prints its id (`{"id", "version"}` with `as_json`).
+int remote_graph_push(const remote_options& r, const std::string& file, const graph& parsed,
+                      bool as_json);
+
+/// `canopy graph ls --server URL`: the token's user's graphs, the newest
+/// version of each (the JSON array of the server's items with `as_json`).
+int remote_graph_ls(const remote_options& r, bool as_json);
 
 // -- agents (cli_agents.cpp) ----------------------------------------------------------
 

@@ -194,7 +194,10 @@ caf::error error_of_answer(int status, const std::string& body) {
   }
   if (message.empty())
     message = code.empty() ? "HTTP " + std::to_string(status) : code;
-  auto located = path.empty() ? message : path + ": " + message;
+  // A graph's errors come as `PATH: message; ...` with the first path as
+  // `path`: it is not said twice.
+  auto located = path.empty() || message.rfind(path + ": ", 0) == 0 ? message
+                                                                     : path + ": " + message;
   switch (status) {
     case 401:
       return make_error(runtime_errc::invalid_input,
@@ -511,6 +514,28 @@ caf::expected<std::vector<json>> api_client::all_items(const std::string& path,
       return unexpected("the " + what + " listing's cursor does not advance");
     cursor = next.get<std::string>();
   }
+}
+
+caf::expected<json> api_client::register_graph(const json& doc) const {
+  auto a = exchange("POST", "/v1/graphs", &doc, millis{0});
+  if (!a)
+    return a.error();
+  auto [status, text] = std::move(*a);
+  if (status == 400 || status == 409 || status == 413)
+    return make_error(runtime_errc::invalid_input,
+                      "the server refused graph '" + doc.value("name", std::string{}) + "': "
+                        + message_of(error_of_answer(status, text)));
+  auto answer = finish(status, text);
+  if (!answer)
+    return answer.error();
+  if (!answer->body.is_object() || !answer->body.contains("id")
+      || !answer->body["id"].is_string())
+    return unexpected("the answer to a graph's registration is not {\"id\", \"version\"}");
+  return std::move(answer->body);
+}
+
+caf::expected<std::vector<json>> api_client::graphs() const {
+  return all_items("/v1/graphs", "graph");
 }
 
 caf::expected<std::vector<json>> api_client::agents() const {

@@ -195,6 +195,19 @@ public:
   caf::error stream_events(const std::string& id, uint64_t after,
                            const std::function<bool(const nlohmann::json&)>& f) const;
 
+  // -- graphs (SPEC §7) ---------------------------------------------------------
+
+  /// `POST /v1/graphs` with `doc`, a graph document with its `name` (the
+  /// id): registers it, or its next version.
+  /// @returns the answer's body `{id, version}`. A graph the server refuses
+  ///          (400, 409, 413) is `runtime_errc::invalid_input` (exit 2):
+  ///          "the server refused graph 'NAME': PATH: message".
+  caf::expected<nlohmann::json> register_graph(const nlohmann::json& doc) const;
+
+  /// `GET /v1/graphs`, following `next` cursors. @returns the graph
+  /// summaries `{id, version, created_at}`, the newest version of each, by id.
+  caf::expected<std::vector<nlohmann::json>> graphs() const;
+
   // -- agents (SPEC §9, §13 rule 21) -------------------------------------------
 
   /// `POST /v1/agents` with `{name, graph, on_busy, node}` (`on_busy` and

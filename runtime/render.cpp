@@ -71,8 +71,29 @@ std::string event_line(const event_record& e, const std::string& label) {
   return out;
 }
 
+tree_source store_source(const store& db) {
+  tree_source out;
+  out.execution = [&db](const std::string& id) -> std::optional<execution_record> {
+    auto rec = db.execution(id);
+    if (!rec)
+      return std::nullopt;
+    return std::move(*rec);
+  };
+  out.graph_document = [&db](const std::string& id) -> std::optional<nlohmann::json> {
+    auto g = db.graph(id);
+    if (!g)
+      return std::nullopt;
+    return std::move(g->document);
+  };
+  return out;
+}
+
+tree_view::tree_view(tree_source source, std::string root_id, bool colour)
+  : source_(std::move(source)), root_id_(std::move(root_id)), colour_(colour) {
+}
+
 tree_view::tree_view(const store& db, std::string root_id, bool colour)
-  : db_(db), root_id_(std::move(root_id)), colour_(colour) {
+  : tree_view(store_source(db), std::move(root_id), colour) {
 }
 
 tree_view::exec_view& tree_view::get(const std::string& id) {
@@ -80,7 +101,7 @@ tree_view::exec_view& tree_view::get(const std::string& id) {
   if (i != execs_.end())
     return i->second;
   auto& v = execs_[id];
-  if (auto rec = db_.execution(id)) {
+  if (auto rec = source_.execution(id)) {
     v.graph = rec->graph;
     v.status = to_string(rec->status);
     v.parent_id = rec->parent_id;
@@ -88,8 +109,8 @@ tree_view::exec_view& tree_view::get(const std::string& id) {
     if (!v.parent_id.empty())
       get(v.parent_id).child_of_step[v.parent_step] = id;
   }
-  if (auto g = db_.graph(id))
-    for (auto& step : step_order(g->document)) {
+  if (auto doc = source_.graph_document(id))
+    for (auto& step : step_order(*doc)) {
       v.order.push_back(step);
       v.steps[step] = "pending";
     }

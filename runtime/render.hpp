@@ -3,7 +3,9 @@
 // Human output of the CLI: event lines, the live tree, `show` and `ls`.
 
 #include <deque>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,19 @@ namespace canopy {
 /// One line per event, for output that is not a terminal:
 /// `09:22:21.042 step.completed  research/search completed`.
 std::string event_line(const event_record& e, const std::string& label);
+
+/// Where a `tree_view` looks up what events do not carry, once per execution
+/// it meets: the execution's record (graph name, lineage, status) and its
+/// graph document (the steps, in order, before they start). Either may
+/// answer nullopt (unknown): the view then learns from events alone. Called
+/// on the thread that feeds the view.
+struct tree_source {
+  std::function<std::optional<execution_record>(const std::string& id)> execution;
+  std::function<std::optional<nlohmann::json>(const std::string& id)> graph_document;
+};
+
+/// A source reading the local store `db` (which must outlive its use).
+tree_source store_source(const store& db);
 
 /// A live tree of executions and steps built from events; redrawn in place on
 /// a terminal (its layout: live_frame.hpp). Not thread-safe: feed it from one
@@ -34,6 +49,9 @@ public:
   };
 
   /// `colour`: statuses in ANSI colours (see `--color` and `NO_COLOR`).
+  tree_view(tree_source source, std::string root_id, bool colour = true);
+
+  /// A view of a tree in the local store `db`.
   tree_view(const store& db, std::string root_id, bool colour = true);
 
   /// Applies an event.
@@ -79,7 +97,7 @@ private:
   void add_steps(const std::string& id, bool stopping, std::vector<frame_step>& out) const;
   void add_failures(const std::string& id, std::vector<failure>& out) const;
 
-  const store& db_;
+  tree_source source_;
   std::string root_id_;
   bool colour_;
   std::string notice_;
