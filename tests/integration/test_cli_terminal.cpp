@@ -1,6 +1,7 @@
 // `canopy run` on a terminal, driven through a pseudo-terminal of a given
 // size (pty_session.hpp) and read back as a screen: the live tree fits the
-// window, Ctrl-C is answered at once, a failed step's stderr is shown.
+// window, Ctrl-C is answered at once, a failed step's stderr is shown; the
+// same for `run --server` against a real `canopy serve`.
 
 #include <signal.h>
 
@@ -12,11 +13,22 @@
 
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/pty_session.hpp"
+#include "tests/integration/server_process.hpp"
 
 using namespace canopy::test;
 using namespace std::chrono_literals;
 
 namespace {
+
+/// A run step that ignores SIGINT, writes its pid to `pid_file`, prints
+/// `ready` and runs until killed; its grace periods are a minute each.
+json stubborn_step(const std::string& pid_file) {
+  return {{"run",
+           {"sh", "-c",
+            "trap '' INT; echo $$ > '" + pid_file
+              + "'; echo ready; while :; do sleep 0.05; done"}},
+          {"grace", {{"interrupt", "60s"}, {"terminate", "60s"}}}};
+}
 
 /// The id of the only root execution of `home`.
 std::string only_root(const std::string& home) {
@@ -129,12 +141,8 @@ TEST_CASE("Ctrl-C on a run whose step ignores SIGINT says stopping at once on th
           "[integration][cli]") {
   temp_dir home, g;
   auto pid_file = g.path + "/t.pid";
-  json step = {{"run",
-                {"sh", "-c",
-                 "trap '' INT; echo $$ > '" + pid_file
-                   + "'; echo ready; while :; do sleep 0.05; done"}},
-               {"grace", {{"interrupt", "60s"}, {"terminate", "60s"}}}};
-  auto file = g.write("stubborn.json", json{{"name", "stubborn"}, {"steps", {{"t", step}}}}.dump());
+  auto file = g.write("stubborn.json",
+                      json{{"name", "stubborn"}, {"steps", {{"t", stubborn_step(pid_file)}}}}.dump());
   pty_session run({canopy_binary(), "--home", home.path, "run", file}, 20, 80, pty_env(g.path));
   REQUIRE(run.wait_for([](const std::string&, const screen_model& s) {
     return screen_has(s, "─ t running  ready");
@@ -229,4 +237,72 @@ TEST_CASE("run shows the last stderr lines of a failed step under it, on a termi
                                                                     "  err line 6\n"
                                                                     "  err line 7\n"));
   }
+}
+
+TEST_CASE("Ctrl-C on run --server whose step ignores SIGINT says stopping at once on the "
+          "screen, and a second Ctrl-C forces the stop on the server",
+          "[integration][cli][server]") {
+  server_process::options opts;
+  opts.config = {{"allow_inline_commands", true}};
+  server_process srv{std::move(opts)};
+  temp_dir cli, g;
+  auto pid_file = g.path + "/t.pid";
+  auto file = g.write("stubborn.json",
+                      json{{"name", "stubborn"}, {"steps", {{"t", stubborn_step(pid_file)}}}}.dump());
+  pty_session run({canopy_binary(), "--home", cli.path, "run", file, "--server", srv.url(),
+                   "--token", alice_token},
+                  20, 80, pty_env(g.path));
+  REQUIRE(run.wait_for([](const std::string&, const screen_model& s) {
+    return screen_has(s, "─ t running  ready");
+  }));
+  auto pid = wait_pid_file(pid_file);
+  REQUIRE(pid > 0);
+  auto c = srv.client(alice_token);
+  auto listed = get_json(c, "/v1/executions");
+  REQUIRE(listed.body["items"].size() == 1);
+  auto id = listed.body["items"][0]["id"].get<std::string>();
+
+  auto t0 = std::chrono::steady_clock::now();
+  run.send("\x03");
+  REQUIRE(run.wait_for([](const std::string&, const screen_model& s) {
+    return on_screen(s, "stopping… (Ctrl-C again to force)");
+  }, 10s));
+  auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count();
+  WARN("Ctrl-C to `stopping…` on the screen (--server): " << latency << " ms");
+  CHECK(latency < 2000 * slow_build);
+  // The stop reached the server: the execution and its step are stopping
+  // there, shown from the server's stream, while the step still runs.
+  REQUIRE(run.wait_for([&](const std::string&, const screen_model& s) {
+    return screen_has(s, "stubborn " + id + " stopping") && screen_has(s, "└─ t stopping")
+           && on_screen(s, "stopping… (Ctrl-C again to force)");
+  }, 30s));
+  CHECK(get_json(c, "/v1/executions/" + id).body["status"] == "stopping");
+  CHECK(!process_gone(pid));
+
+  run.send("\x03");
+  REQUIRE(run.wait_exit(60s));
+  echo_tsan_reports("canopy run --server on a pty", g.path);
+  auto text = screen_text(run);
+  INFO(text << srv.log());
+  CHECK(run.exit_code() == 3);
+  CHECK_THAT(run.output(), Catch::Contains("forcing stop…"));
+  CHECK(eventually([&] { return process_gone(pid); }, 10s));
+  CHECK(get_json(c, "/v1/executions/" + id).body["status"] == "stopped");
+  run.with_screen([&](const screen_model& s) {
+    CHECK(s.unknown().empty());
+    CHECK(s.scrolled_at_last_erase() == 0);
+    auto lines = s.transcript();
+    // The final tree replaced the live frame: one header, no notice left.
+    CHECK(count_starting(lines, "stubborn " + id) == 1);
+    CHECK(count_starting(lines, "stubborn " + id + " stopped (requested)") == 1);
+    CHECK(count_starting(lines, "stopping…") == 0);
+    CHECK(count_starting(lines, "forcing stop…") == 0);
+    CHECK(count_starting(lines, "stopped (requested): " + id) == 1);
+  });
+  CHECK_THAT(run.output(),
+             Catch::Contains("resume with: canopy resume " + id + " --server " + srv.url()));
+  // Nothing was written to the local home.
+  CHECK(!has_store(cli.path));
 }
