@@ -17,7 +17,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -155,15 +154,6 @@ void interrupt_guard::watch(std::function<void(int)> on_signal) {
   });
 }
 
-void interrupt_guard::watch(execution_handle h) {
-  watch([h](int n) {
-    if (n == 0)
-      std::cerr << "\nstopping " << h.id() << " (Ctrl-C again to force)\n";
-    auto mode = n > 0 ? stop_mode::force : stop_mode::graceful; // the second Ctrl-C forces
-    std::thread([h, mode] { (void) h.stop(mode); }).join();
-  });
-}
-
 void interrupt_guard::finish() {
   if (thread_.joinable()) {
     done_ = true;
@@ -238,93 +228,7 @@ void print_nodes(const json& docs, bool as_json) {
     std::cout << render_nodes(docs);
 }
 
-void tree_frames::redraw() {
-  last_draw_ = std::chrono::steady_clock::now();
-  std::string out;
-  if (drawn_ > 0)
-    out += "\033[" + std::to_string(drawn_) + "F\033[J";
-  auto lines = view_.render();
-  for (auto& l : lines)
-    out += l + "\n";
-  drawn_ = lines.size();
-  std::cout << out << std::flush;
-}
-
-void tree_frames::throttled() {
-  if (std::chrono::steady_clock::now() - last_draw_ > std::chrono::milliseconds(100))
-    redraw();
-}
-
-void print_outcome(const execution_record& rec) {
-  std::cout << to_string(rec.status);
-  if (!rec.reason.empty())
-    std::cout << " (" << rec.reason << ")";
-  std::cout << ": " << rec.id << "\n";
-  if (!rec.error.empty())
-    std::cout << "error: " << rec.error << "\n";
-  if (rec.status == execution_status::completed)
-    std::cout << rec.outputs.dump(2) << "\n";
-}
-
 namespace {
-
-// -- watching an execution in the foreground ----------------------------------------
-
-/// Shows progress of `h` until it ends (events after seq `after` only), then
-/// prints the result.
-int follow(const global_options& g, runtime& rt, const execution_handle& h, bool as_json,
-           uint64_t after = 0) {
-  bool tty = !as_json && ::isatty(STDOUT_FILENO);
-  std::mutex mtx;
-  tree_view view{*rt.db(), h.id(), use_colour(g, tty)};
-  tree_frames frames{view};
-  subscription sub;
-  if (!as_json)
-    sub = h.subscribe([&](const event_record& e) {
-      std::lock_guard<std::mutex> guard{mtx};
-      if (e.seq <= after) {
-        view.apply(e); // history: builds the tree, printed only on a TTY
-        return;
-      }
-      view.apply(e);
-      if (tty) {
-        frames.throttled(); // the final state is drawn after wait()
-      } else {
-        std::cout << event_line(e, view.label(e.execution_id)) << "\n" << std::flush;
-      }
-    });
-  auto rec = h.wait();
-  sub.cancel();
-  // No callback runs any more (cancel awaited the forwarder's down); taking
-  // the lock once also orders its last one before `view` is used and
-  // destroyed here for ThreadSanitizer, which cannot see CAF's hand-over.
-  { std::lock_guard<std::mutex> guard{mtx}; }
-  if (!rec) {
-    // The execution could not record its end (e.g. the store stayed busy):
-    // once this process is gone, the next command that opens the store makes
-    // it `stopped`/`interrupted`, resumable from its last recorded state.
-    int rc = fail(rec.error());
-    std::cerr << "resume with: canopy --home " << rt.db()->home() << " resume " << h.id()
-              << "\n";
-    return rc;
-  }
-  auto doc = load_document(*rt.db(), h.id());
-  if (!doc)
-    return fail(doc.error());
-  if (as_json) {
-    std::cout << doc->dump() << "\n";
-  } else {
-    if (tty) {
-      std::lock_guard<std::mutex> guard{mtx};
-      frames.redraw();
-    }
-    print_outcome(*rec);
-  }
-  if (rec->status == execution_status::stopped || rec->status == execution_status::failed)
-    std::cerr << "resume with: canopy --home " << rt.db()->home() << " resume " << h.id()
-              << "\n";
-  return exit_code_of(rec->status);
-}
 
 // -- commands --------------------------------------------------------------------------
 
@@ -424,8 +328,7 @@ int cmd_run(const global_options& g, const run_options& o, const remote_options&
     (void) !::write(o.detached_fd, line.data(), line.size());
     ::close(o.detached_fd);
   }
-  guard.watch(*h);
-  return follow(g, **rt, *h, o.json);
+  return follow(g, **rt, *h, guard, o.json);
 }
 
 int cmd_resume(const global_options& g, const remote_options& remote, const std::string& id,
@@ -442,8 +345,7 @@ int cmd_resume(const global_options& g, const remote_options& remote, const std:
   auto h = (*rt)->resume(id, budget);
   if (!h)
     return fail(h.error());
-  guard.watch(*h);
-  return follow(g, **rt, *h, as_json, *before);
+  return follow(g, **rt, *h, guard, as_json, *before);
 }
 
 /// `canopy stop`: stores the request (the stop protocol; the process that

@@ -4,7 +4,6 @@
 // cli_remote.cpp, cli_agents.cpp). Not installed; not part of the library API.
 
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <functional>
 #include <optional>
@@ -18,10 +17,6 @@
 #include "persistence/graph.hpp"
 #include "runtime/client.hpp"
 #include "runtime/runtime.hpp"
-
-namespace canopy {
-class tree_view;
-} // namespace canopy
 
 /// The command line's internals, shared by its files; nothing outside the
 /// `canopy` binary uses them.
@@ -89,9 +84,6 @@ public:
   /// waiting forever (seen with CAF 0.17).
   void watch(std::function<void(int)> on_signal);
 
-  /// Stops `h` on a signal: gracefully on the first, forced on the second.
-  void watch(execution_handle h);
-
   /// Ends the watch: no signal is handled after this returns. Call it before
   /// the runtime that `on_signal` uses is destroyed.
   void finish();
@@ -104,30 +96,12 @@ private:
   std::thread thread_;
 };
 
-/// The live tree of `run` and `resume` on a terminal, local or on a server:
-/// each frame is drawn over the previous one. Not thread-safe.
-class tree_frames {
-public:
-  explicit tree_frames(const tree_view& view) : view_(view) {
-  }
-
-  /// Draws the view over the previous frame.
-  void redraw();
-
-  /// Draws the view unless the last frame is under 100 ms old: ten frames a
-  /// second at most (draw the final state with `redraw`).
-  void throttled();
-
-private:
-  const tree_view& view_;
-  size_t drawn_ = 0; ///< lines of the previous frame
-  std::chrono::steady_clock::time_point last_draw_{};
-};
-
-/// Prints how a foreground run ended, as `run` and `resume` do on stdout:
-/// `STATUS[ (REASON)]: ID`, then `error: ...` when it has one, then a
-/// completed run's outputs as indented JSON.
-void print_outcome(const execution_record& rec);
+/// Follows `h` in the foreground (`run`, `resume` on the local home) as
+/// `foreground_view` shows it (the live tree, Ctrl-C through `guard`, which
+/// it watches and finishes, as stops of `h`; events after seq `after` only),
+/// then prints the end and @returns the exit code. In cli_follow.cpp.
+int follow(const global_options& g, runtime& rt, const execution_handle& h,
+           interrupt_guard& guard, bool as_json, uint64_t after = 0);
 
 // -- the local home and a server ----------------------------------------------------
 

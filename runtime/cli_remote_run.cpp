@@ -1,10 +1,8 @@
 // `canopy run FILE --server URL`, `resume ID --server URL` and `graph push|ls
 // --server URL`: a graph file registered on a server as one document, an
-// execution started or resumed there and followed as a local run is (cli.cpp's
-// `follow`): the live tree from the server's event stream, Ctrl-C a stop on
-// the server, the same output and exit codes (SPEC §6).
-
-#include <unistd.h>
+// execution started or resumed there and followed as a local run is
+// (foreground_view.hpp): the live tree from the server's event stream, Ctrl-C
+// a stop on the server, the same output and exit codes (SPEC §6).
 
 #include <algorithm>
 #include <cctype>
@@ -19,6 +17,7 @@
 #include "persistence/error.hpp"
 #include "runtime/cli_common.hpp"
 #include "runtime/error.hpp"
+#include "runtime/foreground_view.hpp"
 #include "runtime/render.hpp"
 
 namespace canopy::cli {
@@ -164,47 +163,32 @@ tree_source server_source(const api_client& api) {
 
 // -- following an execution on a server ---------------------------------------------------
 
-/// Stops `id` on the server on a signal: gracefully on the first, forced on
-/// the second. The request does not wait: the stream shows the stop.
-void stop_on_signal(interrupt_guard& guard, const api_client& api, const std::string& id) {
-  guard.watch([api, id](int n) {
-    if (n == 0)
-      std::cerr << "\nstopping " << id << " (Ctrl-C again to force)\n";
-    auto answer = api.stop(id, n > 0, 0);
-    if (!answer)
-      std::cerr << "error: cannot stop " << id << ": " << message_of(answer.error()) << "\n";
-  });
-}
-
-/// Follows execution `id` on the server as `follow` does a local one: the
-/// live tree on a terminal, else one line per event, from the server's event
-/// stream until the execution settled (its end ends the stream); then the
-/// final output and the exit code. `history` (the events before a resume) is
-/// applied to the view without being printed.
+/// Follows execution `id` on the server in the foreground, as a local run
+/// is (foreground_view.hpp), from the server's event stream until the
+/// execution settled (its end ends the stream); Ctrl-C through `guard` is a
+/// stop there (`POST .../stop`, no wait: the stream shows it). `history`
+/// (the events before a resume) builds the tree without being shown.
+/// @returns the exit code.
 int follow_remote(const global_options& g, const remote_options& r, const api_client& api,
-                  const std::string& id, bool as_json, const std::vector<json>& history) {
-  bool tty = !as_json && ::isatty(STDOUT_FILENO);
-  tree_view view{server_source(api), id, use_colour(g, tty)};
-  tree_frames frames{view};
+                  interrupt_guard& guard, const std::string& id, bool as_json,
+                  const std::vector<json>& history) {
+  auto on_server = " --server " + r.server;
   uint64_t after = 0;
-  for (auto& doc : history) {
-    auto e = event_of(doc);
-    after = std::max(after, e.seq);
-    if (!as_json)
-      view.apply(e);
-  }
-  auto err = api.stream_events(id, after, [&](const json& doc) {
-    if (as_json)
-      return true; // only the final document is printed
-    auto e = event_of(doc);
-    view.apply(e);
-    if (tty)
-      frames.throttled(); // the final state is drawn below
-    else
-      std::cout << event_line(e, view.label(e.execution_id)) << "\n" << std::flush;
+  for (auto& doc : history)
+    after = std::max(after, event_of(doc).seq);
+  foreground_view view{g, server_source(api), id, as_json, after,
+                       "canopy resume " + id + on_server};
+  view.watch(guard, [api, id](bool force) {
+    auto answer = api.stop(id, force, 0);
+    return answer ? caf::error{} : answer.error();
+  });
+  for (auto& doc : history)
+    view.apply(event_of(doc));
+  auto err = api.stream_events(id, after, [&view](const json& doc) {
+    view.apply(event_of(doc));
     return true;
   });
-  auto on_server = " --server " + r.server;
+  view.end();
   if (err) {
     int rc = fail(err);
     std::cerr << "the execution may still run on the server: canopy show " << id << on_server
@@ -220,16 +204,7 @@ int follow_remote(const global_options& g, const remote_options& r, const api_cl
               << to_string(rec.status) << "; see canopy show " << id << on_server << "\n";
     return exit_failed;
   }
-  if (as_json) {
-    std::cout << doc->dump() << "\n";
-  } else {
-    if (tty)
-      frames.redraw();
-    print_outcome(rec);
-  }
-  if (rec.status == execution_status::stopped || rec.status == execution_status::failed)
-    std::cerr << "resume with: canopy resume " << id << on_server << "\n";
-  return exit_code_of(rec.status);
+  return view.finish(rec, *doc);
 }
 
 } // namespace
@@ -267,8 +242,7 @@ int remote_run(const global_options& g, const remote_options& r, const std::stri
       std::cout << id << "\n";
     return exit_completed;
   }
-  stop_on_signal(*guard, *api, id);
-  return follow_remote(g, r, *api, id, as_json, {});
+  return follow_remote(g, r, *api, *guard, id, as_json, {});
 }
 
 int remote_resume(const global_options& g, const remote_options& r, const std::string& id,
@@ -288,8 +262,7 @@ int remote_resume(const global_options& g, const remote_options& r, const std::s
   auto resumed = api->post("/v1/executions/" + url_encode(id) + "/resume", body);
   if (!resumed)
     return fail(resumed.error());
-  stop_on_signal(guard, *api, id);
-  return follow_remote(g, r, *api, id, as_json, *history);
+  return follow_remote(g, r, *api, guard, id, as_json, *history);
 }
 
 int remote_graph_push(const remote_options& r, const std::string& file, const graph& parsed,

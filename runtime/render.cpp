@@ -9,20 +9,6 @@ namespace canopy {
 
 namespace {
 
-const char* colour(const std::string& status) {
-  if (status == "completed")
-    return "\033[32m";
-  if (status == "failed")
-    return "\033[31m";
-  if (status == "running")
-    return "\033[36m";
-  if (status == "stopped" || status == "stopping")
-    return "\033[33m";
-  return "\033[2m";
-}
-
-const char* reset = "\033[0m";
-
 std::string clock_of(int64_t ms) {
   auto t = to_rfc3339(ms);
   return t.substr(11, 12); // HH:MM:SS.mmm
@@ -132,11 +118,19 @@ tree_view::exec_view& tree_view::get(const std::string& id) {
 }
 
 std::string tree_view::label(const std::string& execution_id) {
-  auto& v = get(execution_id);
+  get(execution_id);
+  return label_of(execution_id);
+}
+
+std::string tree_view::label_of(const std::string& id) const {
+  auto i = execs_.find(id);
+  if (i == execs_.end())
+    return id.substr(0, 10);
+  auto& v = i->second;
   // A child is named by where it hangs: `team/researcher`.
-  if (!v.parent_id.empty() && execution_id != root_id_)
-    return label(v.parent_id) + "/" + v.parent_step;
-  return v.graph.empty() ? execution_id.substr(0, 10) : v.graph;
+  if (!v.parent_id.empty() && id != root_id_)
+    return label_of(v.parent_id) + "/" + v.parent_step;
+  return v.graph.empty() ? id.substr(0, 10) : v.graph;
 }
 
 void tree_view::apply(const event_record& e) {
@@ -152,51 +146,102 @@ void tree_view::apply(const event_record& e) {
   if (!v.steps.count(e.step))
     v.order.push_back(e.step);
   if (e.type == "step.output") {
-    if (e.data.is_object())
-      v.last_line[e.step] = e.data.value("line", std::string{});
+    if (!e.data.is_object())
+      return;
+    auto line = e.data.value("line", std::string{});
+    v.last_line[e.step] = line;
+    if (e.data.value("stream", std::string{}) == "stderr") {
+      auto& tail = v.stderr_tail[e.step];
+      tail.push_back(std::move(line));
+      if (tail.size() > stderr_lines)
+        tail.pop_front();
+    }
     return;
   }
+  if (e.type == "step.started")
+    v.stderr_tail.erase(e.step); // a new attempt: the lines of the last one go
   if (!e.status.empty())
     v.steps[e.step] = e.status;
 }
 
-void tree_view::render_exec(const std::string& id, const std::string& indent,
-                            std::vector<std::string>& out) const {
+void tree_view::notice(std::string text) {
+  notice_ = std::move(text);
+}
+
+void tree_view::add_steps(const std::string& id, bool stopping,
+                          std::vector<frame_step>& out) const {
   auto i = execs_.find(id);
   if (i == execs_.end())
     return;
   auto& v = i->second;
-  for (size_t n = 0; n < v.order.size(); ++n) {
-    auto& step = v.order[n];
-    bool last = n + 1 == v.order.size();
-    auto status = v.steps.at(step);
-    std::string line = indent + (last ? "└─ " : "├─ ") + step + " " + paint(colour(status)) + status
-                       + paint(reset);
-    auto ll = v.last_line.find(step);
-    if (ll != v.last_line.end() && status == "running")
-      line += std::string{"  "} + paint("\033[2m") + shorten(ll->second, 60) + paint(reset);
-    auto child = v.child_of_step.find(step);
-    if (child != v.child_of_step.end()) {
-      auto c = execs_.find(child->second);
-      if (c != execs_.end())
-        line += "  → " + c->second.graph + " " + paint(colour(c->second.status)) + c->second.status
-                + paint(reset);
+  stopping = stopping || v.status == "stopping";
+  // A step still running in a stopping tree is being stopped.
+  auto shown = [&](const std::string& status) {
+    return stopping && status == "running" ? std::string{"stopping"} : status;
+  };
+  for (auto& step : v.order) {
+    frame_step s;
+    s.name = printable(step);
+    s.status = shown(v.steps.at(step));
+    if (auto ll = v.last_line.find(step); ll != v.last_line.end())
+      s.last_line = printable(ll->second);
+    if (auto t = v.stderr_tail.find(step); t != v.stderr_tail.end())
+      for (auto& l : t->second)
+        s.stderr_tail.push_back(printable(l));
+    if (auto child = v.child_of_step.find(step); child != v.child_of_step.end()) {
+      if (auto c = execs_.find(child->second); c != execs_.end()) {
+        s.child_graph = printable(c->second.graph);
+        s.child_status = shown(c->second.status);
+      }
+      add_steps(child->second, stopping, s.children);
     }
-    out.push_back(line);
-    if (child != v.child_of_step.end())
-      render_exec(child->second, indent + (last ? "   " : "│  "), out);
+    out.push_back(std::move(s));
   }
 }
 
-std::vector<std::string> tree_view::render() const {
-  std::vector<std::string> out;
+frame_model tree_view::frame() const {
+  frame_model m;
   auto i = execs_.find(root_id_);
   if (i == execs_.end())
-    return out;
+    return m;
   auto& v = i->second;
-  out.push_back(v.graph + " " + root_id_ + " " + paint(colour(v.status)) + v.status + paint(reset)
-                + (v.reason.empty() ? "" : " (" + v.reason + ")"));
-  render_exec(root_id_, "", out);
+  m.graph = printable(v.graph);
+  m.id = root_id_;
+  m.status = v.status;
+  m.reason = v.reason;
+  if (!notice_.empty())
+    m.notices.push_back(notice_);
+  add_steps(root_id_, false, m.steps);
+  return m;
+}
+
+std::vector<std::string> tree_view::render(screen_size size) const {
+  if (execs_.find(root_id_) == execs_.end())
+    return {};
+  return layout_frame(frame(), size, colour_);
+}
+
+void tree_view::add_failures(const std::string& id, std::vector<failure>& out) const {
+  auto i = execs_.find(id);
+  if (i == execs_.end())
+    return;
+  auto& v = i->second;
+  for (auto& step : v.order) {
+    auto t = v.stderr_tail.find(step);
+    if (v.steps.at(step) == "failed" && t != v.stderr_tail.end() && !t->second.empty()) {
+      failure f{printable(label_of(id) + "/" + step), {}};
+      for (auto& l : t->second)
+        f.stderr_tail.push_back(printable(l));
+      out.push_back(std::move(f));
+    }
+    if (auto child = v.child_of_step.find(step); child != v.child_of_step.end())
+      add_failures(child->second, out);
+  }
+}
+
+std::vector<tree_view::failure> tree_view::failures() const {
+  std::vector<failure> out;
+  add_failures(root_id_, out);
   return out;
 }
 

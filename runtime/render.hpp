@@ -3,6 +3,7 @@
 // Human output of the CLI: event lines, the live tree, `show` and `ls`.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -13,6 +14,7 @@
 
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
+#include "runtime/live_frame.hpp"
 
 namespace canopy {
 
@@ -34,9 +36,19 @@ struct tree_source {
 tree_source store_source(const store& db);
 
 /// A live tree of executions and steps built from events; redrawn in place on
-/// a terminal. Not thread-safe: feed it from one thread.
+/// a terminal (its layout: live_frame.hpp). Not thread-safe: feed it from one
+/// thread.
 class tree_view {
 public:
+  /// How many of a step's last stderr lines it keeps (of its latest attempt).
+  static constexpr size_t stderr_lines = 5;
+
+  /// A failed step and the last lines it wrote to stderr.
+  struct failure {
+    std::string where; ///< `LABEL/STEP`, e.g. `team/researcher/search`
+    std::vector<std::string> stderr_tail;
+  };
+
   /// `colour`: statuses in ANSI colours (see `--color` and `NO_COLOR`).
   tree_view(tree_source source, std::string root_id, bool colour = true);
 
@@ -46,9 +58,21 @@ public:
   /// Applies an event.
   void apply(const event_record& e);
 
-  /// Renders the tree, one line per execution and step (ANSI-coloured
-  /// unless made without colour).
-  std::vector<std::string> render() const;
+  /// Sets the line shown under the root's header (empty: none), e.g.
+  /// `stopping… (Ctrl-C again to force)`.
+  void notice(std::string text);
+
+  /// What a frame of the tree shows now: statuses, running steps' last
+  /// output lines, failed steps' last stderr lines, the notice; text from
+  /// steps and graphs made `printable`.
+  frame_model frame() const;
+
+  /// Lays out the frame for a window of `size` (`layout_frame`); unbounded by
+  /// default: the whole tree, one line per execution and step.
+  std::vector<std::string> render(screen_size size = {}) const;
+
+  /// The failed steps of the tree that wrote to stderr, in the tree's order.
+  std::vector<failure> failures() const;
 
   /// A short label for an execution: the root's graph name, and for a child
   /// its parent's label and step, e.g. `team/researcher`.
@@ -64,18 +88,20 @@ private:
     std::vector<std::string> order; ///< steps in first-seen order
     std::map<std::string, std::string> steps; ///< step → status
     std::map<std::string, std::string> last_line; ///< step → last output line
+    std::map<std::string, std::deque<std::string>> stderr_tail; ///< step → last stderr lines
     std::map<std::string, std::string> child_of_step; ///< step → child id
   };
   exec_view& get(const std::string& id);
-  void render_exec(const std::string& id, const std::string& indent,
-                   std::vector<std::string>& out) const;
-
-  /// `code` when colouring, else "".
-  const char* paint(const char* code) const { return colour_ ? code : ""; }
+  /// `label` of an execution already seen.
+  std::string label_of(const std::string& id) const;
+  /// The frame steps of execution `id`; `stopping`: an ancestor is stopping.
+  void add_steps(const std::string& id, bool stopping, std::vector<frame_step>& out) const;
+  void add_failures(const std::string& id, std::vector<failure>& out) const;
 
   tree_source source_;
   std::string root_id_;
   bool colour_;
+  std::string notice_;
   std::map<std::string, exec_view> execs_;
 };
 

@@ -129,7 +129,8 @@ TEST_CASE("run --server registers the file with its included graph inline, follo
   CHECK(again.out_json() == final_doc);
 }
 
-TEST_CASE("run --server of a failing graph exits 1 and prints how to resume it",
+TEST_CASE("run --server of a failing graph exits 1, shows a failed step's last stderr lines and "
+          "prints how to resume it",
           "[integration][cli][server]") {
   auto srv = serve();
   temp_dir cli;
@@ -145,6 +146,21 @@ TEST_CASE("run --server of a failing graph exits 1 and prints how to resume it",
                                     + url_of(*srv)));
   auto show = on_server(*srv, cli.path, {"show", id, "--json"});
   CHECK(show.out_json()["status"] == "failed");
+
+  // Not on a terminal: the last five stderr lines of the step, from the
+  // server's stream, follow the error as in a local run.
+  auto loud = files.write("loud.json", R"({"steps": {"boom": {"run": ["sh", "-c",
+    "for i in 1 2 3 4 5 6 7; do echo err line $i >&2; done; exit 7"]}}})");
+  auto l = on_server(*srv, cli.path, {"run", loud});
+  INFO(l.out << l.err);
+  CHECK(l.exit_code == 1);
+  CHECK_THAT(l.out, Catch::Contains("exit code 7\n"
+                                    "loud/boom stderr:\n"
+                                    "  err line 3\n"
+                                    "  err line 4\n"
+                                    "  err line 5\n"
+                                    "  err line 6\n"
+                                    "  err line 7\n"));
 }
 
 TEST_CASE("run --server --detach prints the id and the execution runs on without it",

@@ -1,0 +1,165 @@
+// The live tree's frame (runtime/live_frame.hpp) laid out as plain data:
+// fitting a window, folding, clipping, widths of coloured UTF-8 text.
+
+#include <catch2/catch.hpp>
+
+#include "runtime/live_frame.hpp"
+
+using namespace canopy;
+
+namespace {
+
+frame_step step(const std::string& name, const std::string& status) {
+  frame_step s;
+  s.name = name;
+  s.status = status;
+  return s;
+}
+
+/// A root with `completed`, `running` and `pending` steps, in that order.
+frame_model tree(size_t completed, size_t running, size_t pending) {
+  frame_model m;
+  m.graph = "wide";
+  m.id = "01ABC";
+  m.status = "running";
+  size_t n = 0;
+  for (size_t i = 0; i < completed; ++i)
+    m.steps.push_back(step("s" + std::to_string(n++), "completed"));
+  for (size_t i = 0; i < running; ++i) {
+    auto s = step("s" + std::to_string(n++), "running");
+    s.last_line = "working " + std::to_string(i);
+    m.steps.push_back(s);
+  }
+  for (size_t i = 0; i < pending; ++i)
+    m.steps.push_back(step("s" + std::to_string(n++), "pending"));
+  return m;
+}
+
+} // namespace
+
+TEST_CASE("a tree that fits the window is drawn whole, completed steps included",
+          "[runtime][render]") {
+  auto lines = layout_frame(tree(2, 1, 1), {20, 80}, false);
+  CHECK(lines == std::vector<std::string>{"wide 01ABC running", "├─ s0 completed",
+                                          "├─ s1 completed", "├─ s2 running  working 0",
+                                          "└─ s3 pending"});
+}
+
+TEST_CASE("a tree taller than the window folds its completed steps into one line",
+          "[runtime][render]") {
+  auto m = tree(38, 3, 4);
+  m.notices.push_back("stopping… (Ctrl-C again to force)");
+  auto lines = layout_frame(m, {20, 80}, false);
+  CHECK(lines == std::vector<std::string>{"wide 01ABC running",
+                                          "stopping… (Ctrl-C again to force)",
+                                          "✓ 38 completed", "├─ s38 running  working 0",
+                                          "├─ s39 running  working 1",
+                                          "├─ s40 running  working 2", "├─ s41 pending",
+                                          "├─ s42 pending", "├─ s43 pending",
+                                          "└─ s44 pending"});
+}
+
+TEST_CASE("a frame that still does not fit is clipped to rows - 1 lines with a count of the "
+          "rest",
+          "[runtime][render]") {
+  auto m = tree(5, 2, 100);
+  m.notices.push_back("forcing stop…");
+  for (size_t rows : {4u, 10u, 20u, 50u}) {
+    auto lines = layout_frame(m, {rows, 80}, true);
+    INFO("rows " << rows);
+    REQUIRE(lines.size() == rows - 1);
+    CHECK_THAT(lines[0], Catch::StartsWith("wide 01ABC "));
+    CHECK_THAT(lines[1], Catch::Contains("forcing stop…"));
+    // Header, notice, summary and 102 steps: all but rows - 2 are counted.
+    auto shown = rows - 2;
+    CHECK_THAT(lines.back(),
+               Catch::Contains("… +" + std::to_string(105 - shown) + " more"));
+  }
+  // A window too small for more than the header and notice shows those.
+  CHECK(layout_frame(m, {3, 80}, false)
+        == std::vector<std::string>{"wide 01ABC running", "forcing stop…"});
+  CHECK(layout_frame(m, {2, 80}, false) == std::vector<std::string>{"wide 01ABC running"});
+}
+
+TEST_CASE("completed steps inside a running child execution fold too, and the tree's "
+          "connectors follow the steps shown",
+          "[runtime][render]") {
+  frame_model m;
+  m.graph = "team";
+  m.id = "01X";
+  m.status = "running";
+  m.steps.push_back(step("plan", "completed"));
+  auto r = step("research", "running");
+  r.child_graph = "researcher";
+  r.child_status = "running";
+  for (int i = 0; i < 20; ++i)
+    r.children.push_back(step("c" + std::to_string(i), i < 18 ? "completed" : "running"));
+  m.steps.push_back(r);
+  m.steps.push_back(step("write", "pending"));
+  auto lines = layout_frame(m, {10, 80}, false);
+  CHECK(lines == std::vector<std::string>{"team 01X running", "✓ 19 completed",
+                                          "├─ research running  → researcher running",
+                                          "│  ├─ c18 running", "│  └─ c19 running",
+                                          "└─ write pending"});
+}
+
+TEST_CASE("every line is cut to the width less one column, colour codes and box characters "
+          "counted right",
+          "[runtime][render]") {
+  auto m = tree(1, 1, 1);
+  m.steps[1].last_line = std::string(200, 'x');
+  m.steps[2].name = "a-step-with-a-rather-long-name-" + std::string(80, 'n');
+  for (size_t cols : {10u, 30u, 80u}) {
+    for (bool colour : {false, true}) {
+      INFO("cols " << cols << " colour " << colour);
+      auto lines = layout_frame(m, {20, cols}, colour);
+      REQUIRE(lines.size() == 4);
+      for (auto& l : lines)
+        CHECK(display_width(l) <= cols - 1);
+      CHECK(display_width(lines[3]) == cols - 1);
+      CHECK_THAT(lines[3], Catch::EndsWith("…"));
+    }
+  }
+  // The final frame (no window) keeps every line whole.
+  auto whole = layout_frame(m, {}, false);
+  CHECK(whole[2] == "├─ s1 running  " + std::string(59, 'x') + "…");
+  CHECK(display_width(whole[3]) == 3 + m.steps[2].name.size() + 8);
+}
+
+TEST_CASE("display widths: escape sequences none, box characters one, wide characters two",
+          "[runtime][render]") {
+  CHECK(display_width("\033[32mcompleted\033[0m") == 9);
+  CHECK(display_width("├─ │  └─ ✓ … →") == 14);
+  CHECK(display_width("漢字") == 4);
+  CHECK(display_width("🎉") == 2);
+  CHECK(display_width("e\xCC\x81") == 1); // e + combining acute
+  CHECK(display_width("\xFF\xFE") == 2);  // invalid bytes: a column each
+  CHECK(fit_width("漢字漢字", 5) == "漢字…");
+  CHECK(fit_width("abc", 3) == "abc");
+  CHECK(fit_width("abcd", 3) == "ab…");
+  CHECK(fit_width("\033[31mabcd\033[0m", 3) == "\033[31mab…\033[0m");
+  CHECK(fit_width("abcd", 0).empty());
+}
+
+TEST_CASE("a step's output cannot move the cursor or colour the frame", "[runtime][render]") {
+  CHECK(printable("a\033[2Jb\tc\rd\x7f" "e") == "a [2Jb c d e");
+  CHECK(printable("\xC2\x9B" "1m") == " 1m"); // C1 CSI
+  CHECK(printable("ok \xFF") == "ok ?");
+  CHECK(printable("漢字 ✓") == "漢字 ✓");
+}
+
+TEST_CASE("a failed step's last stderr lines are shown under it", "[runtime][render]") {
+  frame_model m;
+  m.graph = "demo";
+  m.id = "01F";
+  m.status = "failed";
+  m.reason = "step_failed";
+  auto boom = step("boom", "failed");
+  boom.stderr_tail = {"err 6", "err 7"};
+  m.steps.push_back(boom);
+  m.steps.push_back(step("after", "pending"));
+  CHECK(layout_frame(m, {}, false)
+        == std::vector<std::string>{"demo 01F failed (step_failed)", "├─ boom failed",
+                                    "│    stderr: err 6", "│    stderr: err 7",
+                                    "└─ after pending"});
+}
