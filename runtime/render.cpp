@@ -20,38 +20,6 @@ std::string shorten(std::string s, size_t n) {
   return s;
 }
 
-/// Step ids of a graph document in a topological order (ties by name).
-std::vector<std::string> step_order(const nlohmann::json& doc) {
-  std::vector<std::string> out;
-  if (!doc.contains("steps") || !doc["steps"].is_object())
-    return out;
-  auto& steps = doc["steps"];
-  std::map<std::string, size_t> missing;
-  std::map<std::string, std::vector<std::string>> dependents;
-  for (auto& kv : steps.items()) {
-    missing[kv.key()] = 0;
-    if (kv.value().is_object() && kv.value().contains("needs") && kv.value()["needs"].is_array())
-      for (auto& n : kv.value()["needs"])
-        if (n.is_string() && steps.contains(n.get<std::string>())) {
-          ++missing[kv.key()];
-          dependents[n.get<std::string>()].push_back(kv.key());
-        }
-  }
-  std::set<std::string> ready;
-  for (auto& kv : missing)
-    if (kv.second == 0)
-      ready.insert(kv.first);
-  while (!ready.empty()) {
-    auto id = *ready.begin();
-    ready.erase(ready.begin());
-    out.push_back(id);
-    for (auto& d : dependents[id])
-      if (--missing[d] == 0)
-        ready.insert(d);
-  }
-  return out;
-}
-
 } // namespace
 
 std::string event_line(const event_record& e, const std::string& label) {
@@ -109,8 +77,8 @@ tree_view::exec_view& tree_view::get(const std::string& id) {
     if (!v.parent_id.empty())
       get(v.parent_id).child_of_step[v.parent_step] = id;
   }
-  if (auto doc = source_.graph_document(id))
-    for (auto& step : step_order(*doc)) {
+  if (auto doc = source_.graph_document(id); doc && doc->contains("steps"))
+    for (auto& step : steps_in_order((*doc)["steps"])) {
       v.order.push_back(step);
       v.steps[step] = "pending";
     }

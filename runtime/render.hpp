@@ -111,6 +111,11 @@ private:
 /// (render_show.cpp).
 std::string render_document(const nlohmann::json& doc, int64_t now);
 
+/// The names of `steps` (a graph's or an execution document's `steps`
+/// object) in a topological order of their `needs`, ties by name; steps a
+/// cycle leaves out follow by name. The order of `show` and the live tree.
+std::vector<std::string> steps_in_order(const nlohmann::json& steps);
+
 /// Renders `ls` rows: id, graph, status, reason, age and duration at `now`
 /// (render_show.cpp).
 std::string render_list(const std::vector<execution_record>& rows, int64_t now);

@@ -131,43 +131,6 @@ std::string text_of(const nlohmann::json& doc, const char* key) {
 
 // -- show -----------------------------------------------------------------------------
 
-/// The step names of an execution document in a topological order of their
-/// `needs` (ties by name); steps left out by a cycle follow by name.
-std::vector<std::string> steps_in_order(const nlohmann::json& steps) {
-  std::vector<std::string> out;
-  if (!steps.is_object())
-    return out;
-  std::map<std::string, size_t> missing;
-  std::map<std::string, std::vector<std::string>> dependents;
-  for (auto& kv : steps.items()) {
-    missing[kv.key()] = 0;
-    auto needs = kv.value().is_object() ? kv.value().find("needs") : kv.value().end();
-    if (needs != kv.value().end() && needs->is_array())
-      for (auto& n : *needs)
-        if (n.is_string() && n.get<std::string>() != kv.key()
-            && steps.contains(n.get<std::string>())) {
-          ++missing[kv.key()];
-          dependents[n.get<std::string>()].push_back(kv.key());
-        }
-  }
-  std::set<std::string> ready, placed;
-  for (auto& kv : missing)
-    if (kv.second == 0)
-      ready.insert(kv.first);
-  while (!ready.empty()) {
-    auto id = *ready.begin();
-    ready.erase(ready.begin());
-    out.push_back(id);
-    placed.insert(id);
-    for (auto& d : dependents[id])
-      if (--missing[d] == 0)
-        ready.insert(d);
-  }
-  for (auto& kv : missing)
-    if (!placed.count(kv.first))
-      out.push_back(kv.first);
-  return out;
-}
 
 /// One line of `show`: a step, or text under one (its stderr).
 struct show_row {
@@ -270,6 +233,44 @@ std::string render_list(const std::vector<execution_record>& rows, int64_t now) 
                 r.created_at == 0 ? std::string{"-"} : human_age(now - r.created_at),
                 span(from, r.ended_at, !is_terminal(r.status), now));
   }
+  return out;
+}
+
+// -- order of steps -----------------------------------------------------------------------
+
+std::vector<std::string> steps_in_order(const nlohmann::json& steps) {
+  std::vector<std::string> out;
+  if (!steps.is_object())
+    return out;
+  std::map<std::string, size_t> missing;
+  std::map<std::string, std::vector<std::string>> dependents;
+  for (auto& kv : steps.items()) {
+    missing[kv.key()] = 0;
+    auto needs = kv.value().is_object() ? kv.value().find("needs") : kv.value().end();
+    if (needs != kv.value().end() && needs->is_array())
+      for (auto& n : *needs)
+        if (n.is_string() && n.get<std::string>() != kv.key()
+            && steps.contains(n.get<std::string>())) {
+          ++missing[kv.key()];
+          dependents[n.get<std::string>()].push_back(kv.key());
+        }
+  }
+  std::set<std::string> ready, placed;
+  for (auto& kv : missing)
+    if (kv.second == 0)
+      ready.insert(kv.first);
+  while (!ready.empty()) {
+    auto id = *ready.begin();
+    ready.erase(ready.begin());
+    out.push_back(id);
+    placed.insert(id);
+    for (auto& d : dependents[id])
+      if (--missing[d] == 0)
+        ready.insert(d);
+  }
+  for (auto& kv : missing)
+    if (!placed.count(kv.first))
+      out.push_back(kv.first);
   return out;
 }
 
