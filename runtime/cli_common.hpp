@@ -105,6 +105,9 @@ int follow(const global_options& g, runtime& rt, const execution_handle& h,
 
 // -- the local home and a server ----------------------------------------------------
 
+/// The local home: `--home`, else `$CANOPY_HOME`, else `./.canopy`.
+std::string home_of(const global_options& g);
+
 /// Opens the runtime on the local home with the global options.
 caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g);
 

@@ -1,0 +1,195 @@
+// What the CLI's files share (cli_common.hpp): errors and exit codes,
+// inputs, Ctrl-C, opening the local home, and printing documents.
+
+#include "runtime/cli_common.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "persistence/error.hpp"
+#include "runtime/document.hpp"
+#include "runtime/error.hpp"
+#include "runtime/render.hpp"
+
+namespace canopy::cli {
+
+namespace {
+
+// -- tunables ---------------------------------------------------------------------------
+
+/// How long a read command's recovery waits for the store's writers' lock.
+/// Reads must work while another process holds the home (SPEC §13 rule 16):
+/// past this, the command reads without recovering (and says so on stderr).
+/// Long enough for the other process's ordinary commits to finish.
+constexpr std::chrono::milliseconds read_recovery_wait{250};
+
+// -- helpers of the commands ----------------------------------------------------------
+
+/// Turns executions of dead owners into `stopped`/`interrupted` (SPEC §13
+/// rule 12). For a reading command a busy store is no error: it warns once on
+/// stderr and reads on without recovering (SPEC §13 rule 16).
+/// @returns nothing, or the error of `recover_interrupted`.
+caf::error recover(store& db, store_use use) {
+  auto r = recover_interrupted(db);
+  if (r)
+    return caf::none;
+  if (use == store_use::read && is(r.error(), persistence_errc::store_busy)) {
+    static bool warned = false; // commands run on one thread
+    if (!warned)
+      std::cerr << "warning: " << message_of(r.error())
+                << "; reading without recovering interrupted executions\n";
+    warned = true;
+    return caf::none;
+  }
+  return r.error();
+}
+
+} // namespace
+
+std::string home_of(const global_options& g) {
+  return g.home.empty() ? default_home() : g.home;
+}
+
+// -- shared by the CLI's files (cli_common.hpp) -----------------------------------------
+
+int exit_code_of(execution_status s) {
+  switch (s) {
+    case execution_status::completed: return exit_completed;
+    case execution_status::stopped: return exit_stopped;
+    default: return exit_failed;
+  }
+}
+
+caf::expected<json> parse_inputs(const std::vector<std::string>& items) {
+  json inputs = json::object();
+  for (auto& item : items) {
+    auto json_pos = item.find(":=");
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return make_error(runtime_errc::invalid_input,
+                        "--input '" + item + "': expected K=V or K:=JSON");
+    if (json_pos != std::string::npos && json_pos + 1 == eq) {
+      auto key = item.substr(0, json_pos);
+      auto value = parse_json_text(item.substr(eq + 1));
+      if (!value)
+        return make_error(runtime_errc::invalid_input,
+                          "--input " + key + ": bad JSON: " + message_of(value.error()));
+      inputs[key] = std::move(*value);
+    } else {
+      inputs[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+  }
+  return inputs;
+}
+
+int fail(const caf::error& err) {
+  std::cerr << "error: " << message_of(err) << "\n";
+  return canopy::exit_code_of(err);
+}
+
+int usage_error(const std::string& msg) {
+  std::cerr << "error: " << msg << "\n";
+  return exit_usage;
+}
+
+int report_graph_errors(const std::string& file, const parse_result& r) {
+  for (auto& e : r.errors)
+    std::cerr << file << ": " << (e.path.empty() ? "" : e.path + ": ") << e.message << "\n";
+  return exit_usage;
+}
+
+interrupt_guard::interrupt_guard() {
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+}
+
+void interrupt_guard::watch(std::function<void(int)> on_signal) {
+  thread_ = std::thread([this, f = std::move(on_signal)] {
+    for (int n = 0;; ++n) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0 || done_)
+        return;
+      f(n);
+    }
+  });
+}
+
+void interrupt_guard::finish() {
+  if (thread_.joinable()) {
+    done_ = true;
+    pthread_kill(thread_.native_handle(), SIGINT);
+    thread_.join();
+  }
+}
+
+interrupt_guard::~interrupt_guard() {
+  finish();
+}
+
+caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g) {
+  runtime_options opts;
+  opts.home = home_of(g);
+  opts.max_parallel = g.max_parallel;
+  return runtime::open(opts);
+}
+
+bool use_colour(const global_options& g, bool tty) {
+  if (g.color == "always")
+    return true;
+  if (g.color == "never")
+    return false;
+  auto no_color = std::getenv("NO_COLOR");
+  return tty && (no_color == nullptr || *no_color == '\0');
+}
+
+caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use) {
+  store_options opts;
+  opts.home = home_of(g);
+  // A reading command never creates a home: a typo in --home, or a folder
+  // where nothing ran, says so instead of listing an empty new store.
+  struct stat st;
+  if (use == store_use::read && ::stat((opts.home + "/data.mdb").c_str(), &st) != 0) {
+    auto shown = opts.home;
+    char cwd[4096];
+    if (!shown.empty() && shown.front() != '/' && ::getcwd(cwd, sizeof(cwd)) != nullptr)
+      shown = std::string{cwd} + "/" + (shown.rfind("./", 0) == 0 ? shown.substr(2) : shown);
+    return make_error(persistence_errc::not_found,
+                      "no canopy home at '" + shown
+                        + "' (nothing has run with it; pass --home DIR or set $CANOPY_HOME)");
+  }
+  if (use == store_use::read)
+    opts.write_wait = read_recovery_wait;
+  auto db = store::open(opts);
+  if (!db)
+    return db.error();
+  if (auto err = recover(**db, use))
+    return err;
+  return db;
+}
+
+caf::error recover_reading(store& db) {
+  return recover(db, store_use::read);
+}
+
+int print_document(const caf::expected<json>& doc, bool as_json) {
+  if (!doc)
+    return fail(doc.error());
+  if (as_json)
+    std::cout << doc->dump() << "\n";
+  else
+    std::cout << render_document(*doc, now_ms());
+  return 0;
+}
+
+void print_nodes(const json& docs, bool as_json) {
+  if (as_json)
+    std::cout << docs.dump() << "\n";
+  else
+    std::cout << render_nodes(docs);
+}
+
+} // namespace canopy::cli
