@@ -44,7 +44,8 @@
 //       on the supervisor), which reports to `parent` in wire form:
 //       (started_atom, step, attempt, pid, pid_start),
 //       (output_atom, step, attempt, string lines_json),
-//       (done_atom, step, attempt, string result_json, string error)
+//       (done_atom, step, attempt, string result_json, string error),
+//       (signalled_atom, step, attempt, int signal, int next, int64 next_in_ms)
 
 #include <cstdint>
 #include <functional>

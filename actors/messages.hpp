@@ -28,6 +28,7 @@ using started_atom = caf::atom_constant<caf::atom("started")>;   ///< runner: su
 using done_atom = caf::atom_constant<caf::atom("done")>;         ///< runner/fn/child: finished
 using poll_atom = caf::atom_constant<caf::atom("poll")>;         ///< runner: poll the process
 using escalate_atom = caf::atom_constant<caf::atom("escalate")>; ///< runner: next signal
+using signalled_atom = caf::atom_constant<caf::atom("signalled")>; ///< runner: a signal was sent
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;   ///< a step attempt timed out
 using wake_atom = caf::atom_constant<caf::atom("wake")>;         ///< a `sleep` fn finished
 using retry_atom = caf::atom_constant<caf::atom("retry")>;       ///< start the next attempt

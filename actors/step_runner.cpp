@@ -27,6 +27,8 @@ struct runner_state {
   bool timed_out = false;
   /// Set once a stop or timeout began the signal escalation.
   bool terminating = false;
+  /// The escalation's last stage sent: 0 none, 1 SIGINT, 2 SIGTERM, 3 SIGKILL.
+  int stage = 0;
   /// The exit reason to quit with after a stop (none: deliver a result).
   caf::error stop_reason;
   static const char* name;
@@ -36,17 +38,34 @@ const char* runner_state::name = "step_runner";
 
 using runner_actor = caf::stateful_actor<runner_state>;
 
+/// Sends stage `stage` of the escalation (1 SIGINT, 2 SIGTERM, 3 SIGKILL) to
+/// the group, schedules the next one and tells the parent (`signalled`). A
+/// stage already passed is not sent again (a forced stop overtook it).
+void send_stage(runner_actor* self, int stage) {
+  static constexpr int signals[] = {0, SIGINT, SIGTERM, SIGKILL};
+  auto& st = self->state;
+  if (stage <= st.stage || stage > 3)
+    return;
+  st.stage = stage;
+  st.proc.signal_group(signals[stage]);
+  int next = 0;
+  int64_t next_in_ms = -1;
+  if (stage < 3) {
+    next = signals[stage + 1];
+    auto delay = stage == 1 ? st.spec.grace.interrupt : st.spec.grace.terminate;
+    next_in_ms = delay.count();
+    self->delayed_send(self, delay, escalate_atom::value, stage + 1);
+  }
+  self->send(st.parent, signalled_atom::value, st.spec.step, st.spec.attempt, signals[stage],
+             next, next_in_ms);
+}
+
 void escalate(runner_actor* self, bool force) {
   auto& st = self->state;
   if (st.terminating && !force)
     return;
   st.terminating = true;
-  if (force) {
-    st.proc.signal_group(SIGKILL);
-    return;
-  }
-  st.proc.signal_group(SIGINT);
-  self->delayed_send(self, st.spec.grace.interrupt, escalate_atom::value, 1);
+  send_stage(self, force ? 3 : 1);
 }
 
 void flush_lines(runner_actor* self) {
@@ -168,19 +187,20 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
       st.timed_out = true;
       escalate(self, false);
     },
-    [=](escalate_atom, int stage) {
-      auto& st = self->state;
-      if (stage == 1) {
-        st.proc.signal_group(SIGTERM);
-        self->delayed_send(self, st.spec.grace.terminate, escalate_atom::value, 2);
-      } else {
-        st.proc.signal_group(SIGKILL);
-      }
-    },
+    [=](escalate_atom, int stage) { send_stage(self, stage); },
   };
 }
 
 } // namespace
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGKILL: return "SIGKILL";
+    default: return "SIG" + std::to_string(sig);
+  }
+}
 
 caf::actor spawn_remote_step_runner(caf::event_based_actor* node, caf::actor parent,
                                     runner_spec spec) {

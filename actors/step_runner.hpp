@@ -9,6 +9,10 @@
 //                                                             once the process runs
 //   (output_atom, uint64_t step, int attempt, json lines)      batched output lines
 //   (done_atom, uint64_t step, int attempt, step_outcome)      result, then quits normally
+//   (signalled_atom, uint64_t step, int attempt, int signal, int next, int64_t next_in_ms)
+//       the escalation of a stop or timeout sent `signal` to the group;
+//       `next` follows in `next_in_ms` (`next` 0, `next_in_ms` -1: nothing
+//       follows). The same to a remote parent (plain numbers cross the wire).
 // Handles:
 //   exit (actors_errc::stop / stop_force)   SIGINT, after grace.interrupt SIGTERM,
 //       after grace.terminate SIGKILL, each to the whole group (force: SIGKILL at
@@ -19,6 +23,7 @@
 // are killed: a step leaves no processes behind.
 
 #include <optional>
+#include <string>
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
@@ -27,6 +32,10 @@
 #include "persistence/graph.hpp"
 
 namespace canopy {
+
+/// The name of signal `sig` in the `step.signalled` event: `SIGINT`,
+/// `SIGTERM`, `SIGKILL`, else `SIG` and its number.
+std::string signal_name(int sig);
 
 /// What a runner starts.
 struct runner_spec {
@@ -52,6 +61,7 @@ caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec);
 /// Its messages to `parent` take the wire form:
 ///   (output_atom, step, attempt, string lines_json)
 ///   (done_atom, step, attempt, string result_json, string error)
+/// (`started` and `signalled` as to a local parent).
 /// Threading: call from `node`'s handlers.
 caf::actor spawn_remote_step_runner(caf::event_based_actor* node, caf::actor parent,
                                     runner_spec spec);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "persistence/duration.hpp"
 #include "persistence/error.hpp"
 #include "runtime/cli_common.hpp"
 
@@ -60,15 +61,17 @@ foreground_view::foreground_view(const global_options& g, tree_source source, st
     after_(after),
     resume_command_(std::move(resume_command)),
     view_(std::move(source), id_, use_colour(g, tty_)) {
-  // On a terminal, a frame whenever something changed (or the window did),
-  // at most one per `frame_interval`.
+  // On a terminal, a frame whenever something changed (events, the window,
+  // or the seconds of a countdown to a step's next signal), at most one per
+  // `frame_interval`.
   if (tty_)
     drawer_ = std::thread([this] {
       std::unique_lock<std::mutex> lock{mtx_};
       while (!over_) {
         wake_.wait_for(lock, frame_interval);
         auto now = window_size();
-        if (!over_ && (dirty_ || now.rows != size_.rows || now.cols != size_.cols))
+        bool tick = next_change_ && now_ms() >= *next_change_;
+        if (!over_ && (dirty_ || tick || now.rows != size_.rows || now.cols != size_.cols))
           redraw();
       }
     });
@@ -143,7 +146,7 @@ int foreground_view::finish(const execution_record& rec, const nlohmann::json& d
     // ordinary output from here on, and may scroll).
     view_.notice({});
     if (tty_)
-      draw(view_.render(), drawn_);
+      draw(view_.render({}, now_ms()), drawn_);
     std::cout << to_string(rec.status);
     if (!rec.reason.empty())
       std::cout << " (" << rec.reason << ")";
@@ -185,7 +188,9 @@ void foreground_view::say(const std::string& frame_text, const std::string& line
 
 void foreground_view::redraw() {
   size_ = window_size();
-  draw(view_.render(size_), drawn_);
+  auto now = now_ms();
+  draw(view_.render(size_, now), drawn_);
+  next_change_ = view_.next_change(now);
   dirty_ = false;
 }
 

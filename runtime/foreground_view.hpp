@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -110,6 +111,9 @@ private:
   size_t drawn_ = 0;   ///< lines of the frame on the screen
   screen_size size_;   ///< the window's size at the last frame
   bool dirty_ = false; ///< events applied since the last frame
+  /// When a countdown of the frame on the screen shows another number
+  /// (`tree_view::next_change`); nothing: no countdown runs.
+  std::optional<int64_t> next_change_;
   bool over_ = false;  ///< `end` was called: no more live frames
   std::thread drawer_;
 };

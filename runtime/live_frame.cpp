@@ -119,7 +119,10 @@ void add_rows(const std::vector<frame_step>& steps, const std::string& indent, b
     auto& s = *shown[n];
     bool last = n + 1 == shown.size();
     auto line = indent + (last ? "└─ " : "├─ ") + s.name + " " + paint(status_colour(s.status), s.status);
-    if ((s.status == "running" || s.status == "stopping") && !s.last_line.empty())
+    bool runs = s.status == "running" || s.status == "stopping";
+    if (runs && !s.signal.empty())
+      line += "  " + paint(yellow, s.signal);
+    if (runs && !s.last_line.empty())
       line += "  " + paint(dim, fit_width(s.last_line, 60));
     if (!s.child_graph.empty())
       line += "  → " + s.child_graph + " " + paint(status_colour(s.child_status), s.child_status);

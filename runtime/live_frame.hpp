@@ -19,6 +19,9 @@ struct frame_step {
   /// As shown: a `running` step of a stopping execution shows `stopping`.
   std::string status;
   std::string last_line;                ///< its last output line, shown while it runs
+  /// The escalation of a stop or timeout as it happens, shown while it runs:
+  /// `SIGINT sent · SIGTERM in 10s`; empty: none.
+  std::string signal;
   std::vector<std::string> stderr_tail; ///< its last stderr lines, shown when it failed
   std::string child_graph;              ///< empty: no child execution
   std::string child_status;
@@ -58,7 +61,9 @@ struct screen_size {
 ///   the last column;
 /// - with neither set: the whole tree, every line as long as it is (the
 ///   final frame).
-/// A failed step's `stderr_tail` lines are shown under it as `stderr: LINE`.
+/// A running (or stopping) step's line shows its `signal`, then its last
+/// output line; a failed step's `stderr_tail` lines are shown under it as
+/// `stderr: LINE`.
 std::vector<std::string> layout_frame(const frame_model& m, screen_size size, bool colour);
 
 // -- text on a terminal ------------------------------------------------------------------

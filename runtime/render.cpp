@@ -1,5 +1,6 @@
 #include "runtime/render.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
@@ -12,6 +13,22 @@ namespace {
 std::string clock_of(int64_t ms) {
   auto t = to_rfc3339(ms);
   return t.substr(11, 12); // HH:MM:SS.mmm
+}
+
+/// The string at `key` of object `data`, else "".
+std::string text_at(const nlohmann::json& data, const char* key) {
+  auto i = data.find(key);
+  return i != data.end() && i->is_string() ? i->get<std::string>() : std::string{};
+}
+
+/// `SIGTERM (SIGKILL in 5s)`, or `SIGKILL`: a `step.signalled` event's data.
+std::string signal_text(const nlohmann::json& data) {
+  auto out = text_at(data, "signal");
+  auto next = text_at(data, "next");
+  auto in = data.find("next_in_ms");
+  if (!next.empty() && in != data.end() && in->is_number_integer())
+    out += " (" + next + " in " + to_duration_string(millis{in->get<int64_t>()}) + ")";
+  return out;
 }
 
 std::string shorten(std::string s, size_t n) {
@@ -30,6 +47,8 @@ std::string event_line(const event_record& e, const std::string& label) {
     out += "/" + e.step;
   if (e.type == "step.output" && e.data.is_object())
     out += " | " + e.data.value("line", std::string{});
+  else if (e.type == "step.signalled" && e.data.is_object())
+    out += " " + signal_text(e.data);
   else if (!e.status.empty())
     out += " " + e.status;
   if (!e.reason.empty())
@@ -111,6 +130,19 @@ void tree_view::apply(const event_record& e) {
   }
   if (e.step.empty())
     return;
+  if (e.type == "step.signalled") {
+    // The escalation of its running attempt: shown with it, no status.
+    if (!v.steps.count(e.step) || !e.data.is_object())
+      return;
+    auto& sig = v.signals[e.step];
+    sig.signal = text_at(e.data, "signal");
+    sig.next = text_at(e.data, "next");
+    auto in = e.data.find("next_in_ms");
+    sig.next_at = !sig.next.empty() && in != e.data.end() && in->is_number_integer()
+                    ? e.time + in->get<int64_t>()
+                    : 0;
+    return;
+  }
   if (!v.steps.count(e.step))
     v.order.push_back(e.step);
   if (e.type == "step.output") {
@@ -128,15 +160,42 @@ void tree_view::apply(const event_record& e) {
   }
   if (e.type == "step.started")
     v.stderr_tail.erase(e.step); // a new attempt: the lines of the last one go
+  if (e.type == "step.started" || (!e.status.empty() && e.status != "running"))
+    v.signals.erase(e.step); // its attempt ended (or a new one began)
   if (!e.status.empty())
     v.steps[e.step] = e.status;
+}
+
+std::string tree_view::signal_view::text(int64_t now) const {
+  auto out = signal + " sent";
+  if (next_at != 0) {
+    auto left = std::max<int64_t>(next_at - now, 0);
+    out += " · " + next + " in " + std::to_string((left + 999) / 1000) + "s";
+  }
+  return out;
+}
+
+std::optional<int64_t> tree_view::next_change(int64_t now) const {
+  std::optional<int64_t> first;
+  for (auto& kv : execs_)
+    for (auto& sig : kv.second.signals) {
+      auto left = sig.second.next_at - now;
+      if (sig.second.next_at == 0 || left <= 0)
+        continue; // no countdown, or it shows 0s from now on
+      // The shown seconds round up: they change when `left` reaches the
+      // next lower multiple of a second.
+      auto at = now + (left - 1) % 1000 + 1;
+      if (!first || at < *first)
+        first = at;
+    }
+  return first;
 }
 
 void tree_view::notice(std::string text) {
   notice_ = std::move(text);
 }
 
-void tree_view::add_steps(const std::string& id, bool stopping,
+void tree_view::add_steps(const std::string& id, bool stopping, int64_t now,
                           std::vector<frame_step>& out) const {
   auto i = execs_.find(id);
   if (i == execs_.end())
@@ -153,6 +212,8 @@ void tree_view::add_steps(const std::string& id, bool stopping,
     s.status = shown(v.steps.at(step));
     if (auto ll = v.last_line.find(step); ll != v.last_line.end())
       s.last_line = printable(ll->second);
+    if (auto sig = v.signals.find(step); sig != v.signals.end())
+      s.signal = printable(sig->second.text(now));
     if (auto t = v.stderr_tail.find(step); t != v.stderr_tail.end())
       for (auto& l : t->second)
         s.stderr_tail.push_back(printable(l));
@@ -161,13 +222,13 @@ void tree_view::add_steps(const std::string& id, bool stopping,
         s.child_graph = printable(c->second.graph);
         s.child_status = shown(c->second.status);
       }
-      add_steps(child->second, stopping, s.children);
+      add_steps(child->second, stopping, now, s.children);
     }
     out.push_back(std::move(s));
   }
 }
 
-frame_model tree_view::frame() const {
+frame_model tree_view::frame(int64_t now) const {
   frame_model m;
   auto i = execs_.find(root_id_);
   if (i == execs_.end())
@@ -179,14 +240,14 @@ frame_model tree_view::frame() const {
   m.reason = v.reason;
   if (!notice_.empty())
     m.notices.push_back(notice_);
-  add_steps(root_id_, false, m.steps);
+  add_steps(root_id_, false, now, m.steps);
   return m;
 }
 
-std::vector<std::string> tree_view::render(screen_size size) const {
+std::vector<std::string> tree_view::render(screen_size size, int64_t now) const {
   if (execs_.find(root_id_) == execs_.end())
     return {};
-  return layout_frame(frame(), size, colour_);
+  return layout_frame(frame(now), size, colour_);
 }
 
 void tree_view::add_failures(const std::string& id, std::vector<failure>& out) const {

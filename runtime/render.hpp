@@ -19,7 +19,9 @@
 namespace canopy {
 
 /// One line per event, for output that is not a terminal:
-/// `09:22:21.042 step.completed  research/search completed`.
+/// `09:22:21.042 step.completed  research/search completed`; a signal sent
+/// to a step's processes: `... step.signalled  research/search SIGTERM
+/// (SIGKILL in 5s)`.
 std::string event_line(const event_record& e, const std::string& label);
 
 /// Where a `tree_view` looks up what events do not carry, once per execution
@@ -62,14 +64,22 @@ public:
   /// `stopping… (Ctrl-C again to force)`.
   void notice(std::string text);
 
-  /// What a frame of the tree shows now: statuses, running steps' last
-  /// output lines, failed steps' last stderr lines, the notice; text from
-  /// steps and graphs made `printable`.
-  frame_model frame() const;
+  /// What a frame of the tree shows at `now` (ms since the epoch):
+  /// statuses, running steps' last output lines and the last signal sent to
+  /// their processes with the time left until the next one
+  /// (`SIGINT sent · SIGTERM in 10s`, whole seconds rounded up, never below
+  /// 0), failed steps' last stderr lines, the notice; text from steps and
+  /// graphs made `printable`.
+  frame_model frame(int64_t now) const;
 
-  /// Lays out the frame for a window of `size` (`layout_frame`); unbounded by
-  /// default: the whole tree, one line per execution and step.
-  std::vector<std::string> render(screen_size size = {}) const;
+  /// Lays out the frame at `now` for a window of `size` (`layout_frame`);
+  /// unbounded: the whole tree, one line per execution and step.
+  std::vector<std::string> render(screen_size size, int64_t now) const;
+
+  /// The first time after `now` at which a frame would show another number
+  /// in a countdown to a step's next signal; nothing when no countdown runs
+  /// (events aside, the frame stays the same).
+  std::optional<int64_t> next_change(int64_t now) const;
 
   /// The failed steps of the tree that wrote to stderr, in the tree's order.
   std::vector<failure> failures() const;
@@ -79,6 +89,14 @@ public:
   std::string label(const std::string& execution_id);
 
 private:
+  /// The last signal an escalation sent to a running step's processes.
+  struct signal_view {
+    std::string signal;
+    std::string next;    ///< empty: none follows
+    int64_t next_at = 0; ///< when `next` is due (ms since the epoch); 0: none
+    /// `SIGINT sent · SIGTERM in 10s` at `now`, or `SIGKILL sent`.
+    std::string text(int64_t now) const;
+  };
   struct exec_view {
     std::string graph;
     std::string status = "queued";
@@ -90,12 +108,15 @@ private:
     std::map<std::string, std::string> last_line; ///< step → last output line
     std::map<std::string, std::deque<std::string>> stderr_tail; ///< step → last stderr lines
     std::map<std::string, std::string> child_of_step; ///< step → child id
+    std::map<std::string, signal_view> signals; ///< running step → its last signal
   };
   exec_view& get(const std::string& id);
   /// `label` of an execution already seen.
   std::string label_of(const std::string& id) const;
-  /// The frame steps of execution `id`; `stopping`: an ancestor is stopping.
-  void add_steps(const std::string& id, bool stopping, std::vector<frame_step>& out) const;
+  /// The frame steps of execution `id` at `now`; `stopping`: an ancestor is
+  /// stopping.
+  void add_steps(const std::string& id, bool stopping, int64_t now,
+                 std::vector<frame_step>& out) const;
   void add_failures(const std::string& id, std::vector<failure>& out) const;
 
   tree_source source_;

@@ -128,6 +128,12 @@ caf::behavior make_handlers() {
       self->state.m->runner_started(step(idx), attempt, pid, pid_start);
       run_effects(self);
     },
+    // From a runner here or on a worker (plain numbers: the same form).
+    [=](signalled_atom, uint64_t idx, int attempt, int signal, int next, int64_t next_in_ms) {
+      auto self = current_shell;
+      self->state.m->signalled(step(idx), attempt, signal, next, next_in_ms, now_ms());
+      run_effects(self);
+    },
     // A runner on a worker reports in wire form (JSON text).
     // Handled at once, not re-sent: the runner's down follows its result.
     [=](output_atom, uint64_t idx, int attempt, const std::string& text) {

@@ -45,6 +45,9 @@
 //   (done_atom, step, attempt, step_outcome)   a runner or fn attempt finished
 //   (started_atom, step, attempt, pid)         a runner's process started
 //   (output_atom, step, attempt, lines)        output lines to log as events
+//   (signalled_atom, step, attempt, signal, next, next_in_ms)
+//                                              a runner's escalation signalled its
+//                                              group: a `step.signalled` event
 //   (grant_atom, ticket)                       a subprocess slot is free
 //   (wake_atom, step, attempt)                 a `sleep` finished
 //   (timeout_atom, step, attempt)              an in-process attempt timed out

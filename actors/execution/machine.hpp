@@ -205,6 +205,12 @@ public:
   void runner_started(uint32_t idx, int32_t attempt, int64_t pid, uint64_t pid_start);
   /// A runner's output lines.
   void output(uint32_t idx, int32_t attempt, json lines, int64_t now);
+  /// A runner's escalation (a stop's or a timeout's) sent `signal` to its
+  /// step's process group; `next` follows in `next_in_ms` (`next` 0: none).
+  /// Writes one `step.signalled` event and changes nothing else; only for
+  /// the current attempt of a running runner, while running or halting.
+  void signalled(uint32_t idx, int32_t attempt, int signal, int next, int64_t next_in_ms,
+                 int64_t now);
   /// A `sleep` finished.
   void wake(uint32_t idx, int32_t attempt, int64_t ms, int64_t now);
   /// An attempt's timeout passed.

@@ -55,6 +55,24 @@ void execution_machine::output(uint32_t idx, int32_t attempt, json lines, int64_
   flush();
 }
 
+void execution_machine::signalled(uint32_t idx, int32_t attempt, int signal, int next,
+                                  int64_t next_in_ms, int64_t now) {
+  // While halting too (a stop's escalation is when it matters), never once
+  // the final record is on its way. An ordinary event in a write of its own:
+  // the snapshot that settles the halt comes later, in one piece.
+  if (phase_ >= exec_phase::finishing || !current(idx, attempt)
+      || steps_[idx].phase != step_phase::running_runner)
+    return;
+  json data(json::value_t::object);
+  auto& d = data.get_ref<json::object_t&>();
+  d.emplace("attempt", attempt);
+  d.emplace("signal", signal_name(signal));
+  d.emplace("next", next != 0 ? json(signal_name(next)) : json(nullptr));
+  d.emplace("next_in_ms", next != 0 ? json(next_in_ms) : json(nullptr));
+  emit("step.signalled", now, g_->steps[idx].id, {}, {}, std::move(data));
+  flush();
+}
+
 void execution_machine::wake(uint32_t idx, int32_t attempt, int64_t ms, int64_t now) {
   if (phase_ >= exec_phase::halting || !current(idx, attempt)
       || steps_[idx].phase != step_phase::running_sleep)

@@ -1,7 +1,9 @@
 // The execution machine under random interleavings: steps finishing and
 // failing, graceful and forced stops at any point, children settling, downs,
-// timeouts, retries and limits, with invariants checked after every input.
+// timeouts, retries, limits and runners' signals, with invariants checked
+// after every input.
 
+#include <csignal>
 #include <deque>
 #include <random>
 #include <set>
@@ -38,6 +40,7 @@ struct world {
   uint64_t child_events = 0;  ///< compact events children reported
   uint64_t passed_on = 0;     ///< compact events in its subtree records and report
   bool compact = false;       ///< it ended in a compact report (no record of its own)
+  size_t signals_written = 0; ///< `step.signalled` events written
   std::vector<bool> completed;
 
   world(uint32_t seed, bool parent, uint64_t max_steps)
@@ -47,6 +50,47 @@ struct world {
   }
 
   size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
+
+  /// What a runner's signal may not change: every phase, reason and attempt.
+  std::string state_print() const {
+    auto& m = *f.m;
+    std::string out = std::to_string(static_cast<int>(m.phase())) + " "
+                      + to_string(m.record().status);
+    for (uint32_t i = 0; i < m.size(); ++i)
+      out += std::string{" "} + to_string(m.step(i).phase) + "/" + to_string(m.step(i).reason)
+             + "/" + std::to_string(m.step(i).attempt);
+    return out;
+  }
+
+  /// A runner's escalation signal for step `idx` (its current attempt, or a
+  /// stale one): at most one write of one `step.signalled` event, no record,
+  /// nothing after quit, no state changed.
+  void signal(uint32_t idx, int64_t now) {
+    auto& m = *f.m;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGKILL};
+    auto k = pick(3);
+    auto attempt = m.step(idx).attempt - static_cast<int32_t>(pick(4) == 0 ? 1 : 0);
+    auto before = state_print();
+    m.signalled(idx, attempt, sigs[k], k < 2 ? sigs[k + 1] : 0, k < 2 ? 100 : -1, now);
+    REQUIRE(state_print() == before);
+    auto xs = f.fx();
+    if (quit) {
+      INFO("effects after quit");
+      REQUIRE(xs.empty());
+    }
+    REQUIRE(xs.size() <= 1);
+    for (auto& e : xs) {
+      auto w = effect_as<fx::write>(e);
+      REQUIRE(w);
+      REQUIRE(w->then == after_write::none);
+      REQUIRE(w->batch.steps.empty());
+      REQUIRE(w->batch.executions.empty());
+      REQUIRE(w->batch.events.size() == 1);
+      REQUIRE(w->batch.events[0].type == "step.signalled");
+      ++signals_written;
+      writes.push_back(std::move(*w));
+    }
+  }
 
   void count_terminal(const write_batch& b) {
     for (auto& ss : b.subtree_stops) {
@@ -120,7 +164,7 @@ struct world {
   void input() {
     auto& m = *f.m;
     auto now = ++f.now;
-    switch (pick(14)) {
+    switch (pick(15)) {
       case 0:
       case 1:
         if (!writes.empty()) {
@@ -219,6 +263,13 @@ struct world {
         m.down(idx, "stale", now);
         break;
       }
+      case 13:
+        // A runner's escalation (a stop's or a timeout's), or a stale one.
+        if (!runners.empty() && pick(4) != 0)
+          signal(*std::next(runners.begin(), static_cast<long>(pick(runners.size()))), now);
+        else
+          signal(static_cast<uint32_t>(pick(m.size())), now);
+        break;
       default:
         m.start(now);
         break;
@@ -239,6 +290,8 @@ struct world {
         m.write_acknowledged(w.completed, w.then, now);
       } else if (!runners.empty()) {
         auto idx = *runners.begin();
+        if (pick(2) == 0)
+          signal(idx, now); // its escalation, before the down
         runners.erase(idx);
         m.down(idx, "stopped", now);
       } else if (!children.empty()) {
@@ -276,6 +329,7 @@ struct world {
 TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
           "[actors][machine]") {
   size_t inputs = 0;
+  size_t signals = 0;
   for (uint32_t seed = 1; inputs < 110'000; ++seed) {
     CAPTURE(seed);
     bool parent = seed % 2 == 0;
@@ -287,6 +341,7 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
     w.drain();
     REQUIRE(w.quit);
     REQUIRE(w.f.m->phase() == exec_phase::done);
+    signals += w.signals_written;
     // Exactly one terminal status, in exactly one final write or report.
     REQUIRE(w.terminal_records == 1);
     auto status = w.f.m->record().status;
@@ -306,4 +361,5 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
       REQUIRE(w.passed_on == w.child_events);
   }
   CHECK(inputs >= 100'000);
+  CHECK(signals > 100); // signals of running runners were written (240 with these seeds)
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <map>
 
@@ -70,6 +71,21 @@ std::map<std::string, std::string> pty_env(const std::string& dir) {
   std::map<std::string, std::string> env;
   add_tsan_log_path(env, dir);
   return env;
+}
+
+/// The seconds of the countdown on the screen's line that starts with
+/// `prefix` (`└─ t stopping  SIGINT sent · SIGTERM in `), else -1.
+int countdown(const screen_model& s, const std::string& prefix) {
+  for (auto& l : s.lines())
+    if (l.rfind(prefix, 0) == 0) {
+      size_t i = prefix.size(), digits = 0;
+      while (i + digits < l.size() && std::isdigit(static_cast<unsigned char>(l[i + digits])))
+        ++digits;
+      if (digits == 0 || digits > 3 || i + digits >= l.size() || l[i + digits] != 's')
+        return -1;
+      return std::stoi(l.substr(i, digits));
+    }
+  return -1;
 }
 
 std::string screen_text(pty_session& p) {
@@ -163,12 +179,23 @@ TEST_CASE("Ctrl-C on a run whose step ignores SIGINT says stopping at once on th
   CHECK(!process_gone(pid)); // the step still runs
 
   // The escalation as it happens: the execution and its step are stopping,
-  // and the step, ignoring SIGINT, still runs.
+  // the step's line says SIGINT was sent and counts down to SIGTERM, and
+  // the step, ignoring SIGINT, still runs.
   auto id = only_root(home.path);
+  const std::string signal_line = "└─ t stopping  SIGINT sent · SIGTERM in ";
+  int first = -1;
   REQUIRE(run.wait_for([&](const std::string&, const screen_model& s) {
-    return screen_has(s, "stubborn " + id + " stopping") && screen_has(s, "└─ t stopping")
+    first = countdown(s, signal_line);
+    return screen_has(s, "stubborn " + id + " stopping") && first >= 0
            && on_screen(s, "stopping… (Ctrl-C again to force)");
   }, 30s));
+  CHECK(first <= 60);
+  CHECK(first > 30);
+  // A second later the frame shows one second less, with no event.
+  REQUIRE(run.wait_for([&](const std::string&, const screen_model& s) {
+    auto n = countdown(s, signal_line);
+    return n >= 0 && n < first;
+  }, 10s));
   CHECK(!process_gone(pid));
 
   run.send("\x03");
@@ -275,7 +302,8 @@ TEST_CASE("Ctrl-C on run --server whose step ignores SIGINT says stopping at onc
   // The stop reached the server: the execution and its step are stopping
   // there, shown from the server's stream, while the step still runs.
   REQUIRE(run.wait_for([&](const std::string&, const screen_model& s) {
-    return screen_has(s, "stubborn " + id + " stopping") && screen_has(s, "└─ t stopping")
+    return screen_has(s, "stubborn " + id + " stopping")
+           && countdown(s, "└─ t stopping  SIGINT sent · SIGTERM in ") >= 0
            && on_screen(s, "stopping… (Ctrl-C again to force)");
   }, 30s));
   CHECK(get_json(c, "/v1/executions/" + id).body["status"] == "stopping");

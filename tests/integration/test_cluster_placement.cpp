@@ -391,6 +391,21 @@ TEST_CASE("a stop on the root ends the subprocesses on both workers through the 
   auto events = events_of(sup, id);
   CHECK(std::any_of(events.begin(), events.end(),
                     [](const json& e) { return e.value("type", "") == "stop.handled"; }));
+  // The runners on the workers reported each signal as they sent it.
+  auto signals = [&](const std::string& step) {
+    std::vector<std::string> out;
+    for (auto& e : events)
+      if (e.value("type", "") == "step.signalled" && e.value("step", "") == step)
+        out.push_back(e["data"]["signal"].get<std::string>() + ">"
+                      + (e["data"]["next"].is_null() ? "-" : e["data"]["next"].get<std::string>())
+                      + "@" + e["data"]["next_in_ms"].dump());
+    return out;
+  };
+  CHECK(signals("b")
+        == std::vector<std::string>{"SIGINT>SIGTERM@500",
+                                    "SIGTERM>SIGKILL@" + std::to_string(1500 * slow_build),
+                                    "SIGKILL>-@null"});
+  CHECK(signals("a1") == std::vector<std::string>{"SIGINT>SIGTERM@10000"});
   CHECK(eventually([&] { return slots_free(sup); }, 10s));
   // The workers stay members.
   CHECK(w1->running());

@@ -177,6 +177,33 @@ json trapping_step(const std::string& gc_pid, const std::string& interrupt,
           {"grace", {{"interrupt", interrupt}, {"terminate", terminate}}}};
 }
 
+/// The `step.signalled` events of `evs`, as `SIGNAL>NEXT@NEXT_IN_MS` (`-`
+/// for null), in log order.
+std::vector<std::string> signals_of(const std::vector<json>& evs) {
+  std::vector<std::string> out;
+  for (auto& e : evs) {
+    if (e["type"] != "step.signalled")
+      continue;
+    auto& d = e["data"];
+    out.push_back(d["signal"].get<std::string>() + ">"
+                  + (d["next"].is_null() ? "-" : d["next"].get<std::string>()) + "@"
+                  + (d["next_in_ms"].is_null() ? "-" : d["next_in_ms"].dump()));
+  }
+  return out;
+}
+
+/// The types of `evs` after the first of type `from`, in log order.
+std::vector<std::string> types_from(const std::vector<json>& evs, const std::string& from) {
+  std::vector<std::string> out;
+  bool on = false;
+  for (auto& e : evs) {
+    on = on || e["type"] == from;
+    if (on)
+      out.push_back(e["type"].get<std::string>());
+  }
+  return out;
+}
+
 long read_pid(const std::string& path) {
   auto text = read_file(path);
   REQUIRE(!text.empty());
@@ -371,6 +398,28 @@ TEST_CASE("a step that ignores SIGINT and SIGTERM and has a grandchild is gone a
     CHECK(doc["status"] == "stopped");
     CHECK(doc["steps"]["t"]["status"] == "pending");
     CHECK(doc["steps"]["t"]["reason"] == "requested");
+
+    // The escalation as it happened, in the log: each signal with the next
+    // one and its grace, between `stopping` and the snapshot.
+    auto evs = events(home.path, id);
+    CHECK(signals_of(evs)
+          == std::vector<std::string>{"SIGINT>SIGTERM@200", "SIGTERM>SIGKILL@200", "SIGKILL>-@-"});
+    CHECK(types_from(evs, "execution.stopping")
+          == std::vector<std::string>{"execution.stopping", "step.signalled", "step.signalled",
+                                      "step.signalled", "step.pending", "execution.stopped",
+                                      "stop.handled"});
+    for (auto& e : evs)
+      if (e["type"] == "step.signalled") {
+        CHECK(e["step"] == "t");
+        CHECK(e["data"]["attempt"] == 1);
+        CHECK(!e.contains("status")); // it changes no status
+      }
+    // Readable in `canopy events`.
+    auto text = run_canopy(home.path, {"events", id});
+    CHECK(text.exit_code == 0);
+    CHECK_THAT(text.out, Catch::Contains("step.signalled      trap/t SIGINT (SIGTERM in 200ms)\n")
+                           && Catch::Contains("/t SIGTERM (SIGKILL in 200ms)\n")
+                           && Catch::Contains("/t SIGKILL\n"));
   }
 
   SECTION("force: SIGKILL at once, grace periods of 10 s skipped") {
@@ -395,7 +444,39 @@ TEST_CASE("a step that ignores SIGINT and SIGTERM and has a grandchild is gone a
     CHECK(wait_group_gone(gc, 500ms));
     REQUIRE(wait_exit(run, 10s));
     CHECK(run.exit_code() == 3);
+    // One signal: SIGKILL, nothing after it.
+    auto evs = events(home.path, id);
+    CHECK(signals_of(evs) == std::vector<std::string>{"SIGKILL>-@-"});
+    CHECK(types_from(evs, "step.signalled")
+          == std::vector<std::string>{"step.signalled", "step.pending", "execution.stopped",
+                                      "stop.handled"});
   }
+}
+
+TEST_CASE("a step that times out and ignores SIGINT is signalled SIGINT then SIGTERM, each "
+          "written as it happens, and fails with timeout",
+          "[integration][stop]") {
+  temp_dir home, g;
+  auto file = g.write("slow.json", json{{"steps",
+                                         {{"t",
+                                           {{"run", {"sh", "-c", "trap '' INT; echo ready; while :; do sleep 0.05; done"}},
+                                            {"timeout", "300ms"},
+                                            {"grace", {{"interrupt", "300ms"}, {"terminate", "5s"}}}}}}}}
+                                     .dump());
+  auto r = run_canopy(home.path, {"run", file});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  auto id = only_root(home.path);
+  auto evs = events(home.path, id);
+  // SIGTERM ends it: no SIGKILL.
+  CHECK(signals_of(evs) == std::vector<std::string>{"SIGINT>SIGTERM@300", "SIGTERM>SIGKILL@5000"});
+  CHECK(types_from(evs, "step.signalled")
+        == std::vector<std::string>{"step.signalled", "step.signalled", "step.failed",
+                                    "execution.failed"});
+  // `run` without a terminal printed them as they came.
+  CHECK_THAT(r.out, Catch::Contains("/t SIGINT (SIGTERM in 300ms)\n")
+                      && Catch::Contains("/t SIGTERM (SIGKILL in 5s)\n"));
+  CHECK(show(home.path, id)["steps"]["t"]["error"] == "timeout");
 }
 
 // -- 3. stop racing with the creation of 200 children ------------------------------------

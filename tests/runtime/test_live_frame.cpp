@@ -1,9 +1,11 @@
 // The live tree's frame (runtime/live_frame.hpp) laid out as plain data:
-// fitting a window, folding, clipping, widths of coloured UTF-8 text.
+// fitting a window, folding, clipping, widths of coloured UTF-8 text; and
+// the tree_view that builds it from events (runtime/render.hpp).
 
 #include <catch2/catch.hpp>
 
 #include "runtime/live_frame.hpp"
+#include "runtime/render.hpp"
 
 using namespace canopy;
 
@@ -162,4 +164,107 @@ TEST_CASE("a failed step's last stderr lines are shown under it", "[runtime][ren
         == std::vector<std::string>{"demo 01F failed (step_failed)", "├─ boom failed",
                                     "│    stderr: err 6", "│    stderr: err 7",
                                     "└─ after pending"});
+}
+
+// -- the escalation as it happens (tree_view) --------------------------------------------
+
+namespace {
+
+/// A tree_view of root `r1` (graph `team`, one step `search`), whose
+/// lookups answer from plain data.
+tree_view team_view() {
+  tree_source src;
+  src.execution = [](const std::string& id) -> std::optional<execution_record> {
+    execution_record r;
+    r.id = id;
+    r.root_id = id;
+    r.graph = "team";
+    r.status = execution_status::running;
+    return r;
+  };
+  src.graph_document = [](const std::string&) -> std::optional<nlohmann::json> {
+    return nlohmann::json{{"steps", {{"search", {{"run", {"sh"}}}}}}};
+  };
+  return tree_view{std::move(src), "r1", false};
+}
+
+event_record event(const std::string& type, int64_t time, const std::string& step,
+                   const std::string& status, nlohmann::json data = nullptr) {
+  event_record e;
+  e.time = time;
+  e.type = type;
+  e.execution_id = "r1";
+  e.root_id = "r1";
+  e.step = step;
+  e.status = status;
+  e.data = std::move(data);
+  return e;
+}
+
+nlohmann::json signalled(const char* sig, nlohmann::json next, nlohmann::json in) {
+  return {{"attempt", 1}, {"signal", sig}, {"next", std::move(next)}, {"next_in_ms", std::move(in)}};
+}
+
+} // namespace
+
+TEST_CASE("a stopping step's line shows the last signal sent to it and counts down to the next",
+          "[runtime][render]") {
+  auto v = team_view();
+  const int64_t t = 1'700'000'000'000;
+  v.apply(event("execution.started", t - 5000, {}, "running"));
+  v.apply(event("step.started", t - 4000, "search", "running", {{"attempt", 1}}));
+  v.apply(event("step.output", t - 3000, "search", {}, {{"stream", "stdout"}, {"line", "ready"}}));
+  CHECK(v.next_change(t) == std::nullopt); // no countdown: no redraw needed
+  v.apply(event("execution.stopping", t - 10, {}, "stopping"));
+  v.apply(event("step.signalled", t, "search", {}, signalled("SIGINT", "SIGTERM", 10'000)));
+  auto line = [&](int64_t now) { return v.render({}, now).back(); };
+  CHECK(line(t) == "└─ search stopping  SIGINT sent · SIGTERM in 10s  ready");
+  CHECK(line(t + 1) == "└─ search stopping  SIGINT sent · SIGTERM in 10s  ready");
+  CHECK(line(t + 1000) == "└─ search stopping  SIGINT sent · SIGTERM in 9s  ready");
+  CHECK(line(t + 9999) == "└─ search stopping  SIGINT sent · SIGTERM in 1s  ready");
+  CHECK(line(t + 60'000) == "└─ search stopping  SIGINT sent · SIGTERM in 0s  ready");
+  // The frame changes when the seconds do, and not after 0.
+  CHECK(v.next_change(t) == t + 1000);
+  CHECK(v.next_change(t + 1) == t + 1000);
+  CHECK(v.next_change(t + 1000) == t + 2000);
+  CHECK(v.next_change(t + 9999) == t + 10'000);
+  CHECK(v.next_change(t + 10'000) == std::nullopt);
+
+  v.apply(event("step.signalled", t + 10'050, "search", {}, signalled("SIGTERM", "SIGKILL", 5000)));
+  CHECK(line(t + 10'050) == "└─ search stopping  SIGTERM sent · SIGKILL in 5s  ready");
+  v.apply(event("step.signalled", t + 15'100, "search", {}, signalled("SIGKILL", nullptr, nullptr)));
+  CHECK(line(t + 15'100) == "└─ search stopping  SIGKILL sent  ready");
+  CHECK(v.next_change(t + 15'100) == std::nullopt);
+
+  // Reset by the stop: the signals were of the attempt that ended.
+  v.apply(event("step.pending", t + 15'200, "search", "pending"));
+  CHECK(line(t + 15'200) == "└─ search pending");
+  v.apply(event("execution.resumed", t + 19'000, {}, "running"));
+  v.apply(event("step.started", t + 20'000, "search", "running", {{"attempt", 2}}));
+  CHECK(line(t + 20'000) == "└─ search running  ready");
+}
+
+TEST_CASE("a running step's timeout escalation shows on its line, and signals of unknown steps "
+          "are ignored",
+          "[runtime][render]") {
+  auto v = team_view();
+  const int64_t t = 1'700'000'000'000;
+  v.apply(event("step.started", t - 4000, "search", "running", {{"attempt", 1}}));
+  v.apply(event("step.signalled", t, "search", {}, signalled("SIGINT", "SIGTERM", 300)));
+  v.apply(event("step.signalled", t, "nope", {}, signalled("SIGINT", "SIGTERM", 300)));
+  CHECK(v.render({}, t) == std::vector<std::string>{"team r1 running",
+                                                    "└─ search running  SIGINT sent · SIGTERM in 1s"});
+  CHECK(v.next_change(t) == t + 300);
+  v.apply(event("step.failed", t + 400, "search", "failed", {{"error", "timeout"}}));
+  CHECK(v.render({}, t + 400).back() == "└─ search failed");
+}
+
+TEST_CASE("canopy events prints a signal sent to a step with the next one and its delay",
+          "[runtime][render]") {
+  auto e = event("step.signalled", 0, "search", {}, signalled("SIGTERM", "SIGKILL", 5000));
+  CHECK(event_line(e, "team") == "00:00:00.000 step.signalled      team/search SIGTERM (SIGKILL in 5s)");
+  e.data = signalled("SIGINT", "SIGTERM", 300);
+  CHECK_THAT(event_line(e, "team"), Catch::EndsWith("team/search SIGINT (SIGTERM in 300ms)"));
+  e.data = signalled("SIGKILL", nullptr, nullptr);
+  CHECK_THAT(event_line(e, "team"), Catch::EndsWith("team/search SIGKILL"));
 }
