@@ -143,8 +143,12 @@ void tree_view::apply(const event_record& e) {
                     : 0;
     return;
   }
-  if (!v.steps.count(e.step))
+  if (!v.steps.count(e.step)) {
+    // A step the graph document did not list (e.g. a plan's): it prints,
+    // so it runs; a status event below says more.
     v.order.push_back(e.step);
+    v.steps[e.step] = e.type == "step.output" ? "running" : "pending";
+  }
   if (e.type == "step.output") {
     if (!e.data.is_object())
       return;

@@ -259,6 +259,20 @@ TEST_CASE("a running step's timeout escalation shows on its line, and signals of
   CHECK(v.render({}, t + 400).back() == "└─ search failed");
 }
 
+TEST_CASE("a step the graph did not list appears when it prints or changes status",
+          "[runtime][render]") {
+  auto v = team_view();
+  const int64_t t = 1'700'000'000'000;
+  v.apply(event("step.output", t, "extra", {}, {{"stream", "stdout"}, {"line", "hello"}}));
+  CHECK(v.render({}, t) == std::vector<std::string>{"team r1 running", "├─ search pending",
+                                                    "└─ extra running  hello"});
+  v.apply(event("step.completed", t + 1, "extra", "completed"));
+  v.apply(event("step.queued", t + 2, "late", "queued"));
+  CHECK(v.render({}, t + 2) == std::vector<std::string>{"team r1 running", "├─ search pending",
+                                                        "├─ extra completed",
+                                                        "└─ late queued"});
+}
+
 TEST_CASE("canopy events prints a signal sent to a step with the next one and its delay",
           "[runtime][render]") {
   auto e = event("step.signalled", 0, "search", {}, signalled("SIGTERM", "SIGKILL", 5000));
