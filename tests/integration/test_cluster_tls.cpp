@@ -290,6 +290,9 @@ TEST_CASE("the secret and a step's arguments cross a TLS cluster port only encry
   REQUIRE(w.wait_joined(relay.port(), "wtls"));
   REQUIRE(eventually([&] { return node_names(sup).count("wtls") == 1; }, 10s));
   auto doc = run_tool(sup, "echo_wtls");
+  // What the nodes saw, as of now (an INFO above holds only its own moment).
+  INFO("execution: " << doc.dump() << "\nsupervisor log now: " << sup.log()
+                     << "\ntls worker stderr now: " << w.err());
   REQUIRE(doc["outputs"] == json{{"said", marker + "\n"}});
   auto seen = relay.captured();
   INFO("captured " << seen.size() << " bytes");
