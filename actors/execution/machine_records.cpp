@@ -118,7 +118,20 @@ void execution_machine::flush(after_write then) {
   w.then = then;
   w.reply = reply_pending_;
   reply_pending_ = false;
-  effects_.emplace_back(std::make_unique<fx::write>(std::move(w)));
+  // A child spawned since the last write has its first record (`queued`) in
+  // this batch: the write goes before the spawn. Otherwise the child's own
+  // first write (`running`) could reach the writer first, and this older
+  // record would overwrite it (the tree then showed the child `queued`
+  // while it ran).
+  auto at = effects_.end();
+  for (auto i = effects_.end(); i != effects_.begin();) {
+    --i;
+    if (effect_as<fx::write>(*i))
+      break;
+    if (effect_as<fx::spawn_child>(*i))
+      at = i;
+  }
+  effects_.insert(at, std::make_unique<fx::write>(std::move(w)));
 }
 
 } // namespace canopy

@@ -36,6 +36,42 @@ TEST_CASE("a child that completes completes its step with the child's outputs",
   CHECK(f.m->results()["c"] == json{{"v", 1}});
 }
 
+TEST_CASE("a child's first record is written before the child is spawned, so that the "
+          "child's own writes come after it",
+          "[actors][machine]") {
+  const json two_children = {
+    {"steps",
+     {{"c1", {{"graph", {{"steps", {{"x", {{"fn", "noop"}}}}}}}}},
+      {"c2", {{"graph", {{"steps", {{"y", {{"fn", "noop"}}}}}}}}}}}};
+  machine_fixture f{two_children};
+  f.m->start(++f.now);
+  auto xs = f.fx();
+  size_t write_at = xs.size(), spawns = 0, first_spawn = xs.size();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (effect_as<fx::spawn_child>(xs[i])) {
+      ++spawns;
+      first_spawn = std::min(first_spawn, i);
+    }
+    if (effect_as<fx::write>(xs[i]) && write_at == xs.size()) {
+      write_at = i;
+      // Both children's `queued` records ride in it.
+      auto& b = effect_as<fx::write>(xs[i])->batch;
+      size_t queued = 0;
+      auto count = [&](const std::vector<execution_record>& rs) {
+        for (auto& r : rs)
+          queued += r.status == execution_status::queued && !r.parent_id.empty();
+      };
+      count(b.executions);
+      for (auto& n : b.nested)
+        count(n.executions);
+      CHECK(queued == 2);
+    }
+  }
+  CHECK(spawns == 2);
+  REQUIRE(write_at < xs.size());
+  CHECK(write_at < first_spawn);
+}
+
 TEST_CASE("a child that stopped on its own puts its step back to pending and stops the parent",
           "[actors][machine]") {
   machine_fixture f{one_child};
