@@ -97,6 +97,22 @@ std::string screen_text(pty_session& p) {
   return text;
 }
 
+/// Sends Ctrl-C to `run` and waits for the notice on its screen; reports
+/// the latency (`what` names the case) and checks it against a loose bound
+/// (the issue asks 200 ms; a timed bound in a test only catches a hang).
+void ctrl_c_says_stopping(pty_session& run, const std::string& what) {
+  auto t0 = std::chrono::steady_clock::now();
+  run.send("\x03");
+  REQUIRE(run.wait_for([](const std::string&, const screen_model& s) {
+    return on_screen(s, "stopping… (Ctrl-C again to force)");
+  }, 10s));
+  auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count();
+  WARN("Ctrl-C to `stopping…` on the screen" << what << ": " << latency << " ms");
+  CHECK(latency < 2000 * slow_build);
+}
+
 } // namespace
 
 TEST_CASE("the live tree of a 45-step graph fits an 80x20 terminal, and the final screen holds "
@@ -166,16 +182,7 @@ TEST_CASE("Ctrl-C on a run whose step ignores SIGINT says stopping at once on th
   auto pid = wait_pid_file(pid_file);
   REQUIRE(pid > 0);
 
-  auto t0 = std::chrono::steady_clock::now();
-  run.send("\x03");
-  REQUIRE(run.wait_for([](const std::string&, const screen_model& s) {
-    return on_screen(s, "stopping… (Ctrl-C again to force)");
-  }, 10s));
-  auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::steady_clock::now() - t0)
-                   .count();
-  WARN("Ctrl-C to `stopping…` on the screen: " << latency << " ms");
-  CHECK(latency < 2000 * slow_build);
+  ctrl_c_says_stopping(run, "");
   CHECK(!process_gone(pid)); // the step still runs
 
   // The escalation as it happens: the execution and its step are stopping,
@@ -289,16 +296,7 @@ TEST_CASE("Ctrl-C on run --server whose step ignores SIGINT says stopping at onc
   REQUIRE(listed.body["items"].size() == 1);
   auto id = listed.body["items"][0]["id"].get<std::string>();
 
-  auto t0 = std::chrono::steady_clock::now();
-  run.send("\x03");
-  REQUIRE(run.wait_for([](const std::string&, const screen_model& s) {
-    return on_screen(s, "stopping… (Ctrl-C again to force)");
-  }, 10s));
-  auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::steady_clock::now() - t0)
-                   .count();
-  WARN("Ctrl-C to `stopping…` on the screen (--server): " << latency << " ms");
-  CHECK(latency < 2000 * slow_build);
+  ctrl_c_says_stopping(run, " (--server)");
   // The stop reached the server: the execution and its step are stopping
   // there, shown from the server's stream, while the step still runs.
   REQUIRE(run.wait_for([&](const std::string&, const screen_model& s) {
