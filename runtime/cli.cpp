@@ -44,17 +44,6 @@ namespace canopy::cli {
 
 namespace {
 
-// -- tunables ---------------------------------------------------------------------------
-
-/// `events --follow` polls the store this often: the shortest pause while
-/// events arrive, doubling to the longest while the tree is quiet.
-constexpr std::chrono::milliseconds min_follow_poll{5};
-constexpr std::chrono::milliseconds max_follow_poll{50};
-
-/// `events --follow` looks for a dead owner this often (a tree whose process
-/// died stays `running` until someone recovers it).
-constexpr std::chrono::milliseconds follow_recovery_interval{250};
-
 // -- commands --------------------------------------------------------------------------
 
 struct run_options {
@@ -260,36 +249,15 @@ int cmd_events(const global_options& g, const std::string& id, bool follow_live,
     return in;
   };
   tree_view view{**db, id};
-  uint64_t after = 0;
-  auto delay = min_follow_poll;
-  auto last_recovery = std::chrono::steady_clock::now();
-  for (;;) {
-    // Status first, then events: once `id` is terminal, the read that
-    // follows holds every event up to its terminal commit.
-    auto now = (*db)->execution(id);
-    if (!now)
-      return fail(now.error());
-    auto events = (*db)->tree_events(rec->root_id, after);
-    if (!events)
-      return fail(events.error());
-    for (auto& e : *events) {
-      after = e.seq;
-      if (in_subtree(e))
-        print_event(e, view, as_json);
-    }
-    std::cout << std::flush;
-    if (!follow_live || is_terminal(now->status))
-      return 0;
-    // Another process writes the store: poll it, quickly while it is busy.
-    delay = events->empty() ? std::min(delay * 2, max_follow_poll) : min_follow_poll;
-    std::this_thread::sleep_for(delay);
-    // An owner that died leaves its tree `running`: notice it, now and then.
-    if (std::chrono::steady_clock::now() - last_recovery > follow_recovery_interval) {
-      last_recovery = std::chrono::steady_clock::now();
-      if (auto err = recover_reading(**db))
-        return fail(err);
-    }
-  }
+  auto err = follow_store(**db, id, rec->root_id, follow_live,
+                          [&](const execution_record&, const std::vector<event_record>& events) {
+                            for (auto& e : events)
+                              if (in_subtree(e))
+                                print_event(e, view, as_json);
+                            std::cout << std::flush;
+                            return false;
+                          });
+  return err ? fail(err) : 0;
 }
 
 // -- serve ----------------------------------------------------------------------------------

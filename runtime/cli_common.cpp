@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <thread>
 
 #include "persistence/error.hpp"
 #include "runtime/document.hpp"
@@ -18,6 +19,15 @@ namespace canopy::cli {
 namespace {
 
 // -- tunables ---------------------------------------------------------------------------
+
+/// `follow_store` polls the store this often: the shortest pause while
+/// events arrive, doubling to the longest while the tree is quiet.
+constexpr std::chrono::milliseconds min_follow_poll{5};
+constexpr std::chrono::milliseconds max_follow_poll{50};
+
+/// `follow_store` looks for a dead owner this often (a tree whose process
+/// died stays `running` until someone recovers it).
+constexpr std::chrono::milliseconds follow_recovery_interval{250};
 
 /// How long a read command's recovery waits for the store's writers' lock.
 /// Reads must work while another process holds the home (SPEC §13 rule 16):
@@ -190,6 +200,32 @@ void print_nodes(const json& docs, bool as_json) {
     std::cout << docs.dump() << "\n";
   else
     std::cout << render_nodes(docs);
+}
+
+caf::error follow_store(store& db, const std::string& id, const std::string& root_id,
+                        bool follow, const store_read_handler& on_read) {
+  uint64_t after = 0;
+  auto delay = min_follow_poll;
+  auto last_recovery = std::chrono::steady_clock::now();
+  for (;;) {
+    auto now = db.execution(id);
+    if (!now)
+      return now.error();
+    auto events = db.tree_events(root_id, after);
+    if (!events)
+      return events.error();
+    if (!events->empty())
+      after = events->back().seq;
+    if (on_read(*now, *events) || !follow || is_terminal(now->status))
+      return caf::none;
+    delay = events->empty() ? std::min(delay * 2, max_follow_poll) : min_follow_poll;
+    std::this_thread::sleep_for(delay);
+    if (std::chrono::steady_clock::now() - last_recovery > follow_recovery_interval) {
+      last_recovery = std::chrono::steady_clock::now();
+      if (auto err = recover_reading(db))
+        return err;
+    }
+  }
 }
 
 } // namespace canopy::cli

@@ -126,6 +126,23 @@ caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_
 /// busy store is no error (it warns once and reads on).
 caf::error recover_reading(store& db);
 
+/// What `follow_store` hands its caller after each read: the execution as
+/// read first, then the events of its tree after the last read.
+/// @returns true when the caller has seen enough (stop following).
+using store_read_handler =
+  std::function<bool(const execution_record& now, const std::vector<event_record>& events)>;
+
+/// Reads execution `id` and the events of tree `root_id` from the local
+/// store, once, or with `follow` until `id` is terminal or `on_read` says
+/// enough (`events --follow`, `logs --follow`). Another process writes the
+/// store: it is polled, quickly while events arrive, backing off while
+/// quiet, and an owner that died is recovered now and then. The status is
+/// read before the events, so the read after `id` turned terminal holds
+/// every event up to its terminal commit.
+/// @returns none, or the first error of a read or a recovery.
+caf::error follow_store(store& db, const std::string& id, const std::string& root_id,
+                        bool follow, const store_read_handler& on_read);
+
 /// A client for `r`, or a usage error (bad URL, no token).
 caf::expected<api_client> open_client(const remote_options& r);
 

@@ -28,16 +28,6 @@ namespace canopy::cli {
 
 namespace {
 
-// -- tunables ---------------------------------------------------------------------------
-
-/// `logs --follow` polls the local store as `events --follow` does: quickly
-/// while events arrive, backing off to the longest pause while quiet.
-constexpr std::chrono::milliseconds min_poll{5};
-constexpr std::chrono::milliseconds max_poll{50};
-
-/// How often `logs --follow` looks for a dead owner on the local home.
-constexpr std::chrono::milliseconds recovery_interval{250};
-
 // -- what to print ------------------------------------------------------------------------
 
 std::string text_of(const json& doc, const char* key) {
@@ -235,42 +225,20 @@ int cmd_logs(const global_options& g, const logs_options& o) {
   auto sel = log_selection::make(std::move(*tree), reload, o);
   if (!sel)
     return fail(sel.error());
-  uint64_t after = 0;
   bool first = true;
-  auto delay = min_poll;
-  auto last_recovery = std::chrono::steady_clock::now();
-  for (;;) {
-    // Status first, then events: once the execution is terminal, the read
-    // that follows holds every event up to its terminal commit.
-    auto now = (*db)->execution(o.id);
-    if (!now)
-      return fail(now.error());
-    auto events = (*db)->tree_events(rec->root_id, after);
-    if (!events)
-      return fail(events.error());
-    std::vector<std::string> lines;
-    for (auto& e : *events) {
-      after = e.seq;
-      if (auto l = sel->line(e))
-        lines.push_back(std::move(*l));
-      sel->observe(e);
-    }
-    if (first)
-      print_first(lines, o.tail);
-    else
-      print_first(lines, std::nullopt);
-    first = false;
-    if (!o.follow || sel->settled() || is_terminal(now->status))
-      return 0;
-    delay = events->empty() ? std::min(delay * 2, max_poll) : min_poll;
-    std::this_thread::sleep_for(delay);
-    // An owner that died leaves its tree `running`: notice it now and then.
-    if (std::chrono::steady_clock::now() - last_recovery > recovery_interval) {
-      last_recovery = std::chrono::steady_clock::now();
-      if (auto err = recover_reading(**db))
-        return fail(err);
-    }
-  }
+  auto err = follow_store(**db, o.id, rec->root_id, o.follow,
+                          [&](const execution_record&, const std::vector<event_record>& events) {
+                            std::vector<std::string> lines;
+                            for (auto& e : events) {
+                              if (auto l = sel->line(e))
+                                lines.push_back(std::move(*l));
+                              sel->observe(e);
+                            }
+                            print_first(lines, first ? o.tail : std::optional<size_t>{});
+                            first = false;
+                            return sel->settled();
+                          });
+  return err ? fail(err) : 0;
 }
 
 int remote_logs(const remote_options& r, const logs_options& o) {

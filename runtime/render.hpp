@@ -14,6 +14,7 @@
 
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
+#include "runtime/step_logs.hpp"
 #include "runtime/live_frame.hpp"
 
 namespace canopy {
@@ -43,7 +44,7 @@ tree_source store_source(const store& db);
 class tree_view {
 public:
   /// How many of a step's last stderr lines it keeps (of its latest attempt).
-  static constexpr size_t stderr_lines = 5;
+  static constexpr size_t stderr_lines = failed_step_stderr_lines;
 
   /// A failed step and the last lines it wrote to stderr.
   struct failure {
