@@ -48,6 +48,7 @@ using close_atom = caf::atom_constant<caf::atom("close")>;       ///< agent: the
 using pump_atom = caf::atom_constant<caf::atom("pump")>;         ///< execution: start more ready steps
 using idle_atom = caf::atom_constant<caf::atom("idle")>;         ///< writer: idle-time work
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;       ///< timer: drop ended receivers' timers
+using gate_atom = caf::atom_constant<caf::atom("gate")>;         ///< execution: the start gate let it in
 
 /// Committed events, shared by every subscriber that receives them.
 using event_list = std::shared_ptr<const std::vector<event_record>>;

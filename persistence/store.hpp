@@ -166,6 +166,11 @@ struct write_batch {
   /// them: read them back with `store::subtree_events`.
   void take_events(std::vector<event_record>& out);
 
+  /// About how many records this batch and the nested ones write (a large
+  /// encoded graph counts as one per 512 bytes): what the store writer sizes
+  /// its group commits by. O(number of nested batches).
+  size_t weight() const;
+
   /// Appends (copies) the subtree_stops of this batch and the nested ones,
   /// in commit order, to `out` (after a commit: with `first_seq` assigned).
   void collect_subtree_stops(std::vector<subtree_stop>& out) const;

@@ -236,6 +236,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->db = rt->db_;
   svc->writer = rt->writer_;
   svc->slots = rt->slots_;
+  svc->gate = std::make_shared<start_gate>(opts.start_permits);
   rt->timer_ = spawn_timer(*rt->sys_);
   svc->timer = rt->timer_;
   if (opts.max_running > 0) {

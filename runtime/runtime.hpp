@@ -64,6 +64,12 @@ struct runtime_options {
   /// Root executions running at once (0: unlimited); the others wait `queued`
   /// in start order.
   size_t max_running = 0;
+  /// Executions whose start (first write) is not yet committed, at once: the
+  /// others wait, spawned, until one is (flow control toward the store
+  /// writer, actors/start_gate.hpp). At least 1.
+  /// The default keeps the writer's group commits full (a start batch holds
+  /// a few records per child) and the batches waiting a few MiB at most.
+  size_t start_permits = 1024;
   /// Threads for registered `fn` functions.
   size_t fn_threads = 4;
   /// CAF scheduler threads (0: CAF's default).

@@ -80,6 +80,35 @@ machine_init machine_init_of(execution_init& init, const execution_services& svc
   return mi;
 }
 
+// -- the start --------------------------------------------------------------------------
+
+/// Starts the machine. A start that wrote nothing (a root that waits for
+/// admission, or an ancestor already stopping) gives the gate's permit back.
+void start_machine(execution_shell* self) {
+  auto& st = self->state;
+  st.m->start(now_ms());
+  run_effects(self);
+  if (st.m->phase() != exec_phase::running)
+    leave_gate(self);
+}
+
+/// Starts the machine once the start gate lets this execution in: at once,
+/// or on a `gate_atom` when a permit comes back (actors/start_gate.hpp).
+void enter_gate(execution_shell* self) {
+  auto& st = self->state;
+  if (!st.svc->gate)
+    return start_machine(self);
+  if (st.gate_ticket)
+    return; // at the gate already
+  caf::actor_addr addr = self->address(); // weak: a waiting ticket keeps no actor alive
+  st.gate_ticket = std::make_shared<start_gate::ticket>([addr] {
+    if (auto a = caf::actor_cast<caf::actor>(addr))
+      caf::anon_send(a, gate_atom::value);
+  });
+  if (st.svc->gate->enter(st.gate_ticket))
+    start_machine(self);
+}
+
 // -- handlers ---------------------------------------------------------------------------
 
 /// The execution actor whose message the shared handlers handle (set by
@@ -92,11 +121,8 @@ thread_local execution_shell* current_shell = nullptr;
 caf::behavior make_handlers() {
   auto step = [](uint64_t idx) { return static_cast<uint32_t>(idx); };
   return {
-    [](start_atom) {
-      auto self = current_shell;
-      self->state.m->start(now_ms());
-      run_effects(self);
-    },
+    [](start_atom) { enter_gate(current_shell); },
+    [](gate_atom) { start_machine(current_shell); },
     [](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
       auto self = current_shell;
       self->state.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful,
@@ -239,7 +265,19 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
 
 } // namespace
 
+void leave_gate(execution_shell* self) {
+  auto& st = self->state;
+  if (!st.gate_ticket)
+    return;
+  st.svc->gate->leave(st.gate_ticket);
+  st.gate_ticket.reset();
+}
+
 execution_shell_state::~execution_shell_state() {
+  // Ending at the gate, or before its first write was committed: the permit
+  // (or place) goes to the next execution.
+  if (gate_ticket && svc && svc->gate)
+    svc->gate->leave(gate_ticket);
   if (!m || !svc)
     return;
   // Neither its pending timers nor its directory entry are removed here: the

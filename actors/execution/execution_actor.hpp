@@ -80,6 +80,7 @@
 #include "actors/cluster.hpp"
 #include "actors/execution/machine.hpp"
 #include "actors/fn_registry.hpp"
+#include "actors/start_gate.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
@@ -98,6 +99,9 @@ struct execution_services {
   std::shared_ptr<fn_registry> fns;
   std::shared_ptr<fn_pool> pool;
   std::shared_ptr<execution_directory> directory;
+  /// Bounds the starts whose first write is not yet committed (null: every
+  /// execution starts at once). See actors/start_gate.hpp.
+  std::shared_ptr<start_gate> gate;
   /// Tools `tool` and `plan` steps may name (never null once the runtime runs).
   std::shared_ptr<const tool_table> tools;
   /// A slot pool per tool with its own `max_parallel`; a tool step takes a

@@ -83,11 +83,17 @@ struct execution_shell_state {
   std::unique_ptr<std::vector<caf::response_promise>> replies;
   /// Why it quits: normal, or a compact stop's report (`make_compact_stop`).
   caf::error exit_reason;
+  /// Its place at the start gate, from its start until its first write is
+  /// committed (null before and after, and without a gate).
+  std::shared_ptr<start_gate::ticket> gate_ticket;
   static const char* name;
 };
 
 /// Carries out every effect the machine appended (and its pending write).
 void run_effects(execution_shell* self);
+
+/// Gives the start gate's permit (or place) back, if it holds one.
+void leave_gate(execution_shell* self);
 
 /// Submits pooled function `e.name` of step `e.idx` to the function pool.
 void start_pooled_fn(execution_shell* self, fx::start_fn& e);

@@ -55,14 +55,15 @@ struct fixture {
   std::string home = dir.path + "/home";
   std::unique_ptr<runtime> rt;
 
-  fixture(size_t max_running = 0) {
-    open(max_running);
+  fixture(size_t max_running = 0, size_t start_permits = runtime_options{}.start_permits) {
+    open(max_running, start_permits);
   }
 
-  void open(size_t max_running = 0) {
+  void open(size_t max_running = 0, size_t start_permits = runtime_options{}.start_permits) {
     runtime_options opts;
     opts.home = home;
     opts.max_running = max_running;
+    opts.start_permits = start_permits;
     rt = get(runtime::open(opts));
   }
 
@@ -1132,4 +1133,77 @@ TEST_CASE("a function that ignores its stop token cannot hold a stop forever",
     release = true;
   }
   cv.notify_all();
+}
+
+// -- the start gate (actors/start_gate.hpp) ------------------------------------------------
+
+namespace {
+
+/// A root with `width` children of `width` children each, every leaf running
+/// `leaf` (one step `s`).
+json square_tree(int width, const json& leaf) {
+  json mid = {{"steps", json::object()}};
+  for (int i = 0; i < width; ++i)
+    mid["steps"]["c" + std::to_string(i)] = {{"graph", leaf}};
+  json doc = {{"steps", json::object()}};
+  for (int i = 0; i < width; ++i)
+    doc["steps"]["m" + std::to_string(i)] = {{"graph", mid}};
+  return doc;
+}
+
+/// Every execution of the tree below `root`, root first.
+std::vector<execution_record> tree_of(const fixture& f, const std::string& root) {
+  std::vector<execution_record> out;
+  std::vector<std::string> todo{root};
+  while (!todo.empty()) {
+    auto id = todo.back();
+    todo.pop_back();
+    out.push_back(get(f.rt->db()->execution(id)));
+    for (auto& c : get(f.rt->db()->children(id)))
+      todo.push_back(c);
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a tree of 111 executions starts and completes through a gate of 3 permits",
+          "[runtime][gate]") {
+  fixture f{0, 3};
+  json leaf = {{"steps", {{"s", {{"fn", "noop"}}}}}};
+  auto h = f.start(square_tree(10, leaf));
+  CHECK(f.finish(h).status == execution_status::completed);
+  auto all = tree_of(f, h.id());
+  CHECK(all.size() == 111);
+  for (auto& e : all) {
+    INFO(e.id);
+    CHECK(e.status == execution_status::completed);
+  }
+}
+
+TEST_CASE("a stop while most of a tree waits at the start gate ends every execution stopped",
+          "[runtime][gate][stop]") {
+  fixture f{0, 2};
+  json leaf = {{"steps", {{"s", {{"fn", "sleep"}, {"with", {{"ms", 600000}}}}}}}};
+  auto h = f.start(square_tree(12, leaf));
+  auto seen = std::make_shared<collector>();
+  auto sub = h.subscribe(seen->callback());
+  // Stop once the first leaf sleeps: the gate holds most of the tree back.
+  REQUIRE(test::eventually([&] {
+    for (auto& e : seen->snapshot())
+      if (e.type == "step.started" && e.step == "s")
+        return true;
+    return false;
+  }));
+  REQUIRE(h.stop());
+  CHECK(f.finish(h).status == execution_status::stopped);
+  for (auto& e : tree_of(f, h.id())) {
+    INFO(e.id << " " << to_string(e.status));
+    CHECK(e.status == execution_status::stopped);
+  }
+  CHECK(get(f.rt->db()->live()).empty());
+  // The gate gave every permit back: a new tree starts and completes.
+  json quick = {{"steps", {{"s", {{"fn", "noop"}}}}}};
+  auto again = f.start(square_tree(3, quick));
+  CHECK(f.finish(again).status == execution_status::completed);
 }
