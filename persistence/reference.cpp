@@ -168,9 +168,9 @@ caf::expected<json> lookup(const reference& ref, const reference_scope& scope) {
     case reference::steps:
       break;
   }
-  if (scope.steps == nullptr || !scope.steps->is_object() || !scope.steps->contains(ref.name))
+  const json* cur = scope.steps != nullptr ? scope.steps->result_of(ref.name) : nullptr;
+  if (cur == nullptr)
     return bad("step '" + ref.name + "' has no result");
-  const json* cur = &scope.steps->at(ref.name);
   for (size_t i = 0; i < ref.path.size(); ++i) {
     const auto& key = ref.path[i];
     if (cur->is_object()) {
@@ -291,6 +291,15 @@ std::string escape_pointer(const std::string& key) {
       result += c;
   }
   return result;
+}
+
+// -- step results ----------------------------------------------------------------
+
+const json* json_step_results::result_of(const std::string& step) const {
+  if (!results_.is_object())
+    return nullptr;
+  auto i = results_.find(step);
+  return i != results_.end() ? &*i : nullptr;
 }
 
 } // namespace canopy

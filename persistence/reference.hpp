@@ -42,11 +42,30 @@ std::string escape_pointer(const std::string& key);
 void for_each_string(const json& v, const std::string& path,
                      const std::function<void(const std::string&, const std::string&)>& f);
 
+/// The results of an execution's finished steps, by step id.
+class step_results {
+public:
+  virtual ~step_results() = default;
+  /// @returns the result of step `step` once it completed, else null.
+  virtual const json* result_of(const std::string& step) const = 0;
+};
+
+/// `step_results` over a JSON object (step id → result), which must outlive it.
+class json_step_results : public step_results {
+public:
+  explicit json_step_results(const json& results) : results_(results) {
+  }
+  const json* result_of(const std::string& step) const override;
+
+private:
+  const json& results_;
+};
+
 /// What references resolve against.
 struct reference_scope {
-  const json* inputs = nullptr; ///< object of input values
-  const json* steps = nullptr;  ///< object: step id → result object (only finished steps)
-  const json* with = nullptr;   ///< object, for tool argv templates
+  const json* inputs = nullptr;         ///< object of input values
+  const step_results* steps = nullptr;  ///< finished steps' results
+  const json* with = nullptr;           ///< object, for tool argv templates
 };
 
 /// Resolves the references in `v`: a string that is exactly one reference takes

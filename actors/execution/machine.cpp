@@ -103,7 +103,7 @@ execution_machine::execution_machine(std::shared_ptr<const machine_env> env, mac
     s.ended_at = r.ended_at;
     if (r.status == step_status::completed) {
       s.phase = step_phase::completed;
-      results_[r.step] = std::move(r.result);
+      s.result = std::move(r.result);
     }
   }
   for (size_t i = 0; i < n; ++i)

@@ -32,6 +32,7 @@
 #include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
+#include "persistence/reference.hpp"
 #include "persistence/store.hpp"
 #include "persistence/tools.hpp"
 
@@ -145,7 +146,9 @@ public:
 
 // -- the machine ----------------------------------------------------------------------
 
-class execution_machine {
+/// The machine is also its execution's step results (references resolve
+/// against it): a completed step's result is kept in its step state.
+class execution_machine : public step_results {
 public:
   /// At most this many steps start in one input; the rest follow a `yield`,
   /// so a wide layer's records are committed while its later steps start.
@@ -166,7 +169,7 @@ public:
     std::string node;     ///< empty: `local`
     std::string child_id; ///< the child execution of a graph, plan or agent step
     json error;           ///< null or the failure message
-    json result;          ///< a failed attempt's result (completed: `results`)
+    json result;          ///< a completed step's result, or a failed attempt's output
   };
   static constexpr uint8_t held_tool_pool = 1; ///< the step's tool has its own pool
   static constexpr uint8_t held_tool_slot = 2; ///< holds the tool pool's slot
@@ -274,7 +277,9 @@ public:
   const std::shared_ptr<const graph>& graph_ptr() const { return g_; }
   const step_state& step(uint32_t idx) const { return steps_[idx]; }
   size_t size() const { return steps_.size(); }
-  const json& results() const { return results_; }
+  const step_results& results() const { return *this; }
+  /// @returns the result of step `step` once it completed, else null.
+  const json* result_of(const std::string& step) const override;
   const std::shared_ptr<halt_token>& token() const { return token_; }
   const std::shared_ptr<limit_scope>& scope() const { return scope_; }
   /// True when a message about (idx, attempt) is current.
@@ -283,9 +288,8 @@ public:
   }
   /// The step whose ticket is `ticket`, or size().
   uint32_t step_of_ticket(uint32_t ticket) const;
-  /// The record of step `idx` as it would be written now; `result`, when
-  /// given, is a completed step's result (saves looking it up).
-  step_record step_record_of(uint32_t idx, const json* result = nullptr) const;
+  /// The record of step `idx` as it would be written now.
+  step_record step_record_of(uint32_t idx) const;
   execution_status final_status() const { return final_status_; }
   step_reason final_reason() const { return final_reason_; }
 
@@ -295,7 +299,7 @@ private:
   void emit(const char* type, int64_t now, const std::string& step = {},
             const std::string& status = {}, const std::string& reason = {},
             json data = nullptr);
-  void put_step(uint32_t idx, const json* result = nullptr);
+  void put_step(uint32_t idx);
   /// `{"attempt": attempt}`, the data of `step.started` (built without an
   /// initializer list: once per step).
   static json attempt_data(int attempt);
@@ -357,7 +361,6 @@ private:
   /// both empty when no step has needs.
   std::vector<uint32_t> dep_offsets_;
   std::vector<uint32_t> dep_targets_;
-  json results_; ///< step id → result, completed steps only (null until the first)
   std::vector<uint32_t> ready_;
   size_t durable_completed_ = 0;
   uint32_t next_ticket_ = 1;

@@ -22,7 +22,14 @@ json execution_machine::attempt_data(int attempt) {
   return data;
 }
 
-step_record execution_machine::step_record_of(uint32_t idx, const json* result) const {
+const json* execution_machine::result_of(const std::string& step) const {
+  auto i = g_->index.find(step);
+  if (i == g_->index.end() || steps_[i->second].phase != step_phase::completed)
+    return nullptr;
+  return &steps_[i->second].result;
+}
+
+step_record execution_machine::step_record_of(uint32_t idx) const {
   auto& s = steps_[idx];
   auto& def = g_->steps[idx];
   step_record r;
@@ -30,14 +37,7 @@ step_record execution_machine::step_record_of(uint32_t idx, const json* result) 
   r.step = def.id;
   r.status = status_of(s.phase);
   r.attempt = s.attempt;
-  if (r.status == step_status::completed && result != nullptr) {
-    r.result = *result;
-  } else if (r.status == step_status::completed) {
-    auto i = results_.find(def.id);
-    r.result = i != results_.end() ? *i : json{};
-  } else {
-    r.result = s.result;
-  }
+  r.result = s.result; // a completed step's result, or a failed attempt's output
   r.error = s.error;
   r.reason = to_string(s.reason);
   r.node = s.node;
@@ -49,8 +49,8 @@ step_record execution_machine::step_record_of(uint32_t idx, const json* result) 
   return r;
 }
 
-void execution_machine::put_step(uint32_t idx, const json* result) {
-  batch_or_new().steps.push_back(step_record_of(idx, result));
+void execution_machine::put_step(uint32_t idx) {
+  batch_or_new().steps.push_back(step_record_of(idx));
 }
 
 void execution_machine::put_execution() {

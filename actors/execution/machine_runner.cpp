@@ -13,7 +13,7 @@ void execution_machine::start_runner(uint32_t idx, int64_t now) {
   auto& def = g_->steps[idx];
   auto& s = steps_[idx];
   bool remote = (s.held & held_remote) != 0;
-  reference_scope scope{&rec_.inputs, &results_, nullptr};
+  reference_scope scope{&rec_.inputs, this, nullptr};
   fx::spawn_runner out{idx, runner_spec{}, remote, fx::remote_tool{}};
   auto& spec = out.spec;
   spec.step = idx;

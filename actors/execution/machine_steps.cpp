@@ -163,7 +163,7 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
 void execution_machine::start_fn(uint32_t idx, int64_t now) {
   auto& def = g_->steps[idx];
   auto& s = steps_[idx];
-  reference_scope scope{&rec_.inputs, &results_, nullptr};
+  reference_scope scope{&rec_.inputs, this, nullptr};
   auto with = resolve(def.with, scope);
   if (!with)
     return fail_attempt(idx, message_of(with.error()), nullptr, now);
@@ -321,10 +321,9 @@ void execution_machine::complete_step(uint32_t idx, json result, int64_t now) {
   s.ended_at = now;
   s.error = nullptr;
   s.reason = step_reason::none;
-  s.result = nullptr;
+  s.result = std::move(result); // what references to it resolve to from now on
   emit("step.completed", now, id, "completed");
-  put_step(idx, &result);
-  results_[id] = std::move(result);
+  put_step(idx);
   batch_completed_.push_back(idx);
 }
 
@@ -381,7 +380,7 @@ void execution_machine::lose_step(uint32_t idx, const std::string& why, bool wor
 void execution_machine::finish(int64_t now) {
   phase_ = exec_phase::finishing;
   stop_clock(now);
-  reference_scope scope{&rec_.inputs, &results_, nullptr};
+  reference_scope scope{&rec_.inputs, this, nullptr};
   auto outputs = resolve(g_->outputs, scope);
   rec_.ended_at = now;
   if (outputs) {

@@ -16,9 +16,10 @@ struct fixture {
   json with = {{"prompt", "hi"}};
   json steps = {{"a", {{"stdout", "out\n"}, {"exit_code", 0}, {"json", {{"xs", {10, 20}}}}}},
                 {"b", {{"reply", nullptr}}}};
+  json_step_results results{steps};
 
   reference_scope scope() const {
-    return {&inputs, &steps, &with};
+    return {&inputs, &results, &with};
   }
 };
 
