@@ -77,6 +77,11 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
     // A failure (a busy store) leaves the snapshot compact: try again later.
     if (st.db->materialize(root))
       st.compact_roots.insert(root);
+    else
+      // It was one transaction as large as the subtree: LMDB would keep its
+      // pages allocated for good. A failure here makes every later call of
+      // the store report it.
+      (void) st.db->release_write_cache();
   }
   arm_idle(self);
 }

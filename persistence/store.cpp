@@ -281,6 +281,59 @@ int store::open_databases(bool create, std::string& bad_schema) {
   return mdb_txn_commit(txn);
 }
 
+int store::open_env(size_t map_bytes) {
+  int rc = mdb_env_create(&env_);
+  if (rc != 0) {
+    env_ = nullptr;
+    return rc;
+  }
+  // 15 named databases today; headroom for a few more without a new binary
+  // refusing to open a home another version created.
+  mdb_env_set_maxdbs(env_, 32);
+  mdb_env_set_maxreaders(env_, 510);
+  // The map size is persisted by LMDB; a larger existing map wins.
+  mdb_env_set_mapsize(env_, map_bytes);
+  rc = mdb_env_open(env_, home_.c_str(), MDB_NOTLS, 0644);
+  if (rc != 0) {
+    mdb_env_close(env_);
+    env_ = nullptr;
+  }
+  return rc;
+}
+
+caf::error store::unusable() const {
+  return make_error(persistence_errc::store_error,
+                    "store in '" + home_ + "' could not be opened again");
+}
+
+caf::error store::release_write_cache() {
+  // The order of `commit` (which may hold dbi_mtx_ while it writes).
+  std::lock_guard<std::mutex> dbis{dbi_mtx_};
+  std::unique_lock<std::shared_mutex> excl{resize_mtx_};
+  if (env_ == nullptr)
+    return unusable();
+  MDB_envinfo info;
+  mdb_env_info(env_, &info);
+  // Closed before it is opened again: LMDB's locks on its lock file are the
+  // process's, so a second handle open at once would lose them with the first.
+  mdb_env_close(env_);
+  env_ = nullptr;
+  int rc = open_env(info.me_mapsize);
+  std::string bad_schema;
+  if (rc == 0)
+    rc = open_databases(false, bad_schema);
+  if (rc != 0) {
+    if (env_ != nullptr) {
+      mdb_env_close(env_);
+      env_ = nullptr;
+    }
+    return make_error(persistence_errc::store_error,
+                      "store in '" + home_ + "' could not be opened again: "
+                        + (rc == -1 ? "schema " + bad_schema : std::string{mdb_strerror(rc)}));
+  }
+  return caf::none;
+}
+
 caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
   if (auto rc = mkdirs(opts.home); rc != 0)
     return make_error(persistence_errc::io_error,
@@ -293,16 +346,7 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
   if (s->lock_fd_ < 0)
     return make_error(persistence_errc::io_error, "cannot open the writers' lock '" + lock_path
                                                     + "': " + std::strerror(errno));
-  int rc = mdb_env_create(&s->env_);
-  if (rc != 0)
-    return lmdb_error("mdb_env_create", rc);
-  // 15 named databases today; headroom for a few more without a new binary
-  // refusing to open a home another version created.
-  mdb_env_set_maxdbs(s->env_, 32);
-  mdb_env_set_maxreaders(s->env_, 510);
-  // The map size is persisted by LMDB; a larger existing map wins.
-  mdb_env_set_mapsize(s->env_, opts.initial_map_bytes);
-  rc = mdb_env_open(s->env_, opts.home.c_str(), MDB_NOTLS, 0644);
+  int rc = s->open_env(opts.initial_map_bytes);
   if (rc != 0)
     return make_error(persistence_errc::store_error,
                       "cannot open store in '" + opts.home + "': " + mdb_strerror(rc));
@@ -381,7 +425,7 @@ store_subtree::dbs store::subtree_dbs() const {
     if (lock.owns_lock() && !has_subtrees_) {
       std::shared_lock<std::shared_mutex> guard{resize_mtx_};
       MDB_txn* txn = nullptr;
-      if (mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn) == 0) {
+      if (env_ != nullptr && mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn) == 0) {
         MDB_dbi dbi;
         if (mdb_dbi_open(txn, "subtrees", 0, &dbi) != 0) {
           mdb_txn_abort(txn);
@@ -407,6 +451,9 @@ store_subtree::dbs store::subtree_dbs() const {
 }
 
 size_t store::map_size() const {
+  std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+  if (env_ == nullptr)
+    return 0;
   MDB_envinfo info;
   mdb_env_info(env_, &info);
   return info.me_mapsize;
@@ -415,6 +462,8 @@ size_t store::map_size() const {
 template <class F>
 caf::error store::read(F&& f) const {
   std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+  if (env_ == nullptr)
+    return unusable();
   read_txn t;
   int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &t.txn);
   if (rc == MDB_MAP_RESIZED) {
@@ -1115,6 +1164,8 @@ caf::error store::write_once(const std::function<int(MDB_txn*)>& f, const char* 
     int rc;
     {
       std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+      if (env_ == nullptr)
+        return unusable();
       MDB_txn* txn = nullptr;
       rc = mdb_txn_begin(env_, nullptr, 0, &txn);
       if (rc == MDB_MAP_RESIZED) {
