@@ -378,7 +378,7 @@ public:
 
   /// Gives back the memory LMDB keeps for writing: every dirty page of the
   /// largest transaction so far stays allocated in the environment until it
-  /// is closed (a materialised subtree of 111,111 executions: 330 MiB). The
+  /// is closed (a materialised subtree of 111,111 executions: 334 MiB). The
   /// environment is closed and opened again, with no transaction of this
   /// process in flight (reads and writes wait meanwhile, a few ms).
   /// @returns nothing, or `store_error` when it cannot be opened again (the
