@@ -22,6 +22,18 @@ struct tickets {
   }
 };
 
+/// A gate of one permit: `a` holds it, `b` and then `c` wait.
+struct one_held_two_waiting {
+  start_gate gate{1};
+  tickets t;
+  std::shared_ptr<start_gate::ticket> a = t.make(), b = t.make(), c = t.make();
+  one_held_two_waiting() {
+    REQUIRE(gate.enter(a));
+    REQUIRE_FALSE(gate.enter(b));
+    REQUIRE_FALSE(gate.enter(c));
+  }
+};
+
 } // namespace
 
 TEST_CASE("a gate lets as many in as it has permits and queues the rest", "[actors][gate]") {
@@ -36,12 +48,8 @@ TEST_CASE("a gate lets as many in as it has permits and queues the rest", "[acto
 }
 
 TEST_CASE("a permit given back goes to the first waiter, who is woken", "[actors][gate]") {
-  start_gate gate{1};
-  tickets t;
-  auto a = t.make(), b = t.make(), c = t.make();
-  REQUIRE(gate.enter(a));
-  REQUIRE_FALSE(gate.enter(b));
-  REQUIRE_FALSE(gate.enter(c));
+  one_held_two_waiting f;
+  auto& [gate, t, a, b, c] = f;
   gate.leave(a);
   CHECK(t.woken == std::vector<int>{1});
   CHECK(gate.enter(b)); // it holds the permit now
@@ -55,12 +63,8 @@ TEST_CASE("a permit given back goes to the first waiter, who is woken", "[actors
 }
 
 TEST_CASE("a waiter that leaves gives up its place and is never woken", "[actors][gate]") {
-  start_gate gate{1};
-  tickets t;
-  auto a = t.make(), b = t.make(), c = t.make();
-  REQUIRE(gate.enter(a));
-  REQUIRE_FALSE(gate.enter(b));
-  REQUIRE_FALSE(gate.enter(c));
+  one_held_two_waiting f;
+  auto& [gate, t, a, b, c] = f;
   gate.leave(b);
   CHECK(gate.waiting() == 1);
   gate.leave(a);
