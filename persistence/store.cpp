@@ -215,6 +215,38 @@ std::string store::write_lock_path(const std::string& home) {
   return home + "/write.lock";
 }
 
+std::vector<std::pair<const char*, unsigned*>> store::named_databases() {
+  return {{"meta", &meta_},         {"executions", &executions_},
+          {"steps", &steps_},       {"children", &children_},
+          {"graphs", &graphs_},     {"events", &events_},
+          {"live", &live_},         {"stops", &stops_},
+          {"pending", &pending_},   {"counters", &counters_},
+          {"registry", &registry_}, {"agents", &agents_},
+          {"history", &history_},   {"agent_runs", &agent_runs_}};
+}
+
+int store::check_databases() {
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
+  if (rc != 0)
+    return rc;
+  auto same = [&](const char* name, unsigned expected) {
+    MDB_dbi dbi;
+    if (rc == 0 && (rc = mdb_dbi_open(txn, name, 0, &dbi)) == 0 && dbi != expected)
+      rc = MDB_BAD_DBI;
+  };
+  for (auto& db : named_databases())
+    same(db.first, *db.second);
+  if (has_subtrees_)
+    same("subtrees", subtrees_);
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return rc;
+  }
+  // Committing (even a read-only transaction) keeps the database handles.
+  return mdb_txn_commit(txn);
+}
+
 int store::open_databases(bool create, std::string& bad_schema) {
   MDB_txn* txn = nullptr;
   int rc = mdb_txn_begin(env_, nullptr, create ? 0 : MDB_RDONLY, &txn);
@@ -225,23 +257,13 @@ int store::open_databases(bool create, std::string& bad_schema) {
   }
   if (rc != 0)
     return rc;
-  struct {
-    const char* name;
-    unsigned* dbi;
-  } dbs[] = {{"meta", &meta_},         {"executions", &executions_},
-             {"steps", &steps_},       {"children", &children_},
-             {"graphs", &graphs_},     {"events", &events_},
-             {"live", &live_},         {"stops", &stops_},
-             {"pending", &pending_},   {"counters", &counters_},
-             {"registry", &registry_}, {"agents", &agents_},
-             {"history", &history_},   {"agent_runs", &agent_runs_}};
-  for (auto& db : dbs) {
+  for (auto& db : named_databases()) {
     MDB_dbi dbi;
-    if ((rc = mdb_dbi_open(txn, db.name, create ? MDB_CREATE : 0, &dbi)) != 0) {
+    if ((rc = mdb_dbi_open(txn, db.first, create ? MDB_CREATE : 0, &dbi)) != 0) {
       mdb_txn_abort(txn);
       return rc;
     }
-    *db.dbi = dbi;
+    *db.second = dbi;
   }
   // `subtrees` came with the compact snapshot: a home written before lacks
   // it until a write creates it (see the top of store.hpp).
@@ -318,18 +340,20 @@ caf::error store::release_write_cache() {
   // process's, so a second handle open at once would lose them with the first.
   mdb_env_close(env_);
   env_ = nullptr;
+  // The databases are opened in the same order, so they get the same
+  // handles, which readers copy without this lock (`subtree_dbs`): checked,
+  // never reassigned.
   int rc = open_env(info.me_mapsize);
-  std::string bad_schema;
   if (rc == 0)
-    rc = open_databases(false, bad_schema);
+    rc = check_databases();
   if (rc != 0) {
     if (env_ != nullptr) {
       mdb_env_close(env_);
       env_ = nullptr;
     }
-    return make_error(persistence_errc::store_error,
-                      "store in '" + home_ + "' could not be opened again: "
-                        + (rc == -1 ? "schema " + bad_schema : std::string{mdb_strerror(rc)}));
+    return make_error(persistence_errc::store_error, "store in '" + home_
+                                                       + "' could not be opened again: "
+                                                       + mdb_strerror(rc));
   }
   return caf::none;
 }
@@ -1555,7 +1579,7 @@ caf::error store::materialize(const std::string& root_id) {
   auto d = subtree_dbs();
   if (!d.has_subtrees)
     return caf::none;
-  return write_once(
+  auto err = write_once(
     [&](MDB_txn* txn) {
       std::vector<std::string> targets;
       auto prefix = root_id + '\0';
@@ -1570,6 +1594,14 @@ caf::error store::materialize(const std::string& root_id) {
       return 0;
     },
     "materialize");
+  if (!err) {
+    // The kept expansion may be of an entry just materialised: one event
+    // record per execution of a large subtree, for nothing now.
+    std::lock_guard<std::mutex> guard{expansion_mtx_};
+    expansion_key_.clear();
+    expansion_.reset();
+  }
+  return err;
 }
 
 std::string make_execution_id() {

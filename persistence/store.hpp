@@ -422,6 +422,11 @@ private:
   /// database or the schema is missing; -1 with `bad_schema` set when the
   /// stored schema differs.
   int open_databases(bool create, std::string& bad_schema);
+  /// The named databases (not `subtrees`) and their handle members.
+  std::vector<std::pair<const char*, unsigned*>> named_databases();
+  /// Opens the databases of a reopened environment and checks that each
+  /// has the handle it had. @returns an LMDB code (MDB_BAD_DBI: one moved).
+  int check_databases();
   /// Takes the writers' lock, waiting up to `write_wait_`.
   /// @returns nothing, `store_busy` after the wait, or `io_error`.
   caf::error lock_writers();
