@@ -17,6 +17,11 @@ using namespace std::chrono_literals;
 constexpr auto first_poll = std::chrono::milliseconds{1};
 constexpr auto max_poll = std::chrono::milliseconds{20};
 
+/// How long a runner that reported waits for its parent to acknowledge the
+/// result before it quits all the same (a parent that is gone answers at
+/// once with an error).
+constexpr auto report_ack_bound = std::chrono::seconds{30};
+
 struct runner_state {
   caf::actor parent;
   runner_spec spec;
@@ -31,6 +36,9 @@ struct runner_state {
   int stage = 0;
   /// The exit reason to quit with after a stop (none: deliver a result).
   caf::error stop_reason;
+  /// The result is on its way to the parent: the runner only waits for the
+  /// acknowledgement, then quits.
+  bool reported = false;
   static const char* name;
 };
 
@@ -81,14 +89,38 @@ void flush_lines(runner_actor* self) {
   st.lines = json::array();
 }
 
-/// Sends the attempt's outcome to the parent (in wire form to a remote one).
-void report(runner_actor* self, step_outcome outcome) {
+/// What a runner that reported still accepts: the messages it may have
+/// queued for itself, which it drops.
+caf::behavior reported_behavior() {
+  return {
+    [](poll_atom) {},
+    [](timeout_atom) {},
+    [](escalate_atom, int) {},
+  };
+}
+
+/// Sends the attempt's outcome to the parent (in wire form to a remote one)
+/// and quits once the parent has it. Quitting at once let the parent see the
+/// runner's down before its result when they travelled apart (a remote
+/// runner: the result through the connection's broker, the down from the
+/// node's monitor): the parent then counted a finished step as lost and ran
+/// it again (seen as a tool run twice under load).
+void report_and_quit(runner_actor* self, step_outcome outcome) {
   auto& st = self->state;
+  st.reported = true;
+  self->become(reported_behavior());
+  auto quit = [self] { self->quit(); };
+  auto quit_anyway = [self](caf::error&) { self->quit(); };
   if (st.spec.wire)
-    self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt,
-               dump_json(outcome.result), outcome.error);
+    self
+      ->request(st.parent, report_ack_bound, done_atom::value, st.spec.step, st.spec.attempt,
+                dump_json(outcome.result), outcome.error)
+      .then(quit, quit_anyway);
   else
-    self->send(st.parent, done_atom::value, st.spec.step, st.spec.attempt, std::move(outcome));
+    self
+      ->request(st.parent, report_ack_bound, done_atom::value, st.spec.step, st.spec.attempt,
+                std::move(outcome))
+      .then(quit, quit_anyway);
 }
 
 void finish(runner_actor* self) {
@@ -121,8 +153,7 @@ void finish(runner_actor* self) {
     outcome.error = "killed by signal " + std::to_string(st.proc.term_signal());
   else if (st.proc.exit_code() != 0)
     outcome.error = "exit code " + std::to_string(st.proc.exit_code());
-  report(self, std::move(outcome));
-  self->quit();
+  report_and_quit(self, std::move(outcome));
 }
 
 void poll(runner_actor* self) {
@@ -151,8 +182,8 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
   st.spec = std::move(spec);
   self->set_exit_handler([=](caf::exit_msg& msg) {
     auto& st = self->state;
-    if (!msg.reason)
-      return;
+    if (!msg.reason || st.reported)
+      return; // reported: it quits once the parent has the result
     std::string reason;
     bool force = false;
     if (!is_stop(msg.reason, reason, force))
@@ -168,9 +199,8 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
     self->link_to(st.parent);
   auto proc = subprocess::start(st.spec.process);
   if (!proc) {
-    report(self, step_outcome{nullptr, message_of(proc.error())});
-    self->quit();
-    return {};
+    report_and_quit(self, step_outcome{nullptr, message_of(proc.error())});
+    return reported_behavior();
   }
   st.proc = std::move(*proc);
   self->send(st.parent, started_atom::value, st.spec.step, st.spec.attempt,
