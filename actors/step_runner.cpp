@@ -182,11 +182,19 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
   st.spec = std::move(spec);
   self->set_exit_handler([=](caf::exit_msg& msg) {
     auto& st = self->state;
-    if (!msg.reason || st.reported)
-      return; // reported: it quits once the parent has the result
+    if (!msg.reason)
+      return;
     std::string reason;
     bool force = false;
-    if (!is_stop(msg.reason, reason, force))
+    bool stop = is_stop(msg.reason, reason, force);
+    if (st.reported) {
+      // Its process is gone. A stop: the parent answers the result soon.
+      // A parent that died or is unreachable never will.
+      if (!stop)
+        self->quit(msg.reason);
+      return;
+    }
+    if (!stop)
       // The parent died: escalate gracefully all the same, unless it was on
       // another node (lost supervisor: kill at once, SPEC §10).
       force = st.spec.wire;
