@@ -191,6 +191,10 @@ caf::expected<stop_ticket> execution_handle::stop(stop_mode mode) const {
 // -- runtime ---------------------------------------------------------------------------
 
 caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
+  if (opts.start_permits == 0)
+    return make_error(runtime_errc::invalid_input,
+                      "runtime_options.start_permits is 0: no execution could ever start "
+                      "(at least 1)");
   if (opts.home.empty())
     opts.home = default_home();
   // A step that closes its stdin must not kill us with SIGPIPE.

@@ -66,7 +66,8 @@ struct runtime_options {
   size_t max_running = 0;
   /// Executions whose start (first write) is not yet committed, at once: the
   /// others wait, spawned, until one is (flow control toward the store
-  /// writer, actors/start_gate.hpp). At least 1.
+  /// writer, actors/start_gate.hpp). At least 1: `open` answers
+  /// `invalid_input` for 0.
   /// The default keeps the writer's group commits full (a start batch holds
   /// a few records per child) and the batches waiting a few MiB at most.
   size_t start_permits = 1024;

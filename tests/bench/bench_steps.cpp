@@ -115,9 +115,15 @@ int main(int argc, char** argv) {
   size_t rounds = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--rounds=", 0) == 0)
-      rounds = std::max<size_t>(1, std::stoul(a.substr(9)));
-    else
+    if (a.rfind("--rounds=", 0) == 0) {
+      auto v = a.substr(9);
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || std::stoul(v) == 0) {
+        std::fprintf(stderr, "bench_steps: --rounds wants a whole number of at least 1, not '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+      rounds = std::stoul(v);
+    } else
       pos.push_back(a);
   }
   size_t steps = pos.size() > 0 ? std::stoul(pos[0]) : 100000;

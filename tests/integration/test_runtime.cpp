@@ -1167,6 +1167,19 @@ std::vector<execution_record> tree_of(const fixture& f, const std::string& root)
 
 } // namespace
 
+TEST_CASE("a runtime with no start permits is refused before it opens anything",
+          "[runtime][gate]") {
+  test::temp_dir dir;
+  runtime_options opts;
+  opts.home = dir.path + "/home";
+  opts.start_permits = 0;
+  auto rt = runtime::open(opts);
+  REQUIRE(!rt);
+  CHECK(rt.error().code() == static_cast<uint8_t>(runtime_errc::invalid_input));
+  CHECK_THAT(message_of(rt.error()), Catch::Contains("start_permits is 0"));
+  CHECK(!std::filesystem::exists(opts.home));
+}
+
 TEST_CASE("a tree of 111 executions starts and completes through a gate of 3 permits",
           "[runtime][gate]") {
   fixture f{0, 3};
