@@ -250,7 +250,11 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   svc->fns = rt->fns_;
   svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
   svc->directory = std::make_shared<execution_directory>();
-  rt->keeper_ = spawn_memory_keeper(*rt->sys_, [dir = svc->directory] { dir->sweep_if_settled(); });
+  svc->graves = std::make_shared<graveyard<execution_machine>>();
+  rt->keeper_ = spawn_memory_keeper(*rt->sys_, [dir = svc->directory, dead = svc->graves] {
+    dir->sweep_if_settled();
+    dead->reap_if_settled();
+  });
   svc->tools = std::make_shared<const tool_table>(opts.tools);
   svc->child_options = rt->graph_options();
   std::weak_ptr<store> weak_db = rt->db_;

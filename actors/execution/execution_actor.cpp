@@ -284,6 +284,10 @@ execution_shell_state::~execution_shell_state() {
   // timer service and the directory sweep what ended receivers leave
   // (actors/timer.hpp, actors/tree_context.hpp).
   svc->directory->depart();
+  // Its records and step states are destroyed after the stop (or burst of
+  // endings) it is part of, not on that stop's path.
+  if (svc->graves)
+    svc->graves->bury(std::move(m));
 }
 
 caf::behavior execution_behavior(execution_shell* self, execution_init init,
@@ -298,8 +302,8 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
   st.parent = std::move(parent);
   auto env = st.svc->machine ? st.svc->machine : make_machine_env(*st.svc);
   st.resolver.bind(self);
-  st.m.emplace(std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr),
-               &st.resolver);
+  st.m = std::make_unique<execution_machine>(
+    std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr), &st.resolver);
   // The directory entry is counted out with the state (~execution_shell_state).
   self->set_exit_handler([self](caf::exit_msg& msg) {
     // Workers report by message (or, stopped compactly, in the exit reason

@@ -80,6 +80,7 @@
 #include "actors/cluster.hpp"
 #include "actors/execution/machine.hpp"
 #include "actors/fn_registry.hpp"
+#include "actors/graveyard.hpp"
 #include "actors/start_gate.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
@@ -99,6 +100,9 @@ struct execution_services {
   std::shared_ptr<fn_registry> fns;
   std::shared_ptr<fn_pool> pool;
   std::shared_ptr<execution_directory> directory;
+  /// Where ended executions leave their machines, destroyed later by the
+  /// memory keeper (null: at once). See actors/graveyard.hpp.
+  std::shared_ptr<graveyard<execution_machine>> graves;
   /// Bounds the starts whose first write is not yet committed (null: every
   /// execution starts at once). See actors/start_gate.hpp.
   std::shared_ptr<start_gate> gate;

@@ -73,7 +73,9 @@ struct execution_shell_state {
   std::shared_ptr<const execution_services> svc;
   caf::actor parent;
   shell_resolver resolver; ///< held by value: no allocation per execution
-  std::optional<execution_machine> m; ///< in the actor itself: no allocation of its own
+  /// Its own allocation, so that the ended execution buries it in one move
+  /// (`execution_services::graves`).
+  std::unique_ptr<execution_machine> m;
   step_map<caf::actor> workers; ///< step runners and child executions
   step_map<caf::actor> nodes;   ///< the worker node a step was placed on
   step_map<caf::actor> agents;  ///< the agent an `agent` step asked for a turn
