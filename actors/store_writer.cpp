@@ -17,7 +17,8 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 /// How long the writer must have had no write before it materialises a
-/// compact snapshot (one transaction over the whole stopped subtree).
+/// compact snapshot (one transaction over the whole stopped subtree) or hands
+/// LMDB's write cache back.
 constexpr auto idle_delay = std::chrono::milliseconds{1000};
 
 /// Writes that arrived while a commit ran share one transaction, up to about
@@ -28,6 +29,11 @@ constexpr auto idle_delay = std::chrono::milliseconds{1000};
 /// cost more commits, and LMDB reads more page versions through its map (the
 /// process's file-backed RSS grew with 4,096). A single write is never split.
 constexpr size_t group_weight = 16384;
+
+/// A commit of at least this many records leaves enough of LMDB's dirty pages
+/// allocated (about a page per few records) for the writer to hand them back
+/// once idle (`store::release_write_cache`).
+constexpr size_t release_weight = 1024;
 
 /// Writes committed in one transaction, and who waits for it. The writes
 /// wait in a deque (one node each), not nested in one batch: a vector of
@@ -47,6 +53,9 @@ struct store_writer_state {
   /// Trees with a compact snapshot this writer committed and has not yet
   /// materialised; `idle_armed` while an `idle_atom` is on its way.
   std::set<std::string> compact_roots;
+  /// A large group was committed since LMDB's write cache was last handed
+  /// back (`release_write_cache`): hand it back once idle.
+  bool cache_to_release = false;
   bool idle_armed = false;
   clock_type::time_point last_write;
   static const char* name;
@@ -54,10 +63,11 @@ struct store_writer_state {
 
 const char* store_writer_state::name = "store_writer";
 
-/// Asks for an `idle_atom` after `idle_delay` while compact snapshots wait.
+/// Asks for an `idle_atom` after `idle_delay` while compact snapshots or a
+/// write cache to hand back wait.
 void arm_idle(caf::stateful_actor<store_writer_state>* self) {
   auto& st = self->state;
-  if (st.idle_armed || st.compact_roots.empty())
+  if (st.idle_armed || (st.compact_roots.empty() && !st.cache_to_release))
     return;
   st.idle_armed = true;
   self->delayed_send(self, idle_delay, idle_atom::value);
@@ -65,23 +75,28 @@ void arm_idle(caf::stateful_actor<store_writer_state>* self) {
 
 /// Idle-time work: once no write came for `idle_delay`, materialises the
 /// compact snapshots of one tree (so `live()` and recovery no longer walk
-/// them), then waits again for the next.
+/// them), then waits again for the next; once none is left, hands back
+/// LMDB's write cache if a large transaction ran since the last time.
 void on_idle(caf::stateful_actor<store_writer_state>* self) {
   auto& st = self->state;
   st.idle_armed = false;
-  if (st.compact_roots.empty())
-    return;
   if (clock_type::now() - st.last_write >= idle_delay) {
-    auto root = *st.compact_roots.begin();
-    st.compact_roots.erase(st.compact_roots.begin());
-    // A failure (a busy store) leaves the snapshot compact: try again later.
-    if (st.db->materialize(root))
-      st.compact_roots.insert(root);
-    else
-      // It was one transaction as large as the subtree: LMDB would keep its
-      // pages allocated for good. A failure here makes every later call of
-      // the store report it.
+    if (!st.compact_roots.empty()) {
+      auto root = *st.compact_roots.begin();
+      st.compact_roots.erase(st.compact_roots.begin());
+      // A failure (a busy store) leaves the snapshot compact: try again later.
+      if (st.db->materialize(root))
+        st.compact_roots.insert(root);
+      else
+        // It was one transaction as large as the subtree.
+        st.cache_to_release = true;
+    }
+    if (st.cache_to_release && st.compact_roots.empty()) {
+      // LMDB would keep the dirty pages of its largest transaction allocated
+      // for good. A failure here makes every later call of the store report it.
+      st.cache_to_release = false;
       (void) st.db->release_write_cache();
+    }
   }
   arm_idle(self);
 }
@@ -112,6 +127,8 @@ void commit_group(caf::stateful_actor<store_writer_state>* self, write_group gro
     batch.collect_subtree_stops(compact);
   for (auto& s : compact)
     st.compact_roots.insert(s.root_id);
+  if (!err && batch.weight() >= release_weight)
+    st.cache_to_release = true;
   arm_idle(self);
   if (!err && !st.subscribers.empty()) {
     auto events = std::make_shared<std::vector<event_record>>();

@@ -355,6 +355,7 @@ caf::error store::release_write_cache() {
                                                        + "' could not be opened again: "
                                                        + mdb_strerror(rc));
   }
+  releases_.fetch_add(1, std::memory_order_relaxed);
   return caf::none;
 }
 

@@ -380,11 +380,20 @@ public:
   /// largest transaction so far stays allocated in the environment until it
   /// is closed (a materialised subtree of 111,111 executions: 334 MiB). The
   /// environment is closed and opened again, with no transaction of this
-  /// process in flight (reads and writes wait meanwhile, a few ms).
+  /// process in flight (reads and writes wait meanwhile, a few ms); its map
+  /// goes too, so the file pages the process had mapped no longer count in
+  /// its RSS (they stay in the page cache). The store writer calls it once
+  /// idle after a materialisation or a commit of 1,024 records or more.
   /// @returns nothing, or `store_error` when it cannot be opened again (the
   ///          store is then unusable: every later call fails).
   /// Threading: any thread but inside a read or write of this store.
   caf::error release_write_cache();
+
+  /// @returns how many times `release_write_cache` succeeded (metrics,
+  /// tests). Threading: any thread.
+  uint64_t write_cache_releases() const noexcept {
+    return releases_.load(std::memory_order_relaxed);
+  }
 
   /// Calls `f` with the duration in seconds of every successful `commit`
   /// (for metrics). Set it before the first commit; `f` runs on the
@@ -462,6 +471,7 @@ private:
   mutable std::shared_ptr<const std::vector<event_record>> expansion_;
   std::function<void(double)> on_commit_;
   std::atomic<bool> needs_migration_{false};
+  std::atomic<uint64_t> releases_{0};
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
   /// allows mdb_env_set_mapsize only while this process has no transaction.
   mutable std::shared_mutex resize_mtx_;

@@ -10,6 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/store_writer.hpp"
 #include "persistence/store.hpp"
 #include "runtime/memory.hpp"
 #include "tests/integration/helpers.hpp"
@@ -96,4 +100,35 @@ TEST_CASE("reads from other threads wait for a release of the write cache and th
   for (auto& r : readers)
     r.join();
   CHECK(failures.load() == 0);
+}
+
+TEST_CASE("the store writer hands LMDB's write cache back once idle after a large commit, "
+          "and writes on afterwards",
+          "[persistence][store][writer]") {
+  test::temp_dir dir;
+  auto db = get(store::open(store_options{dir.path + "/home"}));
+  caf::actor_system_config cfg;
+  cfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{cfg};
+  auto writer = spawn_store_writer(sys, db);
+  caf::scoped_actor self{sys};
+  auto write = [&](write_batch b) {
+    bool ok = false;
+    self->request(writer, caf::infinite, write_atom::value, std::move(b))
+      .receive([&](bool x) { ok = x; }, [&](caf::error& err) { FAIL(sys.render(err)); });
+    return ok;
+  };
+  write_batch big;
+  for (int i = 0; i < 2000; ++i)
+    big.executions.push_back(exec(i));
+  REQUIRE(write(std::move(big)));
+  // About a second without writes, then one release (bounded wait).
+  CHECK(test::eventually([&] { return db->write_cache_releases() == 1; },
+                         std::chrono::seconds{20}));
+  CHECK(get(db->execution(exec(1999).id)).id == exec(1999).id);
+  write_batch small;
+  small.executions.push_back(exec(2000));
+  REQUIRE(write(std::move(small)));
+  CHECK(get(db->execution(exec(2000).id)).id == exec(2000).id);
+  self->send_exit(writer, caf::exit_reason::user_shutdown);
 }
