@@ -145,12 +145,14 @@ TEST_CASE("a worker whose certificate the cluster CA signed joins a TLS supervis
   int port = sup.cluster_port();
   INFO("supervisor stdout: " << sup.out() << "\nlog: " << sup.log());
   REQUIRE(port > 0);
-  CHECK(has(sup.log(), "tls=on"));
+  // Log lines go to stderr, drained on the harness's own thread: they may
+  // come a moment after the stdout line waited for.
+  CHECK(eventually([&] { return has(sup.log(), "tls=on"); }, 10s));
   auto w1_tls = tls_json(issue_cert(dir, ca, "w1"));
   worker_process w1{worker(port, "w1", worker_tools(dir, "w1", w1_tls, "ran-on-w1"))};
   INFO("w1 stderr: " << w1.err());
   REQUIRE(w1.wait_joined(port, "w1"));
-  CHECK(has(w1.err(), "tls=on"));
+  CHECK(eventually([&] { return has(w1.err(), "tls=on"); }, 10s));
   REQUIRE(eventually([&] { return node_names(sup).count("w1") == 1; }, 10s));
   // The tool exists on w1 only: the step runs there, over the TLS connection.
   auto doc = run_tool(sup, "echo_w1");
@@ -373,7 +375,7 @@ TEST_CASE("an incomplete or unusable cluster TLS setup and a cleartext cluster o
     o.args = {"--cluster", "0.0.0.0:0"};
     server_process sup{o};
     CHECK(sup.cluster_port() > 0);
-    CHECK(has(sup.log(), "tls=off"));
+    CHECK(eventually([&] { return has(sup.log(), "tls=off"); }, 10s));
   }
 
   // The worker's side: the same rules for its tools file and --join.

@@ -36,7 +36,9 @@ TEST_CASE("serve speaks HTTPS with tls_cert and tls_key: a client trusting the c
   auto cert = make_self_signed(certs, "localhost");
   server_process srv{https_server(cert)};
   REQUIRE(srv.url().rfind("https://", 0) == 0);
-  CHECK(has(srv.log(), "tls=on"));
+  // The log line goes to stderr, which the harness drains on its own thread:
+  // it may come a moment after the listening line on stdout.
+  CHECK(eventually([&] { return has(srv.log(), "tls=on"); }, 10s));
   auto c = srv.client(alice_token);
   c.set_keep_alive(true);
 
@@ -180,6 +182,6 @@ TEST_CASE("serve refuses unusable HTTPS files with their config path and exit 2,
     server_process::options o;
     o.config = {{"listen", "0.0.0.0:0"}, {"insecure_http", true}};
     server_process srv{o};
-    CHECK(has(srv.log(), "tls=off"));
+    CHECK(eventually([&] { return has(srv.log(), "tls=off"); }, 10s));
   }
 }

@@ -83,5 +83,6 @@ TEST_CASE("a server prunes settled trees past their retention age on its own and
     CHECK(get_json(c, "/v1/executions/" + id).status == 404);
   CHECK(get_json(c, "/v1/executions/" + failed).body["status"] == "failed");
   CHECK(get_json(c, "/v1/executions/" + live).body["status"] == "running");
-  CHECK(srv.log().find("event=retention.pruned trees=") != std::string::npos);
+  CHECK(eventually(
+    [&] { return srv.log().find("event=retention.pruned trees=") != std::string::npos; }, 10s));
 }
