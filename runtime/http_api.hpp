@@ -281,6 +281,12 @@ private:
 
   void get_events(call& c);
 
+  /// One page of the event log as JSON: `limit` (default and at most
+  /// `max_page`) events of the tree after `after` (or `?cursor=`), those of
+  /// `rec`'s subtree among them; `next` is the cursor of the following page,
+  /// null once the log has no more.
+  void event_page(call& c, const execution_record& rec, uint64_t after);
+
   /// Events of `rec`'s subtree with seq > `after`, at most `limit`.
   caf::expected<std::vector<event_record>> subtree_events(const execution_record& rec,
                                                            uint64_t after, size_t limit = 0);

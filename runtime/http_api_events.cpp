@@ -1,5 +1,8 @@
 #include "runtime/http_api.hpp"
 
+#include <optional>
+#include <set>
+
 namespace canopy::api {
 
 void api_server::get_events(call& c) {
@@ -13,16 +16,40 @@ void api_server::get_events(call& c) {
       && !parse_uint(c.req.get_header_value("Last-Event-ID"), after))
     return reply(c.res, bad_request("Last-Event-ID must be an event seq"));
   bool sse = c.req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
-  if (!sse) {
-    auto events = subtree_events(*rec, after);
-    if (!events)
-      return reply(c.res, from_error(events.error()));
-    json items = json::array();
-    for (auto& e : *events)
-      items.push_back(event_document(e));
-    return reply(c.res, 200, {{"items", std::move(items)}, {"next", nullptr}});
-  }
+  if (!sse)
+    return event_page(c, *rec, after);
   stream_events(c, *rec, after);
+}
+
+void api_server::event_page(call& c, const execution_record& rec, uint64_t after) {
+  // `cursor` is the previous page's `next`: the last seq it looked at.
+  if (c.req.has_param("cursor") && !parse_uint(c.req.get_param_value("cursor"), after))
+    return reply(c.res, bad_request("bad cursor '" + c.req.get_param_value("cursor")
+                                    + "': pass the previous page's next"));
+  size_t limit = max_page;
+  if (c.req.has_param("limit") && !page_limit(c, limit))
+    return;
+  // A page is `limit` events of the tree in seq order; for a child, those of
+  // its subtree among them (a page may hold fewer, even none, and still have
+  // a next).
+  auto events = db_.tree_events(rec.root_id, after, limit);
+  if (!events)
+    return reply(c.res, from_error(events.error()));
+  json next = nullptr;
+  if (events->size() == limit)
+    next = std::to_string(events->back().seq);
+  std::optional<std::set<std::string>> ids;
+  if (rec.id != rec.root_id) {
+    auto sub = db_.subtree_ids(rec.id);
+    if (!sub)
+      return reply(c.res, from_error(sub.error()));
+    ids = std::move(*sub);
+  }
+  json items = json::array();
+  for (auto& e : *events)
+    if (!ids || ids->count(e.execution_id) > 0)
+      items.push_back(event_document(e));
+  reply(c.res, 200, {{"items", std::move(items)}, {"next", std::move(next)}});
 }
 
 caf::expected<std::vector<event_record>> api_server::subtree_events(const execution_record& rec,

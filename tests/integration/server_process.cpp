@@ -439,13 +439,21 @@ json wait_status(httplib::Client& c, const std::string& id, const std::string& s
 }
 
 std::vector<uint64_t> event_log_seqs(httplib::Client& c, const std::string& id) {
-  auto a = get_json(c, "/v1/executions/" + id + "/events");
   std::vector<uint64_t> out;
-  if (a.status != 200 || !a.body.is_object() || !a.body["items"].is_array())
-    throw std::runtime_error("cannot read the event log of " + id + ": " + a.text);
-  for (auto& e : a.body["items"])
-    out.push_back(e.at("seq").get<uint64_t>());
-  return out;
+  std::string cursor;
+  for (;;) {
+    auto path = "/v1/executions/" + id + "/events";
+    if (!cursor.empty())
+      path += "?cursor=" + cursor;
+    auto a = get_json(c, path);
+    if (a.status != 200 || !a.body.is_object() || !a.body["items"].is_array())
+      throw std::runtime_error("cannot read the event log of " + id + ": " + a.text);
+    for (auto& e : a.body["items"])
+      out.push_back(e.at("seq").get<uint64_t>());
+    if (!a.body["next"].is_string())
+      return out;
+    cursor = a.body["next"].get<std::string>();
+  }
 }
 
 // -- Server-Sent Events ----------------------------------------------------------------

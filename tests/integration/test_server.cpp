@@ -602,6 +602,9 @@ TEST_CASE("bad requests answer 4xx with the error body and leave no state behind
     {"list: a bad cursor", "GET", "/v1/executions?cursor=..%2F..", "", 400, "", ""},
     {"events: a negative after", "GET", e + "/events?after=-1", "", 400, "", ""},
     {"events: after that is not a number", "GET", e + "/events?after=x", "", 400, "", ""},
+    {"events: limit 0", "GET", e + "/events?limit=0", "", 400, "", ""},
+    {"events: limit over 1000", "GET", e + "/events?limit=1001", "", 400, "", ""},
+    {"events: a cursor that is not a seq", "GET", e + "/events?cursor=..%2F..", "", 400, "", ""},
     {"events: a bad Last-Event-ID", "GET", e + "/events", "", 400, "", "",
      {{"Accept", "text/event-stream"}, {"Last-Event-ID", "abc"}}},
     {"graph: version 0", "GET", "/v1/graphs/ok?version=0", "", 400, "", ""},
@@ -1408,4 +1411,79 @@ TEST_CASE("DELETE on a settled root removes its whole tree and events while a li
   CHECK(listed.count(root) == 0);
   CHECK(listed.count(live) == 1);
   CHECK(request(alice, "DELETE", "/v1/executions/" + root).status == 404);
+}
+
+TEST_CASE("the JSON event log comes in pages: each event once and in order, for a root and for "
+          "a child's subtree, and the CLI reads every page",
+          "[integration][server]") {
+  server_process srv;
+  auto c = srv.client(alice_token);
+  json inner = {{"name", "inner"},
+                {"steps", {{"a", {{"fn", "noop"}}}, {"b", {{"fn", "noop"}, {"needs", {"a"}}}}}}};
+  json steps = json::object();
+  for (int i = 0; i < 600; ++i) // more than one default page of events
+    steps["n" + std::to_string(i)] = {{"fn", "noop"}};
+  steps["child"] = {{"graph", inner}};
+  register_graph(c, {{"name", "paged"}, {"steps", steps}});
+  auto id = start(c, "paged")["id"].get<std::string>();
+  REQUIRE(wait_status(c, id, "completed")["status"] == "completed");
+  auto path = "/v1/executions/" + id + "/events";
+
+  // A page holds at most 1,000 events by default, and says where to go on.
+  auto first = get_json(c, path);
+  REQUIRE(first.status == 200);
+  CHECK(first.body["items"].size() == 1000);
+  REQUIRE(first.body["next"].is_string());
+  auto all = event_log_seqs(c, id); // follows `next`
+  REQUIRE(all.size() > 1200);
+  CHECK(std::is_sorted(all.begin(), all.end()));
+  CHECK(std::set<uint64_t>(all.begin(), all.end()).size() == all.size());
+
+  // Pages of 97, followed by `next`: the same events, each once, in order.
+  auto pages_of = [&](const std::string& base, std::vector<json>& items) {
+    std::string cursor;
+    int pages = 0;
+    for (;;) {
+      auto p = get_json(c, base + "?limit=97" + (cursor.empty() ? "" : "&cursor=" + cursor));
+      REQUIRE(p.status == 200);
+      ++pages;
+      CHECK(p.body["items"].size() <= 97);
+      for (auto& e : p.body["items"])
+        items.push_back(e);
+      if (p.body["next"].is_null())
+        return pages;
+      REQUIRE(p.body["next"].is_string());
+      REQUIRE(p.body["next"].get<std::string>() != cursor);
+      cursor = p.body["next"].get<std::string>();
+      REQUIRE(pages < 1000);
+    }
+  };
+  std::vector<json> paged;
+  CHECK(pages_of(path, paged) >= 13);
+  std::vector<uint64_t> seqs;
+  for (auto& e : paged)
+    seqs.push_back(e["seq"].get<uint64_t>());
+  CHECK(seqs == all);
+
+  // A child's pages hold only its subtree's events (most pages none).
+  auto doc = get_json(c, "/v1/executions/" + id).body;
+  auto child_id = doc["steps"]["child"]["child_id"].get<std::string>();
+  std::vector<json> child_events;
+  pages_of("/v1/executions/" + child_id + "/events", child_events);
+  CHECK(child_events.size() >= 5); // queued, started, a and b, completed
+  for (auto& e : child_events)
+    CHECK(e["execution_id"] == child_id);
+  CHECK(event_log_seqs(c, child_id).size() == child_events.size());
+
+  // The CLI's client follows the pages too.
+  temp_dir home;
+  auto shown = run_canopy(home.path, {"events", id, "--server", srv.url(), "--token",
+                                      alice_token, "--json"});
+  INFO("events: " << shown.err);
+  CHECK(shown.exit_code == 0);
+  size_t printed = 0;
+  for (auto pos = shown.out.find("\"seq\""); pos != std::string::npos;
+       pos = shown.out.find("\"seq\"", pos + 1))
+    ++printed;
+  CHECK(printed == all.size());
 }
