@@ -14,7 +14,11 @@
 //     process (the runtime's actor system), stopped with trap-and-forward:
 //     each actor traps the exit, forwards it to its children and quits after
 //     their down messages. Timed from anon_send_exit(root) to the last actor
-//     done (a counter, not await_all_actors_done).
+//     done (a counter, not await_all_actors_done). Both trees are left
+//     alone for `settle_time` once running before their stop, so both stops
+//     start from an idle scheduler (CAF's workers asleep); `--bare-warm`
+//     stops the bare tree at once instead, as before session 14 (its workers
+//     still polling from the spawn: 10-20 % faster at 11,111).
 // (c) RSS (VmRSS) per live execution: (RSS once every leaf runs - RSS before
 //     start) / executions; again 2.5 s later (the store writer has settled and the memory keeper
 //     has handed back free heap; the stop is timed after this), after freed heap is released, and the
@@ -25,7 +29,7 @@
 //     half completed; timed from `resume()` to the `step.started` event of
 //     its first pending step.
 //
-//   usage: bench_stop [SIZE...] [--rounds=N] [--bare-rounds=N] [--no-resume]
+//   usage: bench_stop [SIZE...] [--rounds=N] [--bare-rounds=N] [--bare-warm] [--no-resume]
 //                     [--resume-steps=N] [--timeout=SECONDS] [--keep] [--perf=PREFIX]
 //   SIZE: 1111, 11111, 111111 (or the leaf depth 3, 4, 5); default all three.
 //   `--no-trees` runs only (d). Every wait has a timeout (default 600 s);
@@ -76,6 +80,15 @@ namespace fs = std::filesystem;
 namespace {
 
 // -- helpers ---------------------------------------------------------------------
+
+/// How long a running tree is left alone before its stop: the canopy tree
+/// for its settled RSS sample (two and a half memory-keeper ticks: it hands
+/// free heap back once it has stopped growing, runtime/memory.hpp), the bare
+/// tree as long, so that both stops start from the same idle scheduler.
+constexpr auto settle_time = std::chrono::milliseconds{2500};
+
+/// Stop the bare tree at once once it runs (`--bare-warm`).
+bool bare_warm = false;
 
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -480,9 +493,7 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
   // The store writer may still hold the last start batches and their event
   // copies: let it settle, then sample again (and once more after giving
   // freed heap back to the kernel).
-  // Two and a half memory-keeper ticks: it hands free heap back once it has
-  // stopped growing (runtime/memory.hpp).
-  std::this_thread::sleep_for(std::chrono::milliseconds{2500});
+  std::this_thread::sleep_for(settle_time);
   out.settled = sample_rss(false);
   out.settled_trimmed = sample_rss(true);
   if (exit_when_running) {
@@ -639,6 +650,8 @@ bare_result run_bare(caf::actor_system& sys, int depth, size_t total, int rounds
       die("bare CAF tree did not start");
     auto t1 = clock_type::now();
     auto running = sample_rss(false);
+    if (!bare_warm)
+      std::this_thread::sleep_for(settle_time);
     if (r == 0) {
       out.spawn_ms = ms_between(t0, t1);
       out.rss_per_actor_b = 1024.0 * static_cast<double>(running.rss - before.rss)
@@ -789,6 +802,8 @@ int main(int argc, char** argv) {
       resume_steps = std::stoul(v);
     else if (auto v = val("--timeout="))
       timeout_s = std::atol(v);
+    else if (a == "--bare-warm")
+      bare_warm = true;
     else if (a == "--no-resume")
       do_resume = false;
     else if (a == "--no-trees")
@@ -812,7 +827,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_stop [1111|11111|111111|3|4|5 ...] [--rounds=N] "
-                   "[--bare-rounds=N] [--no-resume] [--no-trees] [--resume-steps=N] "
+                   "[--bare-rounds=N] [--bare-warm] [--no-resume] [--no-trees] [--resume-steps=N] "
                    "[--timeout=S] [--keep] [--perf=PREFIX]\n");
       return 1;
     }
@@ -879,9 +894,10 @@ int main(int argc, char** argv) {
     std::printf("### Stop: request to committed snapshot\n\n");
     std::printf("| executions | canopy: stop → committed snapshot | of which: cascade until the root builds its "
                 "snapshot (ms res.) | stop → `stop.handled` event | bare CAF trap-and-forward "
-                "(median of %d, min–max) | one durable LMDB commit (median of 20) | floor: (bare + "
+                "(median of %d, min–max; %s) | one durable LMDB commit (median of 20) | floor: (bare + "
                 "one commit) / bare | ratio | targets |\n|---|---|---|---|---|---|---|---|---|\n",
-                bare_rounds);
+                bare_rounds,
+                bare_warm ? "stopped at once once running" : "stopped after the same idle time");
     for (auto& r : rows) {
       std::vector<double> committed, cascade, handled;
       for (auto& c : r.canopy) {
