@@ -105,7 +105,13 @@ void foreground_view::watch(interrupt_guard& guard, stop_function stop) {
 void foreground_view::apply(const event_record& e) {
   if (as_json_)
     return; // only the final document is shown
+  // An execution met for the first time is looked up (with --server, over
+  // HTTP) before the lock: a slow answer holds neither the frames nor a
+  // Ctrl-C's `stopping…` and its stop request. Only this thread changes the
+  // view; the drawing thread reads it under the lock.
+  auto found = view_.look_up(e.execution_id);
   std::lock_guard<std::mutex> lock{mtx_};
+  view_.learn(std::move(found));
   view_.apply(e); // history too: it builds the tree
   if (e.seq <= after_)
     return;

@@ -83,25 +83,47 @@ tree_view::tree_view(const store& db, std::string root_id, bool colour)
   : tree_view(store_source(db), std::move(root_id), colour) {
 }
 
+std::vector<tree_view::lookup> tree_view::look_up(const std::string& execution_id) const {
+  std::vector<lookup> out;
+  auto met = [&](const std::string& id) {
+    return execs_.count(id) > 0
+           || std::any_of(out.begin(), out.end(), [&](const lookup& l) { return l.id == id; });
+  };
+  for (auto id = execution_id; !id.empty() && !met(id);) {
+    lookup l{id, source_.execution(id), source_.graph_document(id)};
+    id = l.record ? l.record->parent_id : std::string{};
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+void tree_view::learn(std::vector<lookup> found) {
+  for (auto l = found.rbegin(); l != found.rend(); ++l) {
+    if (execs_.count(l->id) > 0)
+      continue;
+    auto& v = execs_[l->id];
+    if (l->record) {
+      v.graph = l->record->graph;
+      v.status = to_string(l->record->status);
+      v.parent_id = l->record->parent_id;
+      v.parent_step = l->record->parent_step;
+      if (!v.parent_id.empty())
+        get(v.parent_id).child_of_step[v.parent_step] = l->id;
+    }
+    if (l->graph_document && l->graph_document->contains("steps"))
+      for (auto& step : steps_in_order((*l->graph_document)["steps"])) {
+        v.order.push_back(step);
+        v.steps[step] = "pending";
+      }
+  }
+}
+
 tree_view::exec_view& tree_view::get(const std::string& id) {
   auto i = execs_.find(id);
   if (i != execs_.end())
     return i->second;
-  auto& v = execs_[id];
-  if (auto rec = source_.execution(id)) {
-    v.graph = rec->graph;
-    v.status = to_string(rec->status);
-    v.parent_id = rec->parent_id;
-    v.parent_step = rec->parent_step;
-    if (!v.parent_id.empty())
-      get(v.parent_id).child_of_step[v.parent_step] = id;
-  }
-  if (auto doc = source_.graph_document(id); doc && doc->contains("steps"))
-    for (auto& step : steps_in_order((*doc)["steps"])) {
-      v.order.push_back(step);
-      v.steps[step] = "pending";
-    }
-  return v;
+  learn(look_up(id));
+  return execs_[id];
 }
 
 std::string tree_view::label(const std::string& execution_id) {

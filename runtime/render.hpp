@@ -58,7 +58,26 @@ public:
   /// A view of a tree in the local store `db`.
   tree_view(const store& db, std::string root_id, bool colour = true);
 
-  /// Applies an event.
+  /// What the source says of an execution the view has not met yet.
+  struct lookup {
+    std::string id;
+    std::optional<execution_record> record;
+    std::optional<nlohmann::json> graph_document;
+  };
+
+  /// Asks the source what `apply` of an event of `execution_id` would ask:
+  /// of that execution, then of each ancestor its record names, up to one the
+  /// view knows. Changes nothing: `learn` adds the answers. The lookups may be
+  /// slow (a server's, with `--server`), so a caller that guards the view with
+  /// a lock runs this outside it. Threading: the feeding thread (the only one
+  /// that changes the view).
+  std::vector<lookup> look_up(const std::string& execution_id) const;
+
+  /// Adds what `look_up` found (ancestors first); executions met meanwhile
+  /// are kept as they are.
+  void learn(std::vector<lookup> found);
+
+  /// Applies an event (looking up, inline, an execution it has not met).
   void apply(const event_record& e);
 
   /// Sets the line shown under the root's header (empty: none), e.g.

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "runtime/live_frame.hpp"
 #include "runtime/render.hpp"
 
@@ -281,4 +283,66 @@ TEST_CASE("canopy events prints a signal sent to a step with the next one and it
   CHECK_THAT(event_line(e, "team"), Catch::EndsWith("team/search SIGINT (SIGTERM in 300ms)"));
   e.data = signalled("SIGKILL", nullptr, nullptr);
   CHECK_THAT(event_line(e, "team"), Catch::EndsWith("team/search SIGKILL"));
+}
+
+TEST_CASE("lookups run before the view changes: look_up asks the source for an execution and "
+          "its unknown ancestors, and learn and apply ask nothing more",
+          "[runtime][render]") {
+  // r1 (graph team) runs step `sub`, whose child c1 (graph inner) runs `deep`,
+  // whose child g1 (graph leaf) runs `work`.
+  struct node {
+    std::string parent, step, graph, first_step;
+  };
+  std::map<std::string, node> tree{{"r1", {"", "", "team", "sub"}},
+                                   {"c1", {"r1", "sub", "inner", "deep"}},
+                                   {"g1", {"c1", "deep", "leaf", "work"}}};
+  int asked = 0;
+  tree_source src;
+  src.execution = [&](const std::string& id) -> std::optional<execution_record> {
+    ++asked;
+    auto& n = tree.at(id);
+    execution_record r;
+    r.id = id;
+    r.root_id = "r1";
+    r.parent_id = n.parent;
+    r.parent_step = n.step;
+    r.graph = n.graph;
+    r.status = execution_status::running;
+    return r;
+  };
+  src.graph_document = [&](const std::string& id) -> std::optional<nlohmann::json> {
+    return nlohmann::json{{"steps", {{tree.at(id).first_step, {{"fn", "noop"}}}}}};
+  };
+  auto started = [](const std::string& ex, const std::string& step) {
+    auto e = event("step.started", 1000, step, "running");
+    e.execution_id = ex;
+    return e;
+  };
+  tree_view inline_view{src, "r1", false};
+  inline_view.apply(started("r1", "sub"));
+  inline_view.apply(started("g1", "work"));
+
+  tree_view split{src, "r1", false};
+  asked = 0;
+  auto found = split.look_up("r1");
+  CHECK(asked == 1);
+  CHECK(found.size() == 1);
+  split.learn(std::move(found));
+  split.apply(started("r1", "sub"));
+  CHECK(asked == 1);
+  // The grandchild: it and its parent are looked up, the known root is not.
+  found = split.look_up("g1");
+  CHECK(asked == 3);
+  REQUIRE(found.size() == 2);
+  CHECK(found[0].id == "g1");
+  CHECK(found[1].id == "c1");
+  auto before = split.render({}, 2000);
+  CHECK(split.look_up("r1").empty()); // known: nothing asked
+  CHECK(asked == 3);
+  split.learn(std::move(found));
+  split.apply(started("g1", "work"));
+  CHECK(asked == 3);
+  CHECK(split.label("g1") == "team/sub/deep");
+  CHECK(split.render({}, 2000) == inline_view.render({}, 2000));
+  CHECK(before != split.render({}, 2000));
 }
