@@ -561,6 +561,11 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
       || ev->started_after_stop.load() != 0)
     evs << " (**UNEXPECTED**: want " << out.executions << ", " << steps_total << ", 0)";
   out.verdict += evs.str();
+  // The ended executions' machines wait in the graveyard until the memory
+  // keeper reaps them, within two of its ticks after the last ending
+  // (actors/graveyard.hpp): what the tree keeps is sampled after that.
+  std::this_thread::sleep_until(t_down
+                                + std::chrono::milliseconds{2 * memory_keeper_interval_ms + 500});
   out.after = sample_rss(true);
   return out;
 }
