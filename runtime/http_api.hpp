@@ -287,9 +287,17 @@ private:
   /// null once the log has no more.
   void event_page(call& c, const execution_record& rec, uint64_t after);
 
-  /// Events of `rec`'s subtree with seq > `after`, at most `limit`.
-  caf::expected<std::vector<event_record>> subtree_events(const execution_record& rec,
-                                                           uint64_t after, size_t limit = 0);
+  /// What one look at the tree's log found for a subtree.
+  struct event_scan {
+    std::vector<event_record> events; ///< the subtree's, in seq order
+    uint64_t last_seq = 0;            ///< the last seq looked at (`after` when none)
+    bool full = false;                ///< `limit` events looked at: the log may go on
+  };
+
+  /// Looks at up to `limit` events (0: all) of `rec`'s tree with seq >
+  /// `after` and keeps those of `rec`'s subtree.
+  caf::expected<event_scan> subtree_events(const execution_record& rec, uint64_t after,
+                                           size_t limit = 0);
 
   /// Streams the events of `rec`'s subtree as Server-Sent Events from seq
   /// `after` until the subtree is no longer running; then one `end` event

@@ -1,7 +1,5 @@
 #include "runtime/http_api.hpp"
 
-#include <optional>
-#include <set>
 
 namespace canopy::api {
 
@@ -32,38 +30,34 @@ void api_server::event_page(call& c, const execution_record& rec, uint64_t after
   // A page is `limit` events of the tree in seq order; for a child, those of
   // its subtree among them (a page may hold fewer, even none, and still have
   // a next).
-  auto events = db_.tree_events(rec.root_id, after, limit);
-  if (!events)
-    return reply(c.res, from_error(events.error()));
-  json next = nullptr;
-  if (events->size() == limit)
-    next = std::to_string(events->back().seq);
-  std::optional<std::set<std::string>> ids;
-  if (rec.id != rec.root_id) {
-    auto sub = db_.subtree_ids(rec.id);
-    if (!sub)
-      return reply(c.res, from_error(sub.error()));
-    ids = std::move(*sub);
-  }
+  auto scan = subtree_events(rec, after, limit);
+  if (!scan)
+    return reply(c.res, from_error(scan.error()));
   json items = json::array();
-  for (auto& e : *events)
-    if (!ids || ids->count(e.execution_id) > 0)
-      items.push_back(event_document(e));
+  for (auto& e : scan->events)
+    items.push_back(event_document(e));
+  json next = scan->full ? json(std::to_string(scan->last_seq)) : json(nullptr);
   reply(c.res, 200, {{"items", std::move(items)}, {"next", std::move(next)}});
 }
 
-caf::expected<std::vector<event_record>> api_server::subtree_events(const execution_record& rec,
-                                                         uint64_t after, size_t limit) {
+caf::expected<api_server::event_scan>
+api_server::subtree_events(const execution_record& rec, uint64_t after, size_t limit) {
   auto events = db_.tree_events(rec.root_id, after, limit);
-  if (!events || rec.id == rec.root_id)
-    return events;
+  if (!events)
+    return events.error();
+  event_scan out;
+  out.full = limit != 0 && events->size() == limit;
+  out.last_seq = events->empty() ? after : events->back().seq;
+  if (rec.id == rec.root_id) {
+    out.events = std::move(*events);
+    return out;
+  }
   auto ids = db_.subtree_ids(rec.id);
   if (!ids)
     return ids.error();
-  std::vector<event_record> out;
   for (auto& e : *events)
     if (ids->count(e.execution_id) > 0)
-      out.push_back(std::move(e));
+      out.events.push_back(std::move(e));
   return out;
 }
 
@@ -75,7 +69,7 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
       auto more = subtree_events(rec, after, 1);
       if (!more)
         return reply(c.res, from_error(more.error()));
-      if (more->empty()) {
+      if (more->events.empty()) {
         c.res.status = 204;
         return;
       }
@@ -97,9 +91,10 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
         // terminal commit is in the read that follows.
         auto now = db_.execution(id);
         bool settled = !now || !is_stoppable(now->status);
-        auto events = subtree_events(rec, st->cursor, 1000);
-        if (!events)
+        auto scan = subtree_events(rec, st->cursor, 1000);
+        if (!scan)
           return false;
+        auto* events = &scan->events;
         std::string out;
         if (!st->opened) {
           st->opened = true;

@@ -265,19 +265,21 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
 
 } // namespace
 
-void leave_gate(execution_shell* self) {
-  auto& st = self->state;
-  if (!st.gate_ticket)
+void execution_shell_state::leave_gate() {
+  if (!gate_ticket)
     return;
-  st.svc->gate->leave(st.gate_ticket);
-  st.gate_ticket.reset();
+  svc->gate->leave(gate_ticket);
+  gate_ticket.reset();
+}
+
+void leave_gate(execution_shell* self) {
+  self->state.leave_gate();
 }
 
 execution_shell_state::~execution_shell_state() {
   // Ending at the gate, or before its first write was committed: the permit
   // (or place) goes to the next execution.
-  if (gate_ticket && svc && svc->gate)
-    svc->gate->leave(gate_ticket);
+  leave_gate();
   if (!m || !svc)
     return;
   // Neither its pending timers nor its directory entry are removed here: the

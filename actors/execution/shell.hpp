@@ -70,6 +70,8 @@ struct execution_shell_state {
   /// (its state goes as it quits, just before its attachables run: no
   /// attachable of its own).
   ~execution_shell_state();
+  /// Gives the start gate's permit (or place) back, if it holds one.
+  void leave_gate();
   std::shared_ptr<const execution_services> svc;
   caf::actor parent;
   shell_resolver resolver; ///< held by value: no allocation per execution
