@@ -66,20 +66,30 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
     // Status first, then events (see below).
     auto now = db_.execution(rec.id);
     if (!now || !is_stoppable(now->status)) {
-      auto more = subtree_events(rec, after, 1);
-      if (!more)
-        return reply(c.res, from_error(more.error()));
-      if (more->events.empty()) {
+      // Is any event of the subtree after `after`? (A child's may come after
+      // many of its tree's others.)
+      bool any = false;
+      for (auto from = after; !any;) {
+        auto more = subtree_events(rec, from, max_page);
+        if (!more)
+          return reply(c.res, from_error(more.error()));
+        any = !more->events.empty();
+        if (!more->full)
+          break;
+        from = more->last_seq;
+      }
+      if (!any) {
         c.res.status = 204;
         return;
       }
     }
   }
   struct stream_state {
-    uint64_t cursor;
+    uint64_t cursor; ///< the tree's log is read after this seq
+    uint64_t sent;   ///< the last seq sent (of the subtree)
     bool opened = false;
   };
-  auto st = std::make_shared<stream_state>(stream_state{after});
+  auto st = std::make_shared<stream_state>(stream_state{after, after});
   auto id = rec.id;
   c.res.set_header("Cache-Control", "no-cache");
   c.res.set_header("X-Accel-Buffering", "no");
@@ -91,28 +101,29 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
         // terminal commit is in the read that follows.
         auto now = db_.execution(id);
         bool settled = !now || !is_stoppable(now->status);
-        auto scan = subtree_events(rec, st->cursor, 1000);
+        auto scan = subtree_events(rec, st->cursor, max_page);
         if (!scan)
           return false;
-        auto* events = &scan->events;
         std::string out;
         if (!st->opened) {
           st->opened = true;
           out = "retry: " + std::to_string(sse_retry_ms) + "\n\n";
         }
-        for (auto& e : *events) {
+        for (auto& e : scan->events) {
           out += "id: " + std::to_string(e.seq) + "\nevent: " + e.type
                  + "\ndata: " + dump_json(event_document(e)) + "\n\n";
-          st->cursor = std::max(st->cursor, e.seq);
+          st->sent = e.seq;
         }
+        // Past what it looked at, its subtree's or not.
+        st->cursor = std::max(st->cursor, scan->last_seq);
         if (!out.empty() && !sink.write(out.data(), out.size()))
           return false;
-        if (events->size() >= 1000)
+        if (scan->full)
           continue; // more to replay
         if (settled) {
           json end{{"execution_id", id},
                    {"status", now ? json(to_string(now->status)) : json(nullptr)},
-                   {"last_seq", st->cursor}};
+                   {"last_seq", st->sent}};
           auto last = "event: end\ndata: " + dump_json(end) + "\n\n";
           if (!sink.write(last.data(), last.size()))
             return false;

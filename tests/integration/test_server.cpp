@@ -1423,7 +1423,11 @@ TEST_CASE("the JSON event log comes in pages: each event once and in order, for 
   json steps = json::object();
   for (int i = 0; i < 600; ++i) // more than one default page of events
     steps["n" + std::to_string(i)] = {{"fn", "noop"}};
-  steps["child"] = {{"graph", inner}};
+  // After every noop: its events follow more than a page of its tree's.
+  json all_noops = json::array();
+  for (int i = 0; i < 600; ++i)
+    all_noops.push_back("n" + std::to_string(i));
+  steps["child"] = {{"graph", inner}, {"needs", all_noops}};
   register_graph(c, {{"name", "paged"}, {"steps", steps}});
   auto id = start(c, "paged")["id"].get<std::string>();
   REQUIRE(wait_status(c, id, "completed")["status"] == "completed");
@@ -1474,6 +1478,17 @@ TEST_CASE("the JSON event log comes in pages: each event once and in order, for 
   for (auto& e : child_events)
     CHECK(e["execution_id"] == child_id);
   CHECK(event_log_seqs(c, child_id).size() == child_events.size());
+
+  // The child's SSE stream, settled, replays its events (which come after
+  // more than a page of its tree's) and ends.
+  auto stream = read_sse(c, "/v1/executions/" + child_id + "/events");
+  CHECK(stream.status == 200);
+  CHECK(stream.ended);
+  std::vector<uint64_t> streamed;
+  for (auto& e : stream.events)
+    if (e.id)
+      streamed.push_back(*e.id);
+  CHECK(streamed == event_log_seqs(c, child_id));
 
   // The CLI's client follows the pages too.
   temp_dir home;
