@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <lmdb.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -356,6 +359,51 @@ caf::error store::release_write_cache() {
                                                        + mdb_strerror(rc));
   }
   releases_.fetch_add(1, std::memory_order_relaxed);
+  return caf::none;
+}
+
+namespace {
+
+/// The address ranges where this process maps the file open as `fd`
+/// (/proc/self/maps; LMDB does not tell where its map is).
+std::vector<std::pair<uintptr_t, uintptr_t>> mappings_of(int fd) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> out;
+  struct stat sb;
+  if (::fstat(fd, &sb) != 0)
+    return out;
+  std::ifstream in{"/proc/self/maps"};
+  std::string line;
+  while (std::getline(in, line)) {
+    // start-end perms offset major:minor inode path
+    unsigned long long lo = 0, hi = 0, off = 0, ino = 0;
+    unsigned maj = 0, min = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj,
+                    &min, &ino)
+          == 7
+        && ino == sb.st_ino && makedev(maj, min) == sb.st_dev)
+      out.emplace_back(static_cast<uintptr_t>(lo), static_cast<uintptr_t>(hi));
+  }
+  return out;
+}
+
+} // namespace
+
+caf::error store::drop_mapped_pages() {
+  std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+  if (env_ == nullptr)
+    return unusable();
+  int fd = -1;
+  if (mdb_env_get_fd(env_, &fd) != 0)
+    return make_error(persistence_errc::store_error, "the store's file is not open");
+  // A shared file mapping: the pages stay in the page cache, and whoever
+  // touches one again faults it back in with its current contents.
+  for (auto [lo, hi] : mappings_of(fd))
+    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
+      return make_error(persistence_errc::store_error,
+                        std::string{"madvise of the store's map failed: "}
+                          + std::strerror(errno));
+  drops_.fetch_add(1, std::memory_order_relaxed);
   return caf::none;
 }
 

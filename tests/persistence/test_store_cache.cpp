@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -48,7 +49,56 @@ std::optional<size_t> allocated() {
   return std::nullopt;
 }
 
+/// KiB of `file` (its name) this process has in its RSS through its
+/// mappings (/proc/self/smaps).
+long mapped_kib(const std::string& file) {
+  std::ifstream in{"/proc/self/smaps"};
+  std::string line;
+  bool ours = false;
+  long total = 0;
+  while (std::getline(in, line)) {
+    auto first_space = line.find(' ');
+    // A mapping's first line: "start-end perms offset dev inode [path]".
+    if (first_space != std::string::npos && line.find('-') < first_space
+        && line.find(':') > first_space)
+      ours = line.size() >= file.size()
+             && line.compare(line.size() - file.size(), file.size(), file) == 0;
+    else if (ours && line.rfind("Rss:", 0) == 0)
+      total += std::atol(line.c_str() + 4);
+  }
+  return total;
+}
+
 } // namespace
+
+TEST_CASE("dropping the store's mapped pages takes them out of the process's RSS, and every "
+          "read and write after it sees the same store",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = get(store::open(store_options{dir.path + "/home"}));
+  auto file = dir.path + "/home/data.mdb";
+  write_batch big;
+  for (int i = 0; i < 20000; ++i)
+    big.executions.push_back(exec(i));
+  REQUIRE(!db->commit(big));
+  // Reading every record goes through LMDB's map: about 8 MB of pages.
+  for (int i = 0; i < 20000; i += 7)
+    REQUIRE(get(db->execution(exec(i).id)).id == exec(i).id);
+  auto before = mapped_kib(file);
+  INFO("mapped before: " << before << " KiB");
+  CHECK(before > 2048);
+  REQUIRE(!db->drop_mapped_pages());
+  CHECK(db->mapped_page_drops() == 1);
+  CHECK(mapped_kib(file) < 64);
+  // The pages come back from the page cache with their contents.
+  CHECK(get(db->execution(exec(0).id)).inputs == exec(0).inputs);
+  CHECK(get(db->execution(exec(19999).id)).id == exec(19999).id);
+  write_batch more;
+  more.executions.push_back(exec(20000));
+  REQUIRE(!db->commit(more));
+  CHECK(get(db->execution(exec(20000).id)).id == exec(20000).id);
+  CHECK(get(db->execution(exec(12345).id)).inputs == exec(12345).inputs);
+}
 
 TEST_CASE("releasing the write cache after a large transaction keeps every record and gives "
           "LMDB's pages back",
@@ -130,5 +180,35 @@ TEST_CASE("the store writer hands LMDB's write cache back once idle after a larg
   small.executions.push_back(exec(2000));
   REQUIRE(write(std::move(small)));
   CHECK(get(db->execution(exec(2000).id)).id == exec(2000).id);
+  self->send_exit(writer, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("the store writer drops the store's mapped pages after every 8,192 records it "
+          "commits",
+          "[persistence][store][writer]") {
+  test::temp_dir dir;
+  auto db = get(store::open(store_options{dir.path + "/home"}));
+  caf::actor_system_config cfg;
+  cfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{cfg};
+  auto writer = spawn_store_writer(sys, db);
+  caf::scoped_actor self{sys};
+  auto write_range = [&](int from, int to) {
+    write_batch b;
+    for (int i = from; i < to; ++i)
+      b.executions.push_back(exec(i));
+    bool ok = false;
+    self->request(writer, caf::infinite, write_atom::value, std::move(b))
+      .receive([&](bool x) { ok = x; }, [&](caf::error& err) { FAIL(sys.render(err)); });
+    return ok;
+  };
+  REQUIRE(write_range(0, 8000));
+  // The writer answers before it drops: ask again after a write it handles later.
+  REQUIRE(write_range(8000, 8001));
+  CHECK(db->mapped_page_drops() == 0);
+  REQUIRE(write_range(8001, 8300)); // 8,300 records: past 8,192
+  REQUIRE(write_range(8300, 8301)); // handled after the drop
+  CHECK(db->mapped_page_drops() == 1);
+  CHECK(get(db->execution(exec(8299).id)).id == exec(8299).id);
   self->send_exit(writer, caf::exit_reason::user_shutdown);
 }
