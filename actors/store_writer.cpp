@@ -42,8 +42,12 @@ constexpr size_t release_weight = 1024;
 /// file counted in the process's RSS until the writer is idle (1.5-1.9 KiB
 /// per execution of a starting tree). Each drop costs the next commits
 /// faults on the pages they touch again: after every 1,024 records
-/// `bench_steps` lost 7-10 %, after every 8,192 nothing measurable.
+/// `bench_steps` lost 7-10 %, after every 8,192 nothing measurable. A burst
+/// that ends (a flush commits its last group) with `release_weight` records
+/// or more since the last drop drops them too, at most every
+/// `min_drop_interval`: a tree that has just started holds no file pages.
 constexpr size_t drop_pages_weight = 8192;
+constexpr auto min_drop_interval = std::chrono::milliseconds{100};
 
 /// Writes committed in one transaction, and who waits for it. The writes
 /// wait in a deque (one node each), not nested in one batch: a vector of
@@ -66,8 +70,9 @@ struct store_writer_state {
   /// A large group was committed since LMDB's write cache was last handed
   /// back (`release_write_cache`): hand it back once idle.
   bool cache_to_release = false;
-  /// Records committed since the file pages were last unmapped.
+  /// Records committed since the file pages were last unmapped, and when.
   size_t mapped_weight = 0;
+  clock_type::time_point last_drop;
   bool idle_armed = false;
   clock_type::time_point last_write;
   static const char* name;
@@ -113,8 +118,23 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
   arm_idle(self);
 }
 
-/// Commits one group in one transaction and answers its writers.
-void commit_group(caf::stateful_actor<store_writer_state>* self, write_group group) {
+/// Unmaps the store's file pages after `drop_pages_weight` records, or at
+/// the end of a burst (`drop_pages_weight` above).
+void drop_mapped_pages(store_writer_state& st, size_t committed, bool burst_ends) {
+  st.mapped_weight += committed;
+  auto now = clock_type::now();
+  if (st.mapped_weight < drop_pages_weight
+      && !(burst_ends && st.mapped_weight >= release_weight
+           && now - st.last_drop >= min_drop_interval))
+    return;
+  st.mapped_weight = 0;
+  st.last_drop = now;
+  (void) st.db->drop_mapped_pages(); // a failure leaves the pages mapped, nothing else
+}
+
+/// Commits one group in one transaction and answers its writers; `last`:
+/// nothing else is buffered.
+void commit_group(caf::stateful_actor<store_writer_state>* self, write_group group, bool last) {
   auto& st = self->state;
   write_batch batch;
   if (group.writes.size() == 1) {
@@ -141,10 +161,8 @@ void commit_group(caf::stateful_actor<store_writer_state>* self, write_group gro
     st.compact_roots.insert(s.root_id);
   if (!err && batch.weight() >= release_weight)
     st.cache_to_release = true;
-  if (!err && (st.mapped_weight += batch.weight()) >= drop_pages_weight) {
-    st.mapped_weight = 0;
-    (void) st.db->drop_mapped_pages(); // a failure leaves the pages mapped, nothing else
-  }
+  if (!err)
+    drop_mapped_pages(st, batch.weight(), last);
   arm_idle(self);
   if (!err && !st.subscribers.empty()) {
     auto events = std::make_shared<std::vector<event_record>>();
@@ -176,8 +194,8 @@ void flush(caf::stateful_actor<store_writer_state>* self) {
   st.flush_scheduled = false;
   auto groups = std::move(st.pending);
   st.pending.clear();
-  for (auto& g : groups)
-    commit_group(self, std::move(g));
+  for (size_t i = 0; i < groups.size(); ++i)
+    commit_group(self, std::move(groups[i]), i + 1 == groups.size());
 }
 
 caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,

@@ -3,6 +3,7 @@
 // and the text of a stop's outcome.
 
 import { api } from "./api.js";
+import { signalText } from "./exec-state.js";
 import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, fmtDuration } from "./ui.js";
 
 const LOG_ROWS = 1000; // rows kept in the DOM until "Show all" is pressed
@@ -93,6 +94,7 @@ export function stepPanel(ctx) {
   let cur = null;     // {exec, step}
   let detail = null;  // the step as fetched (result, stdout, stderr)
   let fetching = 0;
+  let tick = null;    // redraws a signal's countdown each second
   const parts = {};
 
   async function fetchDetail() {
@@ -116,9 +118,14 @@ export function stepPanel(ctx) {
   }
 
   function drawLive() {
+    clearTimeout(tick);
+    tick = null;
+    if (!cur) return;
     const x = ctx.state.execs.get(cur.exec);
     const s = x && x.steps[cur.step];
     if (!s) return;
+    const signal = signalText(s.signal);
+    if (signal && s.signal.nextAt > Date.now()) tick = setTimeout(drawLive, 1000);
     setBadge(parts.badge, s.status);
     const pid = detail && detail.pid;
     const child = s.child_id || (detail && detail.child_id);
@@ -129,6 +136,7 @@ export function stepPanel(ctx) {
       ["Ended", timeEl(s.ended_at)],
       ["Duration", s.started_at ? duration(s.started_at, s.ended_at) + (s.ended_at ? "" : " so far") : null],
       ["Reason", s.reason ? h("span", { "data-testid": "step-reason" }, s.reason) : null],
+      ["Signal", signal ? h("span", { "data-testid": "step-signal" }, signal) : null],
       ["Error", s.error ? h("span", { class: "error", "data-testid": "step-error" }, s.error) : null],
       pid ? ["Process", String(pid)] : [],
       child ? ["Child", h("a", { href: `#/executions/${child}`, "data-testid": "step-child-link" }, child)] : [],
@@ -179,7 +187,7 @@ export function stepPanel(ctx) {
     el,
     show(exec, step) { lastStatus = null; show(exec, step); },
     current: () => cur,
-    close() { cur = null; el.hidden = true; fetching++; },
+    close() { cur = null; el.hidden = true; fetching++; clearTimeout(tick); },
     /** Redraws what changed; refetches the result when the step settles. */
     update(stepChanged, outputChanged) {
       if (!cur) return;

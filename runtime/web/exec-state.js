@@ -82,7 +82,18 @@ export class ExecState {
     }
     const d = e.data || {};
     if (e.status) s.status = e.status;
+    // The last escalation signal of the running attempt (step.signalled);
+    // every event with a status ends it.
+    if (e.status) s.signal = null;
     switch (e.type) {
+      case "step.signalled":
+        if (s.status === "running" && (d.attempt ?? s.attempt) === s.attempt)
+          s.signal = {
+            signal: String(d.signal || ""),
+            next: d.next || null,
+            nextAt: d.next && Number.isFinite(d.next_in_ms) ? Date.parse(e.time) + d.next_in_ms : null,
+          };
+        break;
       case "step.queued":
         s.reason = null;
         break;
@@ -165,6 +176,18 @@ export class ExecState {
     }
     return { attempts, cost, costKnown, depth };
   }
+}
+
+/**
+ * What a step's last escalation signal says, as the CLI's live view says it:
+ * "SIGINT sent · SIGTERM in 9s", "SIGKILL sent"; null without one.
+ */
+export function signalText(sig, now = Date.now()) {
+  if (!sig || !sig.signal) return null;
+  let text = `${sig.signal} sent`;
+  if (sig.next && Number.isFinite(sig.nextAt))
+    text += ` \u00b7 ${sig.next} in ${Math.max(0, Math.ceil((sig.nextAt - now) / 1000))}s`;
+  return text;
 }
 
 /**

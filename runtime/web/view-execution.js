@@ -112,6 +112,7 @@ export function executionView(main, [id]) {
       if (s.attempt > 1) text += ` #${s.attempt}`;
       if (s.reason) text += ` \u00b7 ${s.reason}`;
       else if (s.status === "failed" && s.error) text += ` \u00b7 ${s.error}`;
+      else if (s.signal) text += ` \u00b7 ${s.signal.signal} sent`;
       return { status: s.status, text };
     };
   }

@@ -6,6 +6,9 @@
 - dag.js layout: layer = longest path from a root, order in a layer by the
   barycenter of the predecessors, a layer over 30 steps wraps.
 - ui.js fmtDuration.
+- exec-state.js: a step.signalled event shows on its running step as the
+  CLI shows it ("SIGINT sent · SIGTERM in 9s", counting down), not for
+  another attempt, and goes with the step's next status.
 """
 
 from harness import main
@@ -67,6 +70,26 @@ const done = arguments[arguments.length - 1];
   // a cycle (never valid, but the layout must not hang)
   const C = layout([{ name: 'x', needs: ['y'] }, { name: 'y', needs: ['x'] }]);
   check(C.pos.size === 2, 'cycle laid out');
+
+  // step.signalled
+  const { ExecState, signalText } = await import('/ui/exec-state.js');
+  const st = new ExecState('r');
+  st.loadTree({ id: 'r', depth: 0, steps: { s: { status: 'pending', attempt: 0 } }, children: [] });
+  const t = (sec) => '2026-01-01T00:00:' + String(sec).padStart(2, '0') + '.000Z';
+  const ev = (seq, type, extra) => Object.assign({ seq, type, execution_id: 'r', step: 's', time: t(seq) }, extra);
+  st.push(ev(1, 'step.started', { status: 'running', data: { attempt: 1 } }));
+  const step = () => st.execs.get('r').steps.s;
+  check(signalText(step().signal) === null, 'no signal before one is sent');
+  st.push(ev(2, 'step.signalled', { data: { attempt: 1, signal: 'SIGINT', next: 'SIGTERM', next_in_ms: 10000 } }));
+  check(step().status === 'running', 'signalled changes no status: ' + step().status);
+  check(signalText(step().signal, Date.parse(t(3))) === 'SIGINT sent \u00b7 SIGTERM in 9s', 'countdown: ' + signalText(step().signal, Date.parse(t(3))));
+  check(signalText(step().signal, Date.parse(t(30))) === 'SIGINT sent \u00b7 SIGTERM in 0s', 'countdown ends at 0');
+  st.push(ev(4, 'step.signalled', { data: { attempt: 7, signal: 'SIGKILL', next: null, next_in_ms: null } }));
+  check(step().signal.signal === 'SIGINT', 'another attempt\'s signal is ignored');
+  st.push(ev(5, 'step.signalled', { data: { attempt: 1, signal: 'SIGKILL', next: null, next_in_ms: null } }));
+  check(signalText(step().signal) === 'SIGKILL sent', 'last signal: ' + signalText(step().signal));
+  st.push(ev(6, 'step.pending', { status: 'pending', reason: 'requested' }));
+  check(step().signal === null && step().reason === 'requested', 'the next status ends the signal');
 
   check(fmtDuration(850) === '850ms' && fmtDuration(12345) === '12.3s' && fmtDuration(245000) === '4m 05s' &&
     fmtDuration(7380000) === '2h 03m', 'fmtDuration');
