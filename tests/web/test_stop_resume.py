@@ -5,7 +5,9 @@ Serve with two users; sign in as alice; register and start a graph whose
 `hold` step runs until the test lets it go. The execution appears in the
 list on its own (polling), its steps turn running live (SSE). Stop from the
 page (dialog, confirm): the outcome says stopped / requested and lists
-`hold` back to pending, and the DAG shows it pending. Resume from the page:
+`hold` back to pending, and the DAG shows it pending. `hold` ignores
+SIGINT: while the stop escalates, its step panel and its DAG node say
+"SIGINT sent · SIGTERM in Ns" (the `step.signalled` event), as the CLI does. Resume from the page:
 the execution completes, and the side-effect log proves that the steps
 completed before the stop did not run again (one line per step).
 """
@@ -19,8 +21,8 @@ def graph(tmp):
     def step(name, needs=()):
         return {"run": ["sh", "-c", 'echo "$N" >> "$LOG"'], "env": {"N": name, "LOG": str(log)}, "needs": list(needs)}
 
-    hold = {"run": ["sh", "-c", 'while [ ! -e "$GO" ]; do sleep 0.05; done; echo hold >> "$LOG"'],
-            "env": {"GO": str(go), "LOG": str(log)}, "needs": ["prepare"], "grace": {"interrupt": "2s", "terminate": "2s"}}
+    hold = {"run": ["sh", "-c", 'trap "" INT; while [ ! -e "$GO" ]; do sleep 0.05; done; echo hold >> "$LOG"'],
+            "env": {"GO": str(go), "LOG": str(log)}, "needs": ["prepare"], "grace": {"interrupt": "4s", "terminate": "2s"}}
     return log, go, {"name": "work", "steps": {
         "fetch": step("fetch"),
         "prepare": step("prepare", ["fetch"]),
@@ -52,10 +54,18 @@ def test(hx):
     # colour is never the only signal: the node says its status in words
     assert "running" in b.read(lambda: b.q("step-node", step="hold")[0].text), "the node has a status word"
 
+    b.click("step-node", step="hold")
+    b.wait(lambda: b.text("step-panel-name") == "hold", 10, "the step panel of hold")
+    assert b.text("step-signal") == "", "no signal before the stop"
+
     b.click("stop-button")
     b.one("confirm-dialog")
     assert b.js("return document.activeElement.dataset.testid") == "confirm-no", "the dialog takes the focus (Cancel first)"
     b.confirm()
+    # hold ignores SIGINT: SIGTERM follows after its 4 s grace
+    b.wait(lambda: b.text("step-signal").startswith("SIGINT sent \u00b7 SIGTERM in ")
+           and "SIGINT sent" in b.q("step-node", step="hold")[0].text, 10,
+           f"the panel and the node to show the signal sent ({b.text('step-signal')!r})")
     b.wait(lambda: (lambda o: o if o and "stopped" in o.text and b.q("outcome-pending") else None)(
         (b.q("outcome") or [None])[0]), 20, "the stop's outcome")
     text = b.text("outcome")
