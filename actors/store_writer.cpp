@@ -42,12 +42,11 @@ constexpr size_t release_weight = 1024;
 /// file counted in the process's RSS until the writer is idle (1.5-1.9 KiB
 /// per execution of a starting tree). Each drop costs the next commits
 /// faults on the pages they touch again: after every 1,024 records
-/// `bench_steps` lost 7-10 %, after every 8,192 nothing measurable. A burst
-/// that ends (a flush commits its last group) with `release_weight` records
-/// or more since the last drop drops them too, at most every
-/// `min_drop_interval`: a tree that has just started holds no file pages.
+/// `bench_steps` lost 6-10 %, after every 8,192 nothing measurable. (Also
+/// dropping them whenever a burst of 1,024 records or more ended changed
+/// nothing measurable: the kernel maps up to 16 neighbouring pages with each
+/// fault, so the next few commits map a few MiB again anyway.)
 constexpr size_t drop_pages_weight = 8192;
-constexpr auto min_drop_interval = std::chrono::milliseconds{100};
 
 /// Writes committed in one transaction, and who waits for it. The writes
 /// wait in a deque (one node each), not nested in one batch: a vector of
@@ -70,9 +69,8 @@ struct store_writer_state {
   /// A large group was committed since LMDB's write cache was last handed
   /// back (`release_write_cache`): hand it back once idle.
   bool cache_to_release = false;
-  /// Records committed since the file pages were last unmapped, and when.
+  /// Records committed since the file pages were last unmapped.
   size_t mapped_weight = 0;
-  clock_type::time_point last_drop;
   bool idle_armed = false;
   clock_type::time_point last_write;
   static const char* name;
@@ -118,23 +116,18 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
   arm_idle(self);
 }
 
-/// Unmaps the store's file pages after `drop_pages_weight` records, or at
-/// the end of a burst (`drop_pages_weight` above).
-void drop_mapped_pages(store_writer_state& st, size_t committed, bool burst_ends) {
+/// Unmaps the store's file pages once `drop_pages_weight` records were
+/// committed since the last time.
+void drop_mapped_pages(store_writer_state& st, size_t committed) {
   st.mapped_weight += committed;
-  auto now = clock_type::now();
-  if (st.mapped_weight < drop_pages_weight
-      && !(burst_ends && st.mapped_weight >= release_weight
-           && now - st.last_drop >= min_drop_interval))
+  if (st.mapped_weight < drop_pages_weight)
     return;
   st.mapped_weight = 0;
-  st.last_drop = now;
   (void) st.db->drop_mapped_pages(); // a failure leaves the pages mapped, nothing else
 }
 
-/// Commits one group in one transaction and answers its writers; `last`:
-/// nothing else is buffered.
-void commit_group(caf::stateful_actor<store_writer_state>* self, write_group group, bool last) {
+/// Commits one group in one transaction and answers its writers.
+void commit_group(caf::stateful_actor<store_writer_state>* self, write_group group) {
   auto& st = self->state;
   write_batch batch;
   if (group.writes.size() == 1) {
@@ -162,7 +155,7 @@ void commit_group(caf::stateful_actor<store_writer_state>* self, write_group gro
   if (!err && batch.weight() >= release_weight)
     st.cache_to_release = true;
   if (!err)
-    drop_mapped_pages(st, batch.weight(), last);
+    drop_mapped_pages(st, batch.weight());
   arm_idle(self);
   if (!err && !st.subscribers.empty()) {
     auto events = std::make_shared<std::vector<event_record>>();
@@ -194,8 +187,8 @@ void flush(caf::stateful_actor<store_writer_state>* self) {
   st.flush_scheduled = false;
   auto groups = std::move(st.pending);
   st.pending.clear();
-  for (size_t i = 0; i < groups.size(); ++i)
-    commit_group(self, std::move(groups[i]), i + 1 == groups.size());
+  for (auto& g : groups)
+    commit_group(self, std::move(g));
 }
 
 caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
