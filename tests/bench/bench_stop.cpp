@@ -24,6 +24,9 @@
 //     has handed back free heap; the stop is timed after this), after freed heap is released, and the
 //     malloc bytes in use (tcmalloc's count, or mallinfo2). Also the bare CAF tree per actor (its
 //     VmRSS delta reuses heap freed by the canopy tree: use the malloc one).
+//     The "before" sample follows a release of the free heap and of the
+//     store's mapped file pages (`store::drop_mapped_pages`), so that neither
+//     what an earlier tree left nor its later release skews the deltas.
 // (d) Resume: a 100,000-step execution (50,000 noops complete, then a one
 //     hour sleep that the other 49,999 noops need) is stopped once the first
 //     half completed; timed from `resume()` to the `step.started` event of
