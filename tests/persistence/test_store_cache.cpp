@@ -100,6 +100,42 @@ TEST_CASE("dropping the store's mapped pages takes them out of the process's RSS
   CHECK(get(db->execution(exec(12345).id)).inputs == exec(12345).inputs);
 }
 
+TEST_CASE("reads and writes from other threads while the mapped pages are dropped again and "
+          "again see every record",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = get(store::open(store_options{dir.path + "/home"}));
+  write_batch big;
+  for (int i = 0; i < 5000; ++i)
+    big.executions.push_back(exec(i));
+  REQUIRE(!db->commit(big));
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t)
+    readers.emplace_back([&, t] {
+      for (int i = t; !done.load(); i = (i + 37) % 5000) {
+        auto x = db->execution(exec(i).id);
+        if (!x || x->inputs != exec(i).inputs)
+          failures.fetch_add(1);
+      }
+    });
+  int written = 5000;
+  for (int round = 0; round < 200; ++round) {
+    REQUIRE(!db->drop_mapped_pages());
+    write_batch more;
+    for (int i = 0; i < 10; ++i)
+      more.executions.push_back(exec(written++));
+    REQUIRE(!db->commit(more));
+  }
+  done.store(true);
+  for (auto& r : readers)
+    r.join();
+  CHECK(failures.load() == 0);
+  CHECK(db->mapped_page_drops() == 200);
+  CHECK(get(db->execution(exec(written - 1).id)).inputs == exec(written - 1).inputs);
+}
+
 TEST_CASE("releasing the write cache after a large transaction keeps every record and gives "
           "LMDB's pages back",
           "[persistence][store]") {
