@@ -69,18 +69,58 @@ long mapped_kib(const std::string& file) {
   return total;
 }
 
+/// Opens a store in `dir` and commits executions 0 to n - 1 in one transaction.
+std::shared_ptr<store> store_with(const test::temp_dir& dir, int n) {
+  auto db = get(store::open(store_options{dir.path + "/home"}));
+  write_batch big;
+  for (int i = 0; i < n; ++i)
+    big.executions.push_back(exec(i));
+  REQUIRE(!db->commit(big));
+  return db;
+}
+
+/// Checks that a store of 20,000 executions (`store_with`) reads them and
+/// takes a write as before.
+void check_reads_and_writes(store& db) {
+  CHECK(get(db.execution(exec(0).id)).inputs == exec(0).inputs);
+  CHECK(get(db.execution(exec(19999).id)).id == exec(19999).id);
+  write_batch more;
+  more.executions.push_back(exec(20000));
+  REQUIRE(!db.commit(more));
+  CHECK(get(db.execution(exec(20000).id)).id == exec(20000).id);
+  CHECK(get(db.execution(exec(12345).id)).inputs == exec(12345).inputs);
+}
+
+/// A store, its writer actor, and a write through the writer that waits
+/// for its answer.
+struct writer_fixture {
+  static caf::actor_system_config& quiet(caf::actor_system_config& cfg) {
+    cfg.set("logger.console", caf::atom("none"));
+    return cfg;
+  }
+  test::temp_dir dir;
+  std::shared_ptr<store> db = get(store::open(store_options{dir.path + "/home"}));
+  caf::actor_system_config cfg;
+  caf::actor_system sys{quiet(cfg)};
+  caf::actor writer = spawn_store_writer(sys, db);
+  caf::scoped_actor self{sys};
+  ~writer_fixture() { self->send_exit(writer, caf::exit_reason::user_shutdown); }
+  bool write(write_batch b) {
+    bool ok = false;
+    self->request(writer, caf::infinite, write_atom::value, std::move(b))
+      .receive([&](bool x) { ok = x; }, [&](caf::error& err) { FAIL(sys.render(err)); });
+    return ok;
+  }
+};
+
 } // namespace
 
 TEST_CASE("dropping the store's mapped pages takes them out of the process's RSS, and every "
           "read and write after it sees the same store",
           "[persistence][store]") {
   test::temp_dir dir;
-  auto db = get(store::open(store_options{dir.path + "/home"}));
+  auto db = store_with(dir, 20000);
   auto file = dir.path + "/home/data.mdb";
-  write_batch big;
-  for (int i = 0; i < 20000; ++i)
-    big.executions.push_back(exec(i));
-  REQUIRE(!db->commit(big));
   // Reading every record goes through LMDB's map: about 8 MB of pages.
   for (int i = 0; i < 20000; i += 7)
     REQUIRE(get(db->execution(exec(i).id)).id == exec(i).id);
@@ -91,24 +131,14 @@ TEST_CASE("dropping the store's mapped pages takes them out of the process's RSS
   CHECK(db->mapped_page_drops() == 1);
   CHECK(mapped_kib(file) < 64);
   // The pages come back from the page cache with their contents.
-  CHECK(get(db->execution(exec(0).id)).inputs == exec(0).inputs);
-  CHECK(get(db->execution(exec(19999).id)).id == exec(19999).id);
-  write_batch more;
-  more.executions.push_back(exec(20000));
-  REQUIRE(!db->commit(more));
-  CHECK(get(db->execution(exec(20000).id)).id == exec(20000).id);
-  CHECK(get(db->execution(exec(12345).id)).inputs == exec(12345).inputs);
+  check_reads_and_writes(*db);
 }
 
 TEST_CASE("reads and writes from other threads while the mapped pages are dropped again and "
           "again see every record",
           "[persistence][store]") {
   test::temp_dir dir;
-  auto db = get(store::open(store_options{dir.path + "/home"}));
-  write_batch big;
-  for (int i = 0; i < 5000; ++i)
-    big.executions.push_back(exec(i));
-  REQUIRE(!db->commit(big));
+  auto db = store_with(dir, 5000);
   std::atomic<bool> done{false};
   std::atomic<int> failures{0};
   std::vector<std::thread> readers;
@@ -140,11 +170,7 @@ TEST_CASE("releasing the write cache after a large transaction keeps every recor
           "LMDB's pages back",
           "[persistence][store]") {
   test::temp_dir dir;
-  auto db = get(store::open(store_options{dir.path + "/home"}));
-  write_batch big;
-  for (int i = 0; i < 20000; ++i)
-    big.executions.push_back(exec(i));
-  REQUIRE(!db->commit(big));
+  auto db = store_with(dir, 20000);
   auto before = allocated();
   REQUIRE(!db->release_write_cache());
   auto after = allocated();
@@ -156,12 +182,7 @@ TEST_CASE("releasing the write cache after a large transaction keeps every recor
     WARN("no heap figures in this build: the memory is not checked");
   }
   // Everything reads as before, and the store writes again.
-  CHECK(get(db->execution(exec(0).id)).inputs == exec(0).inputs);
-  CHECK(get(db->execution(exec(19999).id)).id == exec(19999).id);
-  write_batch more;
-  more.executions.push_back(exec(20000));
-  REQUIRE(!db->commit(more));
-  CHECK(get(db->execution(exec(20000).id)).id == exec(20000).id);
+  check_reads_and_writes(*db);
 }
 
 TEST_CASE("reads from other threads wait for a release of the write cache and then succeed",
@@ -191,19 +212,9 @@ TEST_CASE("reads from other threads wait for a release of the write cache and th
 TEST_CASE("the store writer hands LMDB's write cache back once idle after a large commit, "
           "and writes on afterwards",
           "[persistence][store][writer]") {
-  test::temp_dir dir;
-  auto db = get(store::open(store_options{dir.path + "/home"}));
-  caf::actor_system_config cfg;
-  cfg.set("logger.console", caf::atom("none"));
-  caf::actor_system sys{cfg};
-  auto writer = spawn_store_writer(sys, db);
-  caf::scoped_actor self{sys};
-  auto write = [&](write_batch b) {
-    bool ok = false;
-    self->request(writer, caf::infinite, write_atom::value, std::move(b))
-      .receive([&](bool x) { ok = x; }, [&](caf::error& err) { FAIL(sys.render(err)); });
-    return ok;
-  };
+  writer_fixture fx;
+  auto& db = fx.db;
+  auto write = [&](write_batch b) { return fx.write(std::move(b)); };
   write_batch big;
   for (int i = 0; i < 2000; ++i)
     big.executions.push_back(exec(i));
@@ -216,28 +227,19 @@ TEST_CASE("the store writer hands LMDB's write cache back once idle after a larg
   small.executions.push_back(exec(2000));
   REQUIRE(write(std::move(small)));
   CHECK(get(db->execution(exec(2000).id)).id == exec(2000).id);
-  self->send_exit(writer, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("the store writer drops the store's mapped pages after every 8,192 records it "
           "commits",
           "[persistence][store][writer]") {
-  test::temp_dir dir;
-  auto db = get(store::open(store_options{dir.path + "/home"}));
-  caf::actor_system_config cfg;
-  cfg.set("logger.console", caf::atom("none"));
-  caf::actor_system sys{cfg};
-  auto writer = spawn_store_writer(sys, db);
-  caf::scoped_actor self{sys};
+  writer_fixture fx;
+  auto& db = fx.db;
   int next = 0;
   auto write = [&](int n) {
     write_batch b;
     for (int i = 0; i < n; ++i)
       b.executions.push_back(exec(next++));
-    bool ok = false;
-    self->request(writer, caf::infinite, write_atom::value, std::move(b))
-      .receive([&](bool x) { ok = x; }, [&](caf::error& err) { FAIL(sys.render(err)); });
-    return ok;
+    return fx.write(std::move(b));
   };
   // The writer answers a write before it drops: the answer to one more
   // (one record) comes after the drop of the one before.
@@ -251,5 +253,4 @@ TEST_CASE("the store writer drops the store's mapped pages after every 8,192 rec
   REQUIRE(write(1));
   CHECK(db->mapped_page_drops() == 2);
   CHECK(get(db->execution(exec(next - 1).id)).id == exec(next - 1).id);
-  self->send_exit(writer, caf::exit_reason::user_shutdown);
 }
