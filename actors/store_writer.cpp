@@ -152,10 +152,11 @@ void commit_group(caf::stateful_actor<store_writer_state>* self, write_group gro
     batch.collect_subtree_stops(compact);
   for (auto& s : compact)
     st.compact_roots.insert(s.root_id);
-  if (!err && batch.weight() >= release_weight)
-    st.cache_to_release = true;
-  if (!err)
+  if (!err) {
+    if (batch.weight() >= release_weight)
+      st.cache_to_release = true;
     drop_mapped_pages(st, batch.weight());
+  }
   arm_idle(self);
   if (!err && !st.subscribers.empty()) {
     auto events = std::make_shared<std::vector<event_record>>();

@@ -1,6 +1,5 @@
 #include "runtime/http_api.hpp"
 
-
 namespace canopy::api {
 
 void api_server::get_events(call& c) {

@@ -89,7 +89,7 @@ void start_machine(execution_shell* self) {
   st.m->start(now_ms());
   run_effects(self);
   if (st.m->phase() != exec_phase::running)
-    leave_gate(self);
+    st.leave_gate();
 }
 
 /// Starts the machine once the start gate lets this execution in: at once,
@@ -270,10 +270,6 @@ void execution_shell_state::leave_gate() {
     return;
   svc->gate->leave(gate_ticket);
   gate_ticket.reset();
-}
-
-void leave_gate(execution_shell* self) {
-  self->state.leave_gate();
 }
 
 execution_shell_state::~execution_shell_state() {

@@ -96,9 +96,6 @@ struct execution_shell_state {
 /// Carries out every effect the machine appended (and its pending write).
 void run_effects(execution_shell* self);
 
-/// Gives the start gate's permit (or place) back, if it holds one.
-void leave_gate(execution_shell* self);
-
 /// Submits pooled function `e.name` of step `e.idx` to the function pool.
 void start_pooled_fn(execution_shell* self, fx::start_fn& e);
 

@@ -183,7 +183,7 @@ struct effect_runner {
     self->request(svc().writer, caf::infinite, write_atom::value, std::move(e.batch))
       .then(
         [=](bool) mutable {
-          leave_gate(self); // its first write is committed: the next may start
+          self->state.leave_gate(); // its first write is committed: the next may start
           for (auto& rp : replies)
             rp.deliver(true);
           self->state.m->write_acknowledged(std::move(completed), then, now_ms());
