@@ -21,6 +21,13 @@ using clock_type = std::chrono::steady_clock;
 /// LMDB's write cache back.
 constexpr auto idle_delay = std::chrono::milliseconds{1000};
 
+/// A materialisation gives way to any message that arrives while it runs
+/// (its transaction is rolled back: a write waits a few microseconds, not
+/// the seconds a stopped tree of 100,000 executions takes). Each time it gave
+/// way, the quiet it waits for doubles, up to this: a store that is written
+/// to every second or two does not redo the work over and over.
+constexpr auto max_idle_wait = std::chrono::milliseconds{32000};
+
 /// Writes that arrived while a commit ran share one transaction, up to about
 /// this many records (`write_batch::weight`). LMDB keeps every dirty page of
 /// its largest transaction allocated until the environment closes (measured:
@@ -72,6 +79,9 @@ struct store_writer_state {
   /// Records committed since the file pages were last unmapped.
   size_t mapped_weight = 0;
   bool idle_armed = false;
+  /// The quiet a materialisation waits for: `idle_delay`, doubled each time
+  /// one gave way (up to `max_idle_wait`).
+  clock_type::duration idle_wait = idle_delay;
   clock_type::time_point last_write;
   static const char* name;
 };
@@ -88,23 +98,30 @@ void arm_idle(caf::stateful_actor<store_writer_state>* self) {
   self->delayed_send(self, idle_delay, idle_atom::value);
 }
 
-/// Idle-time work: once no write came for `idle_delay`, materialises the
+/// Idle-time work: once no write came for `idle_wait`, materialises the
 /// compact snapshots of one tree (so `live()` and recovery no longer walk
-/// them), then waits again for the next; once none is left, hands back
-/// LMDB's write cache if a large transaction ran since the last time.
+/// them), giving way to any message that arrives meanwhile, then waits again
+/// for the next; once none is left, hands back LMDB's write cache if a large
+/// transaction ran since the last time.
 void on_idle(caf::stateful_actor<store_writer_state>* self) {
   auto& st = self->state;
   st.idle_armed = false;
-  if (clock_type::now() - st.last_write >= idle_delay) {
+  if (clock_type::now() - st.last_write >= st.idle_wait) {
     if (!st.compact_roots.empty()) {
       auto root = *st.compact_roots.begin();
-      st.compact_roots.erase(st.compact_roots.begin());
-      // A failure (a busy store) leaves the snapshot compact: try again later.
-      if (st.db->materialize(root))
-        st.compact_roots.insert(root);
-      else
-        // It was one transaction as large as the subtree.
-        st.cache_to_release = true;
+      auto done = st.db->materialize(root, [self] { return !self->mailbox().empty(); });
+      if (done && *done == materialize_outcome::done) {
+        st.compact_roots.erase(root);
+        st.idle_wait = idle_delay;
+      } else if (done) {
+        // It gave way: the snapshot stays compact (every reader resolves
+        // it) until a longer quiet.
+        st.idle_wait = std::min<clock_type::duration>(st.idle_wait * 2, max_idle_wait);
+      }
+      // A failure (a busy store) leaves it compact too: try again later.
+      // Committed or rolled back, it was one transaction as large as the
+      // subtree (or the part it reached).
+      st.cache_to_release = true;
     }
     if (st.cache_to_release && st.compact_roots.empty()) {
       // LMDB would keep the dirty pages of its largest transaction allocated

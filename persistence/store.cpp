@@ -1621,13 +1621,15 @@ caf::error store::commit(write_batch& batch) {
   return caf::none;
 }
 
-caf::error store::materialize(const std::string& root_id) {
+caf::expected<materialize_outcome> store::materialize(const std::string& root_id,
+                                                        const std::function<bool()>& give_way) {
   if (needs_migration_)
     if (auto err = migrate())
       return err;
   auto d = subtree_dbs();
   if (!d.has_subtrees)
-    return caf::none;
+    return materialize_outcome::done;
+  bool gave_way = false;
   auto err = write_once(
     [&](MDB_txn* txn) {
       std::vector<std::string> targets;
@@ -1637,20 +1639,27 @@ caf::error store::materialize(const std::string& root_id) {
                              k.mv_size - prefix.size());
         return true;
       });
-      for (auto& t : targets)
-        if (int rc = store_subtree::materialize(txn, d, root_id, t); rc != 0)
-          return rc;
+      for (auto& t : targets) {
+        int rc = store_subtree::materialize(txn, d, root_id, t, give_way);
+        gave_way = rc == store_subtree::gave_way;
+        if (rc != 0)
+          return rc; // rolled back
+      }
       return 0;
     },
     "materialize");
-  if (!err) {
+  if (gave_way)
+    return materialize_outcome::gave_way;
+  if (err)
+    return err;
+  {
     // The kept expansion may be of an entry just materialised: one event
     // record per execution of a large subtree, for nothing now.
     std::lock_guard<std::mutex> guard{expansion_mtx_};
     expansion_key_.clear();
     expansion_.reset();
   }
-  return err;
+  return materialize_outcome::done;
 }
 
 std::string make_execution_id() {

@@ -37,7 +37,8 @@ std::vector<std::string> children_of(MDB_txn* txn, const dbs& d, const std::stri
 
 /// The one walk (see the top of store_subtree.hpp): calls `f(rec, direct)`
 /// for each covered execution in walk order, `direct` when it is a child of
-/// the target. Corrupt or missing records are not covered.
+/// the target, until `f` returns false. Corrupt or missing records are not
+/// covered.
 template <class F>
 void walk(MDB_txn* txn, const dbs& d, const subtree_stop& s, F f) {
   struct level {
@@ -56,7 +57,8 @@ void walk(MDB_txn* txn, const dbs& d, const subtree_stop& s, F f) {
     auto rec = load_execution(txn, d, id);
     if (!rec || is_terminal(rec->status))
       continue;
-    f(*rec, stack.size() == 1);
+    if (!f(*rec, stack.size() == 1))
+      return;
     stack.push_back({children_of(txn, d, id)});
   }
 }
@@ -112,18 +114,29 @@ bool resolve_step(step_record& rec, const std::string& reason, int64_t time) {
   return true;
 }
 
-expansion expand(MDB_txn* txn, const dbs& d, const subtree_stop& s, bool records,
-                 uint64_t after) {
-  expansion out;
+namespace {
+
+/// The expansion of `s`, one covered execution at a time, in walk order:
+/// calls `f(rec, steps, events)` with the resolved record, the steps it
+/// resets (resolved; only with `records`) and its events (seqs assigned;
+/// only those within the reserved range and with seq > `after`), until `f`
+/// returns false. @returns the events the walk yielded.
+template <class F>
+uint64_t expand_each(MDB_txn* txn, const dbs& d, const subtree_stop& s, bool records,
+                     uint64_t after, F f) {
   uint64_t n = 0; // events the walk yielded so far
+  std::vector<step_record> steps;
+  std::vector<event_record> events;
   auto add = [&](event_record e) {
     auto seq = s.first_seq + n++;
     if (n > s.events || seq <= after)
       return;
     e.seq = seq;
-    out.events.push_back(std::move(e));
+    events.push_back(std::move(e));
   };
   walk(txn, d, s, [&](execution_record& rec, bool direct) {
+    steps.clear();
+    events.clear();
     auto& reason = direct ? s.child_reason : parent_stopped;
     resolve_execution(rec, reason, s.time);
     auto prefix = rec.id + '\0';
@@ -133,15 +146,34 @@ expansion expand(MDB_txn* txn, const dbs& d, const subtree_stop& s, bool records
         return true;
       add(make_event(rec, "step.pending", s.time, step->step, "pending", reason));
       if (records)
-        out.steps.push_back(std::move(*step));
+        steps.push_back(std::move(*step));
       return true;
     });
     add(make_event(rec, "execution.stopped", s.time, {}, "stopped", reason,
                    rec.error.empty() ? json(nullptr) : json{{"error", rec.error}}));
-    if (records)
-      out.executions.push_back(std::move(rec));
+    return f(rec, steps, events);
   });
-  out.walked_events = n;
+  return n;
+}
+
+} // namespace
+
+expansion expand(MDB_txn* txn, const dbs& d, const subtree_stop& s, bool records,
+                 uint64_t after) {
+  expansion out;
+  out.walked_events = expand_each(
+    txn, d, s, records, after,
+    [&](execution_record& rec, std::vector<step_record>& steps,
+        std::vector<event_record>& events) {
+      for (auto& e : events)
+        out.events.push_back(std::move(e));
+      if (records) {
+        for (auto& x : steps)
+          out.steps.push_back(std::move(x));
+        out.executions.push_back(std::move(rec));
+      }
+      return true;
+    });
   return out;
 }
 
@@ -247,11 +279,11 @@ void resolver::resolve_steps(const std::string& id, std::vector<step_record>& st
 
 // -- materialisation ------------------------------------------------------------------
 
-int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::string& target) {
+int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::string& target,
+                const give_way_fn& give_way) {
   auto s = load_stop(txn, d, root, target);
   if (!s)
     return 0;
-  auto ex = expand(txn, d, *s);
   int rc = 0;
   auto put = [&](unsigned dbi, const std::string& key, const std::string& val) {
     if (rc != 0)
@@ -267,20 +299,28 @@ int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::
     if (r != 0 && r != MDB_NOTFOUND)
       rc = r;
   };
-  for (auto& x : ex.executions) {
-    put(d.executions, x.id, encode(x));
-    del(d.live, x.id);
-    if (!x.agent.empty())
-      del(d.agent_runs, agent_prefix(x.owner, x.agent) + x.id);
-  }
-  for (auto& x : ex.steps)
-    put(d.steps, pair_key(x.execution_id, x.step), encode(x));
   // The first event (if any) takes the compact entry's key: delete it first
   // in case the walk yields none.
   if (s->events > 0)
     del(d.events, pair_key(root, seq_key(s->first_seq)));
-  for (auto& e : ex.events)
-    put(d.events, pair_key(e.root_id, seq_key(e.seq)), encode(e));
+  // Written as walked: the walk reads only the covered executions' stored
+  // records (each before it is rewritten), their steps (scanned before they
+  // are written) and `children` (never written here).
+  expand_each(txn, d, *s, true, 0,
+              [&](execution_record& x, std::vector<step_record>& steps,
+                  std::vector<event_record>& events) {
+                if (rc == 0 && give_way && give_way())
+                  rc = gave_way;
+                put(d.executions, x.id, encode(x));
+                del(d.live, x.id);
+                if (!x.agent.empty())
+                  del(d.agent_runs, agent_prefix(x.owner, x.agent) + x.id);
+                for (auto& st : steps)
+                  put(d.steps, pair_key(st.execution_id, st.step), encode(st));
+                for (auto& e : events)
+                  put(d.events, pair_key(e.root_id, seq_key(e.seq)), encode(e));
+                return rc == 0;
+              });
   del(d.subtrees, pair_key(root, target));
   return rc;
 }

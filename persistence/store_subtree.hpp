@@ -21,6 +21,7 @@
 
 #include <lmdb.h>
 
+#include <functional>
 #include <unordered_map>
 #include <memory>
 #include <optional>
@@ -72,6 +73,14 @@ struct expansion {
   std::vector<event_record> events;
   uint64_t walked_events = 0; ///< how many the walk yielded (!= s.events: a mismatch)
 };
+
+/// Asked by a materialisation before each execution it writes: true (another
+/// write waits) makes it roll back.
+using give_way_fn = std::function<bool()>;
+
+/// What `materialize` returns when `give_way` answered true. Outside LMDB's
+/// codes (and errno's), so it is never mistaken for a failure of LMDB.
+inline constexpr int gave_way = -31000;
 
 /// Expands `s` as stored in `txn`. With `records` false only `events` (and
 /// `walked_events`) are filled, and only the events with seq > `after`.
@@ -134,8 +143,14 @@ private:
 /// transaction `txn`: writes the resolved execution and step records and the
 /// events at their reserved seqs (replacing the compact entry), removes the
 /// covered executions from `live` and `agent_runs`, deletes the
-/// subtree_stop. Nothing when none is stored. @returns an LMDB code.
-int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::string& target);
+/// subtree_stop. Nothing when none is stored. It writes as it walks, one
+/// covered execution at a time (its record, steps and events), so memory
+/// stays flat however large the subtree; `give_way`, when set, is asked
+/// before each.
+/// @returns an LMDB code, or `gave_way` once `give_way` answered true (the
+///          caller aborts `txn`: nothing of it may be committed).
+int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::string& target,
+                const give_way_fn& give_way = {});
 
 /// Materialises every stored subtree_stop that covers (or whose target is)
 /// an execution a write is about to touch: execution `id` of tree `root`

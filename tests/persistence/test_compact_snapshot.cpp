@@ -394,7 +394,7 @@ TEST_CASE("the target's children get the child reason and deeper executions pare
   CHECK(h.compact_db->steps("xa")->at(3).reason == "sibling_failed");
   CHECK(h.compact_db->execution("xaa")->reason == "parent_stopped");
   CHECK(h.compact_db->steps("xaa")->at(0).reason == "parent_stopped");
-  REQUIRE(!h.compact_db->materialize("x"));
+  REQUIRE(h.compact_db->materialize("x") == materialize_outcome::done);
   same_reads(*h.compact_db, *h.old_db);
 }
 
@@ -465,13 +465,51 @@ TEST_CASE("a stop request arriving after a compact snapshot is answered at once"
 TEST_CASE("materialising a compact snapshot keeps every read and removes the compact entry",
           "[persistence]") {
   two_homes h;
-  REQUIRE(!h.compact_db->materialize("x"));
+  REQUIRE(h.compact_db->materialize("x") == materialize_outcome::done);
   auto stops = h.compact_db->subtree_stops("x");
   REQUIRE(stops);
   CHECK(stops->empty());
   same_reads(*h.compact_db, *h.old_db);
   // The log holds real events only now: a second materialisation is a no-op.
-  REQUIRE(!h.compact_db->materialize("x"));
+  REQUIRE(h.compact_db->materialize("x") == materialize_outcome::done);
+  same_reads(*h.compact_db, *h.old_db);
+}
+
+TEST_CASE("a materialisation that gives way changes nothing, wherever it gives way",
+          "[persistence]") {
+  // A whole materialisation asks once before each covered execution it
+  // writes (4 here): counted on a second pair of homes.
+  size_t asks = 0;
+  {
+    two_homes counted;
+    auto done = counted.compact_db->materialize("x", [&] {
+      ++asks;
+      return false;
+    });
+    REQUIRE(done == materialize_outcome::done);
+    same_reads(*counted.compact_db, *counted.old_db);
+  }
+  std::vector<std::string> covered;
+  walk(two_homes{false}.t, "x", covered);
+  REQUIRE(covered.size() == 4);
+  REQUIRE(asks == covered.size());
+  // Giving way before the first execution, and after one, two and three
+  // were written: each time the transaction is rolled back.
+  two_homes h;
+  for (size_t k = 1; k <= asks; ++k) {
+    size_t asked = 0;
+    auto done = h.compact_db->materialize("x", [&] { return ++asked == k; });
+    REQUIRE(done == materialize_outcome::gave_way);
+    CHECK(asked == k);
+    auto stops = h.compact_db->subtree_stops("x");
+    REQUIRE(stops);
+    CHECK(stops->size() == 1);
+  }
+  same_reads(*h.compact_db, *h.old_db);
+  REQUIRE(h.compact_db->materialize("x") == materialize_outcome::done);
+  auto stops = h.compact_db->subtree_stops("x");
+  REQUIRE(stops);
+  CHECK(stops->empty());
   same_reads(*h.compact_db, *h.old_db);
 }
 
@@ -590,7 +628,7 @@ TEST_CASE("a compact snapshot whose count is short keeps its events within the r
   REQUIRE(sub);
   CHECK(sub->size() == 7);
   // Materialised, the same 7 events stay.
-  REQUIRE(!h.compact_db->materialize("x"));
+  REQUIRE(h.compact_db->materialize("x") == materialize_outcome::done);
   auto after = h.compact_db->tree_events("x");
   REQUIRE(after);
   CHECK(docs(after) == docs(evs));
@@ -622,7 +660,7 @@ TEST_CASE("a compact snapshot whose count is long leaves the extra seqs unused",
   REQUIRE(gap);
   REQUIRE(gap->size() == 1);
   CHECK(gap->front().seq == first + walked + 3);
-  REQUIRE(!h.compact_db->materialize("x"));
+  REQUIRE(h.compact_db->materialize("x") == materialize_outcome::done);
   CHECK(docs(h.compact_db->tree_events("x")) == docs(evs));
 }
 
