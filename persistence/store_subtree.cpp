@@ -3,6 +3,8 @@
 
 #include "persistence/store_subtree.hpp"
 
+#include <iterator>
+
 #include "persistence/store_lmdb.hpp"
 
 namespace canopy::store_subtree {
@@ -12,6 +14,10 @@ using namespace store_lmdb;
 namespace {
 
 const std::string parent_stopped = "parent_stopped";
+
+/// Executions a materialisation writes together (see `materialize`): about
+/// 5 ms of writing, the longest a write waits for it to give way.
+constexpr size_t materialize_chunk = 256;
 
 std::optional<execution_record> load_execution(MDB_txn* txn, const dbs& d,
                                                const std::string& id) {
@@ -303,24 +309,46 @@ int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::
   // in case the walk yields none.
   if (s->events > 0)
     del(d.events, pair_key(root, seq_key(s->first_seq)));
-  // Written as walked: the walk reads only the covered executions' stored
-  // records (each before it is rewritten), their steps (scanned before they
-  // are written) and `children` (never written here).
+  // Written as walked, a chunk of executions at a time: each database's
+  // records of a chunk are written together, so they sit together in the
+  // file (written one execution at a time, interleaved, the pages a later
+  // read of the tree maps grew by 40 % at 111,111 executions). The walk reads
+  // only the covered executions' stored records (each before it is
+  // rewritten), their steps (scanned before they are written) and
+  // `children` (never written here).
+  std::vector<execution_record> execs;
+  std::vector<step_record> steps;
+  std::vector<event_record> events;
+  auto write_chunk = [&] {
+    for (auto& x : execs) {
+      put(d.executions, x.id, encode(x));
+      del(d.live, x.id);
+      if (!x.agent.empty())
+        del(d.agent_runs, agent_prefix(x.owner, x.agent) + x.id);
+    }
+    for (auto& x : steps)
+      put(d.steps, pair_key(x.execution_id, x.step), encode(x));
+    for (auto& e : events)
+      put(d.events, pair_key(e.root_id, seq_key(e.seq)), encode(e));
+    execs.clear();
+    steps.clear();
+    events.clear();
+  };
   expand_each(txn, d, *s, true, 0,
-              [&](execution_record& x, std::vector<step_record>& steps,
-                  std::vector<event_record>& events) {
-                if (rc == 0 && give_way && give_way())
+              [&](execution_record& x, std::vector<step_record>& xs,
+                  std::vector<event_record>& es) {
+                if (give_way && give_way()) {
                   rc = gave_way;
-                put(d.executions, x.id, encode(x));
-                del(d.live, x.id);
-                if (!x.agent.empty())
-                  del(d.agent_runs, agent_prefix(x.owner, x.agent) + x.id);
-                for (auto& st : steps)
-                  put(d.steps, pair_key(st.execution_id, st.step), encode(st));
-                for (auto& e : events)
-                  put(d.events, pair_key(e.root_id, seq_key(e.seq)), encode(e));
+                  return false;
+                }
+                execs.push_back(std::move(x));
+                std::move(xs.begin(), xs.end(), std::back_inserter(steps));
+                std::move(es.begin(), es.end(), std::back_inserter(events));
+                if (execs.size() == materialize_chunk)
+                  write_chunk();
                 return rc == 0;
               });
+  write_chunk();
   del(d.subtrees, pair_key(root, target));
   return rc;
 }

@@ -74,7 +74,7 @@ struct expansion {
   uint64_t walked_events = 0; ///< how many the walk yielded (!= s.events: a mismatch)
 };
 
-/// Asked by a materialisation before each execution it writes: true (another
+/// Asked by a materialisation before each execution it walks: true (another
 /// write waits) makes it roll back.
 using give_way_fn = std::function<bool()>;
 
@@ -143,10 +143,10 @@ private:
 /// transaction `txn`: writes the resolved execution and step records and the
 /// events at their reserved seqs (replacing the compact entry), removes the
 /// covered executions from `live` and `agent_runs`, deletes the
-/// subtree_stop. Nothing when none is stored. It writes as it walks, one
-/// covered execution at a time (its record, steps and events), so memory
-/// stays flat however large the subtree; `give_way`, when set, is asked
-/// before each.
+/// subtree_stop. Nothing when none is stored. It writes as it walks, a few
+/// hundred covered executions at a time (their records, steps and events),
+/// so memory stays flat however large the subtree; `give_way`, when set, is
+/// asked before each execution.
 /// @returns an LMDB code, or `gave_way` once `give_way` answered true (the
 ///          caller aborts `txn`: nothing of it may be committed).
 int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::string& target,

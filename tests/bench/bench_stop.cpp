@@ -1028,15 +1028,17 @@ int main(int argc, char** argv) {
 
     std::printf("\n### Details\n\n| executions | graph parse | start → all leaves running | "
                 "handle.stop() returned | stop → materialised (idle time) | kept once stopped "
-                "and materialised: VmRSS / malloc in use (delta from before start) | snapshot "
+                "and materialised: VmRSS (anon / file) / malloc in use (delta from before start) | snapshot "
                 "check |\n|---|---|---|---|---|---|---|\n");
     for (auto& r : rows)
       for (auto& c : r.canopy)
-        std::printf("| %s | %.0f ms | %.0f ms | %.1f ms | %.0f ms | %.1f / %.1f MiB | %s (%.0f "
-                    "ms) |\n",
+        std::printf("| %s | %.0f ms | %.0f ms | %.1f ms | %.0f ms | %.1f (%.1f / %.1f) / %.1f MiB "
+                    "| %s (%.0f ms) |\n",
                     group(static_cast<double>(c.executions)).c_str(), c.parse_ms,
                     c.start_to_leaves_ms, c.stop_request_ms, c.materialized_ms,
                     static_cast<double>(c.after.rss - c.before.rss) / 1024,
+                    static_cast<double>(c.after.anon - c.before.anon) / 1024,
+                    static_cast<double>(c.after.file - c.before.file) / 1024,
                     (c.after.heap - c.before.heap) / (1024 * 1024), c.verdict.c_str(),
                     c.verify_ms);
   }
