@@ -1629,7 +1629,7 @@ caf::expected<materialize_outcome> store::materialize(const std::string& root_id
   auto d = subtree_dbs();
   if (!d.has_subtrees)
     return materialize_outcome::done;
-  bool gave_way = false;
+  bool gave = false; // `give_way` answered true
   auto err = write_once(
     [&](MDB_txn* txn) {
       std::vector<std::string> targets;
@@ -1641,14 +1641,14 @@ caf::expected<materialize_outcome> store::materialize(const std::string& root_id
       });
       for (auto& t : targets) {
         int rc = store_subtree::materialize(txn, d, root_id, t, give_way);
-        gave_way = rc == store_subtree::gave_way;
+        gave = rc == store_subtree::gave_way;
         if (rc != 0)
           return rc; // rolled back
       }
       return 0;
     },
     "materialize");
-  if (gave_way)
+  if (gave)
     return materialize_outcome::gave_way;
   if (err)
     return err;
