@@ -91,6 +91,12 @@ struct store_writer_state {
 
 const char* store_writer_state::name = "store_writer";
 
+/// Unmaps the store's file pages now (`store::drop_mapped_pages`).
+void drop_mapped_pages(store_writer_state& st) {
+  st.mapped_weight = 0;
+  (void) st.db->drop_mapped_pages(); // a failure leaves the pages mapped, nothing else
+}
+
 /// Asks for an `idle_atom` after `idle_delay` while compact snapshots or a
 /// write cache to hand back wait.
 void arm_idle(caf::stateful_actor<store_writer_state>* self) {
@@ -126,8 +132,7 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
       // every page it read or changed is mapped (at 111,111 executions,
       // 350 MiB of VmRSS that stayed).
       st.cache_to_release = true;
-      st.mapped_weight = 0;
-      (void) st.db->drop_mapped_pages(); // a failure leaves them mapped, nothing else
+      drop_mapped_pages(st);
     }
     if (st.cache_to_release && st.compact_roots.empty()) {
       // LMDB would keep the dirty pages of its largest transaction allocated
@@ -143,10 +148,8 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
 /// committed since the last time.
 void drop_mapped_pages(store_writer_state& st, size_t committed) {
   st.mapped_weight += committed;
-  if (st.mapped_weight < drop_pages_weight)
-    return;
-  st.mapped_weight = 0;
-  (void) st.db->drop_mapped_pages(); // a failure leaves the pages mapped, nothing else
+  if (st.mapped_weight >= drop_pages_weight)
+    drop_mapped_pages(st);
 }
 
 /// Commits one group in one transaction and answers its writers.

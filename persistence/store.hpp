@@ -369,9 +369,9 @@ public:
   /// per-node records and events, and every read returns the same as before.
   /// The transaction is as large as the stopped subtree (about 2 s for
   /// 111,111 executions) and holds the writers' lock throughout: `give_way`,
-  /// when set, is asked before each execution it walks and each record it
-  /// writes, and when it answers true (another write waits) the transaction
-  /// is rolled back at once.
+  /// when set, is asked before each covered execution it walks, and when it
+  /// answers true (another write waits) the transaction is rolled back at
+  /// once.
   /// @returns `done` (also when there is none), `gave_way` (nothing
   ///          changed), or the errors of `commit`.
   /// Threading: as `commit`; `give_way` is called on the calling thread.

@@ -15,8 +15,9 @@ namespace {
 
 const std::string parent_stopped = "parent_stopped";
 
-/// Executions a materialisation writes together (see `materialize`): about
-/// 5 ms of writing, the longest a write waits for it to give way.
+/// Executions a materialisation writes together (see `materialize`): a few
+/// ms of writing, the longest a write waits for it to give way (at most
+/// 6.6 ms measured at 111,111 executions).
 constexpr size_t materialize_chunk = 256;
 
 std::optional<execution_record> load_execution(MDB_txn* txn, const dbs& d,
@@ -320,6 +321,8 @@ int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::
   std::vector<step_record> steps;
   std::vector<event_record> events;
   auto write_chunk = [&] {
+    if (rc != 0)
+      return; // given way or failed: nothing of it is committed
     for (auto& x : execs) {
       put(d.executions, x.id, encode(x));
       del(d.live, x.id);
