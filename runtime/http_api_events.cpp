@@ -61,6 +61,9 @@ api_server::subtree_events(const execution_record& rec, uint64_t after, size_t l
 }
 
 void api_server::stream_events(call& c, const execution_record& rec, uint64_t after) {
+  // Where the stream starts reading the tree's log: after `after`, or past
+  // the pages of other executions' events the check below looked at.
+  uint64_t cursor = after;
   {
     // Status first, then events (see below).
     auto now = db_.execution(rec.id);
@@ -68,14 +71,14 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
       // Is any event of the subtree after `after`? (A child's may come after
       // many of its tree's others.)
       bool any = false;
-      for (auto from = after; !any;) {
-        auto more = subtree_events(rec, from, max_page);
+      for (;;) {
+        auto more = subtree_events(rec, cursor, max_page);
         if (!more)
           return reply(c.res, from_error(more.error()));
         any = !more->events.empty();
-        if (!more->full)
+        if (any || !more->full)
           break;
-        from = more->last_seq;
+        cursor = more->last_seq;
       }
       if (!any) {
         c.res.status = 204;
@@ -88,7 +91,7 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
     uint64_t sent;   ///< the last seq sent (of the subtree)
     bool opened = false;
   };
-  auto st = std::make_shared<stream_state>(stream_state{after, after});
+  auto st = std::make_shared<stream_state>(stream_state{cursor, after});
   auto id = rec.id;
   c.res.set_header("Cache-Control", "no-cache");
   c.res.set_header("X-Accel-Buffering", "no");
