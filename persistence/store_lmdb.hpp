@@ -1,7 +1,8 @@
 #pragma once
 
 // LMDB helpers and schema constants shared by the store's source files
-// (store.cpp, store_migration.cpp). Internal: not installed.
+// (store.cpp, store_read.cpp, store_registry.cpp, store_commit.cpp,
+// store_migration.cpp). Internal: not installed.
 
 #include <lmdb.h>
 
