@@ -275,6 +275,14 @@ caf::error store::commit(write_batch& batch) {
         }
         mdb_cursor_close(cur);
       };
+      // Deletes `key` from `dbi`; a key that is not there is no error.
+      auto del = [&](unsigned dbi, const std::string& key) {
+        if (rc != 0)
+          return;
+        MDB_val k = as_val(key);
+        if (int r = mdb_del(txn, dbi, &k, nullptr); r != 0 && r != MDB_NOTFOUND)
+          rc = r;
+      };
       static const std::string empty;
       // One counter per store, in the same transaction: seqs are strictly
       // increasing across every process that writes this home.
@@ -352,27 +360,21 @@ caf::error store::commit(write_batch& batch) {
         if (mdb_get(txn, executions_, &k, &v) == 0) {
           if (auto r = decode_execution(as_view(v)))
             rec = std::move(*r);
-          mdb_del(txn, executions_, &k, nullptr);
-          if (!rec.parent_id.empty()) {
-            auto ck = pair_key(rec.parent_id, id);
-            MDB_val ckv = as_val(ck);
-            mdb_del(txn, children_, &ckv, nullptr);
-          }
-          if (!rec.agent.empty()) {
-            auto rk = agent_prefix(rec.owner, rec.agent) + id;
-            MDB_val rkv = as_val(rk);
-            mdb_del(txn, agent_runs_, &rkv, nullptr);
-          }
+          del(executions_, id);
+          if (!rec.parent_id.empty())
+            del(children_, pair_key(rec.parent_id, id));
+          if (!rec.agent.empty())
+            del(agent_runs_, agent_prefix(rec.owner, rec.agent) + id);
         }
-        mdb_del(txn, graphs_, &k, nullptr);
-        mdb_del(txn, live_, &k, nullptr);
+        del(graphs_, id);
+        del(live_, id);
         if (rec.root_id.empty() || rec.root_id == id)
           del_prefix(d.subtrees, id + '\0');
         del_prefix(steps_, id + '\0');
         del_prefix(events_, id + '\0');
         if (!rec.root_id.empty() && rec.root_id != id)
           deleted_in_tree[rec.root_id][id] = seq;
-        mdb_del(txn, counters_, &k, nullptr);
+        del(counters_, id);
       };
       // `root` and every execution below it (the children index holds every
       // child ever created), when `root` is a root whose stored status is

@@ -146,7 +146,8 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
     if (!f.roots_only && d.has_subtrees)
       resolve.emplace(txn, d);
     MDB_cursor* cur;
-    mdb_cursor_open(txn, executions_, &cur);
+    if (int rc = mdb_cursor_open(txn, executions_, &cur); rc != 0)
+      return lmdb_error("mdb_cursor_open", rc);
     MDB_val k, v;
     // Ids are time-ordered: walk backwards for newest first, from the
     // cursor when one is given.
