@@ -1,6 +1,6 @@
 #pragma once
 
-// Internal to persistence/: what the graph parser (graph.cpp) and the loader
+// Internal to persistence/: what the graph parser (graph_parser.hpp) and the loader
 // of stored graphs (graph_load.cpp) must do identically, so that both build
 // the same model (file paths, names, the inline-command refusal).
 
