@@ -202,10 +202,6 @@ parse_result parse_graph_bundle(const json& document, const std::string& base_di
   return parse_graph(document, base_dir, opts);
 }
 
-} // namespace canopy
-
-namespace canopy {
-
 std::vector<graph_error> check_agent_graph(const graph& g) {
   std::vector<graph_error> errors;
   bool has_message = false;

@@ -71,8 +71,8 @@ struct step_work {
   step_def& def;
   /// String `needs` entries with their index, as written.
   std::vector<std::pair<size_t, const std::string*>> raw_needs; ///< into the document
-  /// Strings that may hold references: (JSON path, text).
-  /// (JSON path after `path`, text in the document or in `def`).
+  /// Strings that may hold references: (JSON path after `path`, text in the
+  /// document or in `def`).
   std::vector<std::pair<std::string, const std::string*>> texts;
   /// Set when `with` is present but not an object.
   bool bad_with = false;
