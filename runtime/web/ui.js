@@ -112,10 +112,14 @@ export function errorText(e) {
 }
 
 let dialogEl = null;
+let dialogOpenings = 0; // which opening of dialogEl is the current one
 
 /**
  * An in-page modal confirmation (a <dialog>: focus is trapped, Escape
- * cancels). Resolves true when confirmed.
+ * cancels). Resolves true when confirmed. The browser dispatches a close
+ * event later, as a task: one that comes while the dialog is open again
+ * belongs to an earlier opening, and an opening that is no longer the
+ * current one resolves false.
  */
 export function confirmDialog({ title, body, confirm = "Confirm", danger = false }) {
   if (!dialogEl) {
@@ -130,7 +134,13 @@ export function confirmDialog({ title, body, confirm = "Confirm", danger = false
     fill(d, h("h2", { id: "confirm-title" }, title), h("div", { class: "confirm-body" }, body),
       h("div", { class: "actions" }, no, yes));
     d.returnValue = "";
-    d.addEventListener("close", () => resolve(d.returnValue === "yes"), { once: true });
+    const opening = ++dialogOpenings;
+    const onClose = () => {
+      if (d.open) return; // an earlier opening's late close event
+      d.removeEventListener("close", onClose);
+      resolve(opening === dialogOpenings && d.returnValue === "yes");
+    };
+    d.addEventListener("close", onClose);
     d.showModal();
     no.focus();
   });

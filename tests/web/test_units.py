@@ -9,6 +9,9 @@
 - exec-state.js: a step.signalled event shows on its running step as the
   CLI shows it ("SIGINT sent · SIGTERM in 9s", counting down), not for
   another attempt, and goes with the step's next status.
+- ui.js confirmDialog: a dialog opened again before the close event of the
+  one cancelled just before it is dispatched (a quick Escape, Enter) answers
+  for itself: the late close event neither confirms nor cancels it.
 """
 
 from harness import main
@@ -90,6 +93,19 @@ const done = arguments[arguments.length - 1];
   check(signalText(step().signal) === 'SIGKILL sent', 'last signal: ' + signalText(step().signal));
   st.push(ev(6, 'step.pending', { status: 'pending', reason: 'requested' }));
   check(step().signal === null && step().reason === 'requested', 'the next status ends the signal');
+
+  // confirmDialog: the browser dispatches a dialog's close event later, as
+  // a task; a dialog opened again in between must not take it for its own.
+  const { confirmDialog } = await import('/ui/ui.js');
+  const first = confirmDialog({ title: 'one', body: '', confirm: 'Yes' });
+  document.querySelector('[data-testid=confirm-dialog]').close('no'); // Escape: close queued
+  const second = confirmDialog({ title: 'two', body: '', confirm: 'Yes' });
+  await new Promise((r) => setTimeout(r, 0)); // the first close event is dispatched
+  check(document.querySelector('[data-testid=confirm-dialog]').open, 'the second dialog stays open');
+  document.querySelector('[data-testid=confirm-yes]').click();
+  const answers = await Promise.race([Promise.all([first, second]),
+    new Promise((r) => setTimeout(() => r('unanswered'), 2000))]);
+  check(JSON.stringify(answers) === '[false,true]', 'cancel, then confirm: ' + JSON.stringify(answers));
 
   check(fmtDuration(850) === '850ms' && fmtDuration(12345) === '12.3s' && fmtDuration(245000) === '4m 05s' &&
     fmtDuration(7380000) === '2h 03m', 'fmtDuration');
