@@ -96,6 +96,9 @@ namespace canopy {
 namespace store_subtree {
 struct dbs;
 } // namespace store_subtree
+namespace store_detail {
+struct commit_txn;
+} // namespace store_detail
 using store_subtree_dbs = store_subtree::dbs;
 
 /// Mutations committed together in one write transaction.
@@ -430,6 +433,9 @@ public:
   void on_commit(std::function<void(double seconds)> f) { on_commit_ = std::move(f); }
 
 private:
+  /// One attempt at `commit` (store_commit_txn.hpp): reads the handles below.
+  friend struct store_detail::commit_txn;
+
   store() = default;
   template <class F>
   caf::error read(F&& f) const;

@@ -1,7 +1,7 @@
 #pragma once
 
 // Helpers shared by the store's read and write files (store_read.cpp,
-// store_registry.cpp, store_commit.cpp), with `store::read` and
+// store_registry.cpp, store_commit_txn.cpp), with `store::read` and
 // `store::get_record`. Internal: not installed.
 
 #include <lmdb.h>

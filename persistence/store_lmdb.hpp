@@ -2,7 +2,7 @@
 
 // LMDB helpers and schema constants shared by the store's source files
 // (store.cpp, store_read.cpp, store_registry.cpp, store_commit.cpp,
-// store_migration.cpp). Internal: not installed.
+// store_commit_txn.cpp, store_migration.cpp). Internal: not installed.
 
 #include <lmdb.h>
 

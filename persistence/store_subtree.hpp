@@ -3,7 +3,7 @@
 // The compact snapshot of issue #12 inside the store: how a `subtree_stop`
 // (records.hpp) is stored, expanded, resolved by readers and materialised.
 // Internal to the store's source files (store_read.cpp, store_registry.cpp,
-// store_commit.cpp); not installed.
+// store_commit.cpp, store_commit_txn.cpp); not installed.
 //
 // The expansion (`walk`) is the one definition of what a subtree_stop stands
 // for; the readers' resolution, the events of the compact entry and the
