@@ -55,17 +55,6 @@ bool contains(const std::vector<std::string>& xs, const std::string& x) {
   return std::find(xs.begin(), xs.end(), x) != xs.end();
 }
 
-bool is_name(const std::string& s) {
-  if (s.empty())
-    return false;
-  for (auto c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (!(std::isalnum(u) || c == '_' || c == '-'))
-      return false;
-  }
-  return true;
-}
-
 std::string got(const json& v) {
   return std::string{"got "} + v.type_name();
 }

@@ -47,9 +47,6 @@ std::string join(const Container& xs, const std::string& sep = ", ") {
   return result;
 }
 
-/// Returns true for `[A-Za-z0-9_-]+`, the names references can spell.
-bool is_name(const std::string& s);
-
 std::string got(const json& v);
 
 /// Reads a non-negative integer; nullopt when `v` is not one.

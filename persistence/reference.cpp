@@ -22,15 +22,6 @@ bool is_name_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
 }
 
-bool is_name(const std::string& s) {
-  if (s.empty())
-    return false;
-  for (auto c : s)
-    if (!is_name_char(c))
-      return false;
-  return true;
-}
-
 /// Splits `text` (the reference without `${` and `}`) at dots.
 std::vector<std::string> split_dots(const std::string& text) {
   std::vector<std::string> result;
@@ -215,10 +206,18 @@ caf::expected<json> resolve_string(const std::string& s, const reference_scope& 
   return json(std::move(result));
 }
 
-
 } // namespace
 
 // -- public API ------------------------------------------------------------------
+
+bool is_name(const std::string& s) {
+  if (s.empty())
+    return false;
+  for (auto c : s)
+    if (!is_name_char(c))
+      return false;
+  return true;
+}
 
 caf::expected<std::vector<reference>> find_references(const std::string& s) {
   auto segs = scan(s);

@@ -27,6 +27,10 @@ struct reference {
   std::string text;              ///< the reference as written, e.g. `${steps.a.stdout}`
 };
 
+/// The one name rule: input names, step ids and `with` keys are
+/// `[A-Za-z0-9_-]+` (ASCII). @returns whether `s` is such a name.
+bool is_name(const std::string& s);
+
 /// Finds every reference in `s`.
 /// @returns the references, or an error message for a malformed one
 ///          (an unterminated `${`, an unknown scope, an empty name).
