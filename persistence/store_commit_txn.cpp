@@ -398,8 +398,10 @@ void commit_txn::put(unsigned dbi, const std::string& key, const std::string& va
 }
 
 void commit_txn::put_event(unsigned dbi, const std::string& key, const std::string& val) {
+  if (rc_ != 0)
+    return; // (an earlier MDB_KEYEXIST must not be taken for the append's)
   put(dbi, key, val, MDB_APPEND);
-  if (rc_ == MDB_KEYEXIST) {
+  if (rc_ == MDB_KEYEXIST) { // not after the last key: an ordinary put
     rc_ = 0;
     put(dbi, key, val);
   }
