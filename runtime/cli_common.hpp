@@ -1,7 +1,8 @@
 #pragma once
 
 // Internal to the `canopy` binary: what the CLI's files share (cli.cpp,
-// cli_remote.cpp, cli_agents.cpp). Not installed; not part of the library API.
+// cli_run.cpp, cli_remote.cpp, cli_agents.cpp, ...). Not installed; not part of
+// the library API.
 
 #include <atomic>
 #include <csignal>
@@ -309,5 +310,60 @@ void add_prune_command(CLI::App& app, prune_options& o);
 /// Deletes the local home's settled trees past the age (issue #14).
 /// @returns the exit code.
 int cmd_prune(const global_options& g, const prune_options& o);
+
+// -- run, resume, stop on the local home (cli_run.cpp) ------------------------------
+
+/// Arguments of `canopy run`, as parsed.
+struct run_options {
+  std::string file;
+  std::vector<std::string> inputs;
+  bool json = false;
+  bool detach = false;
+  int detached_fd = -1; ///< internal: the detached child reports its id here
+};
+
+/// `canopy run FILE`: checks the graph and inputs, then runs it in the
+/// foreground, detached (`--detach`), or on a server (`--server`).
+/// @returns the exit code.
+int cmd_run(const global_options& g, const run_options& o, const remote_options& remote,
+            const char* self_exe);
+
+/// `canopy resume ID`: on the local home, followed in the foreground, or on
+/// a server. @returns the exit code.
+int cmd_resume(const global_options& g, const remote_options& remote, const std::string& id,
+               bool as_json, std::optional<double> budget);
+
+/// `canopy stop ID` on the local home. @returns the exit code.
+int cmd_stop(const global_options& g, const std::string& id, bool force, double wait_s);
+
+// -- show, events on the local home (cli_inspect.cpp) ---------------------------------
+
+/// `canopy show ID` on the local home. @returns the exit code.
+int cmd_show(const global_options& g, const std::string& id, bool as_json);
+
+/// `canopy events ID [--follow]` on the local home. @returns the exit code.
+int cmd_events(const global_options& g, const std::string& id, bool follow_live,
+               bool as_json);
+
+// -- serve (cli_serve.cpp) -------------------------------------------------------------
+
+/// Flags of `canopy serve`; each overrides the config file.
+struct serve_flags {
+  std::string config;  ///< empty: no file, SPEC §12 defaults
+  std::string listen;  ///< empty: the file's (default 127.0.0.1:8080)
+  std::string cluster; ///< empty: the file's (default: no cluster port)
+  bool resume_interrupted = false;
+};
+
+/// `canopy serve`: runs the server until SIGTERM/SIGINT. @returns the exit code.
+int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flags& f);
+
+// -- graph push, validate (cli_graph.cpp) ----------------------------------------------
+
+/// `canopy graph push FILE --server URL`. @returns the exit code.
+int cmd_graph_push(const std::string& file, const remote_options& remote, bool as_json);
+
+/// `canopy validate FILE [--server URL]`. @returns the exit code.
+int cmd_validate(const std::string& file, const remote_options& remote);
 
 } // namespace canopy::cli
