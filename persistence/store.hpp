@@ -495,6 +495,9 @@ private:
   /// The databases of the compact snapshot; tries once more to open
   /// `subtrees` when absent (another process may have created it).
   store_subtree_dbs subtree_dbs() const;
+  /// The same handles as they are now, without looking for `subtrees` (the
+  /// commit, which may be creating it under `dbi_mtx_`).
+  store_subtree_dbs subtree_handles() const;
   /// The events a compact entry stands for, expanded in `txn`; the last
   /// expansion is kept (by root and first seq: it cannot change while the
   /// entry exists, see store_subtree.hpp), so a reader paging through a

@@ -100,16 +100,9 @@ int settle_stops(MDB_txn* txn, const store_subtree::dbs& d, unsigned stops, unsi
 // -- phases ---------------------------------------------------------------------------
 
 int commit_txn::begin(MDB_dbi& created) {
-  d_.executions = s_.executions_;
-  d_.steps = s_.steps_;
-  d_.children = s_.children_;
-  d_.events = s_.events_;
-  d_.live = s_.live_;
-  d_.agent_runs = s_.agent_runs_;
-  d_.has_subtrees = true;
-  if (s_.has_subtrees_) {
-    d_.subtrees = s_.subtrees_;
-  } else {
+  d_ = s_.subtree_handles();
+  if (!d_.has_subtrees) {
+    d_.has_subtrees = true; // created by this transaction
     if ((rc_ = mdb_dbi_open(txn_, "subtrees", MDB_CREATE, &created)) != 0)
       return rc_;
     d_.subtrees = created;

@@ -50,6 +50,10 @@ store_subtree::dbs store::subtree_dbs() const {
       }
     }
   }
+  return subtree_handles();
+}
+
+store_subtree::dbs store::subtree_handles() const {
   store_subtree::dbs d;
   d.executions = executions_;
   d.steps = steps_;
