@@ -1,9 +1,13 @@
 #include "actors/store_writer.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <deque>
 #include <set>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <caf/all.hpp>
 
@@ -44,17 +48,44 @@ constexpr size_t group_weight = 4096;
 /// once idle (`store::release_write_cache`).
 constexpr size_t release_weight = 1024;
 
-/// After this many records committed, the writer unmaps the store's file
-/// pages (`store::drop_mapped_pages`): LMDB reads every page it changes
-/// through its map, so a burst of writes would otherwise leave most of the
-/// file counted in the process's RSS until the writer is idle (1.5-1.9 KiB
-/// per execution of a starting tree). Each drop costs the next commits
-/// faults on the pages they touch again: after every 1,024 records
-/// `bench_steps` lost 6-10 %, after every 8,192 nothing measurable. (Also
-/// dropping them whenever a burst of 1,024 records or more ended changed
-/// nothing measurable: the kernel maps up to 16 neighbouring pages with each
-/// fault, so the next few commits map a few MiB again anyway.)
+/// The writer unmaps the store's file pages (`store::drop_mapped_pages`)
+/// once the process's resident file pages grew by this much since the last
+/// time: LMDB reads every page it changes through its map, and the kernel
+/// maps up to 16 neighbouring pages with each fault, so a burst of writes
+/// would otherwise leave most of the file counted in the process's RSS until
+/// the writer is idle (1.5-1.9 KiB per execution of a starting tree). Each
+/// drop costs the next commits faults on the pages they touch again.
+/// Measured (`bench_stop 11111`, VmRSS of the store's map per live execution
+/// the moment the last leaf runs; `bench_steps`): after every 8,192 records,
+/// the rule before, anywhere from 0.00 to 0.73 KiB by where the last drop
+/// fell; with 2 MiB, 0.00-0.14 KiB, and `bench_steps` the same within its
+/// noise (263k-283k steps/s either way). (After every 1,024 records,
+/// `bench_steps` lost 6-10 %: a count of records does not say how much a
+/// commit mapped.)
+constexpr long drop_pages_growth = 2L << 20;
+
+/// Without a readable `/proc/self/statm`, the writer unmaps them after this
+/// many records committed instead.
 constexpr size_t drop_pages_weight = 8192;
+
+/// The process's resident file-backed bytes (`/proc/self/statm`'s third
+/// field: the store's mapped pages, and the code and data of the program
+/// and its libraries), or -1 when it cannot be read. One `pread`: a few
+/// microseconds.
+long resident_file_bytes(int statm_fd) {
+  if (statm_fd < 0)
+    return -1;
+  char buf[160];
+  auto n = ::pread(statm_fd, buf, sizeof buf - 1, 0);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  long size = 0, resident = 0, shared = 0;
+  if (std::sscanf(buf, "%ld %ld %ld", &size, &resident, &shared) != 3)
+    return -1;
+  static const long page = ::sysconf(_SC_PAGESIZE);
+  return shared * page;
+}
 
 /// Writes committed in one transaction, and who waits for it. The writes
 /// wait in a deque (one node each), not nested in one batch: a vector of
@@ -79,6 +110,10 @@ struct store_writer_state {
   bool cache_to_release = false;
   /// Records committed since the file pages were last unmapped.
   size_t mapped_weight = 0;
+  /// `/proc/self/statm`, open for the writer's life (-1: unreadable), and
+  /// the process's resident file bytes right after the last unmapping.
+  int statm_fd = -1;
+  long file_bytes_after_drop = -1;
   bool idle_armed = false;
   /// The quiet a materialisation waits for: `idle_delay`, doubled each time
   /// one gave way to a write (up to `max_idle_wait`).
@@ -86,8 +121,22 @@ struct store_writer_state {
   /// The last materialisation gave way, and no write has come since.
   bool gave_way = false;
   clock_type::time_point last_write;
+  store_writer_state();
+  ~store_writer_state();
+  store_writer_state(const store_writer_state&) = delete;
+  store_writer_state& operator=(const store_writer_state&) = delete;
   static const char* name;
 };
+
+store_writer_state::store_writer_state()
+  : statm_fd(::open("/proc/self/statm", O_RDONLY | O_CLOEXEC)),
+    file_bytes_after_drop(resident_file_bytes(statm_fd)) {
+}
+
+store_writer_state::~store_writer_state() {
+  if (statm_fd >= 0)
+    ::close(statm_fd);
+}
 
 const char* store_writer_state::name = "store_writer";
 
@@ -95,6 +144,7 @@ const char* store_writer_state::name = "store_writer";
 void drop_mapped_pages(store_writer_state& st) {
   st.mapped_weight = 0;
   (void) st.db->drop_mapped_pages(); // a failure leaves the pages mapped, nothing else
+  st.file_bytes_after_drop = resident_file_bytes(st.statm_fd);
 }
 
 /// Asks for an `idle_atom` after `idle_delay` while compact snapshots or a
@@ -144,11 +194,15 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
   arm_idle(self);
 }
 
-/// Unmaps the store's file pages once `drop_pages_weight` records were
-/// committed since the last time.
+/// Unmaps the store's file pages once the resident file bytes grew by
+/// `drop_pages_growth` since the last time (or, without a readable statm,
+/// once `drop_pages_weight` records were committed).
 void drop_mapped_pages(store_writer_state& st, size_t committed) {
   st.mapped_weight += committed;
-  if (st.mapped_weight >= drop_pages_weight)
+  auto now = resident_file_bytes(st.statm_fd);
+  if (now >= 0 && st.file_bytes_after_drop >= 0
+        ? now - st.file_bytes_after_drop >= drop_pages_growth
+        : st.mapped_weight >= drop_pages_weight)
     drop_mapped_pages(st);
 }
 

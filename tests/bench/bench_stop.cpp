@@ -59,6 +59,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -119,8 +120,27 @@ long status_kib(const char* field) {
   return -1;
 }
 
+/// Resident KiB of the mappings of the store's file (`data.mdb`), from /proc/self/smaps.
+long store_map_kib() {
+  std::ifstream in{"/proc/self/smaps"};
+  std::string line;
+  bool in_store = false;
+  long sum = 0;
+  while (std::getline(in, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0]))
+        && line.find('-') != std::string::npos && line.find(':') > line.find(' ')) {
+      auto n = line.size();
+      in_store = n >= 9 && line.compare(n - 9, 9, "/data.mdb") == 0;
+    } else if (in_store && line.rfind("Rss:", 0) == 0) {
+      sum += std::atol(line.c_str() + 4);
+    }
+  }
+  return sum;
+}
+
 struct rss_sample {
   long rss = 0, anon = 0, file = 0;
+  long store_map = 0; ///< of `file`: the store's mapped file pages
   double heap = 0; ///< bytes allocated with malloc and in use (mallinfo2, all arenas)
 };
 
@@ -141,10 +161,15 @@ void release_free_heap() {
 #endif
 }
 
-rss_sample sample_rss(bool trim = false) {
+/// `with_map`: also the store's map (reads /proc/self/smaps: not every 10 ms).
+rss_sample sample_rss(bool trim = false, bool with_map = true) {
   if (trim)
     release_free_heap(); // return freed heap, so a delta starts from a clean baseline
-  return {status_kib("VmRSS"), status_kib("RssAnon"), status_kib("RssFile"), heap_in_use()};
+  rss_sample s{status_kib("VmRSS"), status_kib("RssAnon"), status_kib("RssFile")};
+  if (with_map)
+    s.store_map = store_map_kib();
+  s.heap = heap_in_use();
+  return s;
 }
 
 std::string cpu_model() {
@@ -391,7 +416,7 @@ public:
     thread_ = std::thread{[this] {
       std::unique_lock<std::mutex> lock{mtx_};
       while (!done_) {
-        auto s = sample_rss(false);
+        auto s = sample_rss(false, false);
         out_.rss = std::max(out_.rss, s.rss);
         out_.anon = std::max(out_.anon, s.anon);
         out_.heap = std::max(out_.heap, s.heap);
@@ -1001,7 +1026,7 @@ int main(int argc, char** argv) {
 
     std::printf("\n### Memory: RSS per live execution (delta from before start / executions)\n\n");
     std::printf("| executions | VmRSS before start | VmRSS, all leaves running | **per execution: "
-                "VmRSS at once** (anon / file) | VmRSS 2.5 s later | same, after releasing free heap | "
+                "VmRSS at once** (anon / file, of which the store's map) | VmRSS 2.5 s later | same, after releasing free heap | "
                 "malloc in use: at once / 2.5 s later | peak during the start: VmRSS / malloc in use | "
                 "parsed graph (malloc, before start) | bare CAF per actor: VmRSS / malloc | "
                 "target ≤ 4 KiB (issue #12) |\n"
@@ -1015,11 +1040,11 @@ int main(int argc, char** argv) {
       auto heap_at_once = (c.running.heap - c.before.heap) / n / 1024;
       auto graph_per = (c.before.heap - c.before_parse.heap) / n / 1024;
       auto peak_heap_per = (c.peak.heap - c.before.heap) / n / 1024;
-      std::printf("| %s | %.1f MiB | %.1f MiB | **%.2f KiB** (%.2f / %.2f) | %.2f KiB | %.2f KiB "
+      std::printf("| %s | %.1f MiB | %.1f MiB | **%.2f KiB** (%.2f / %.2f, %.2f) | %.2f KiB | %.2f KiB "
                   "| %.2f / %.2f KiB | %.2f / %.2f KiB | %.2f KiB | %.2f / %.2f KiB | %s |\n",
                   group(n).c_str(), c.before.rss / 1024.0, c.running.rss / 1024.0, per,
                   kib(c.running.anon, c.before.anon), kib(c.running.file, c.before.file),
-                  kib(c.settled.rss, c.before.rss),
+                  kib(c.running.store_map, c.before.store_map), kib(c.settled.rss, c.before.rss),
                   kib(c.settled_trimmed.rss, c.before.rss), heap_at_once, heap_per,
                   kib(c.peak.rss, c.before.rss), peak_heap_per, graph_per,
                   r.bare.rss_per_actor_b / 1024, r.bare.heap_per_actor_b / 1024,

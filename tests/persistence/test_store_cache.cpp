@@ -229,11 +229,12 @@ TEST_CASE("the store writer hands LMDB's write cache back once idle after a larg
   CHECK(get(db->execution(exec(2000).id)).id == exec(2000).id);
 }
 
-TEST_CASE("the store writer drops the store's mapped pages after every 8,192 records it "
-          "commits",
+TEST_CASE("the store writer drops the store's mapped pages once the process's resident file "
+          "pages grew by 2 MiB since the last drop, and not before",
           "[persistence][store][writer]") {
   writer_fixture fx;
   auto& db = fx.db;
+  auto file = fx.dir.path + "/home/data.mdb";
   int next = 0;
   auto write = [&](int n) {
     write_batch b;
@@ -241,16 +242,36 @@ TEST_CASE("the store writer drops the store's mapped pages after every 8,192 rec
       b.executions.push_back(exec(next++));
     return fx.write(std::move(b));
   };
-  // The writer answers a write before it drops: the answer to one more
-  // (one record) comes after the drop of the one before.
-  REQUIRE(write(8000));
+  // The writer answers a write before it looks at the growth: a message
+  // it answers after that look (it takes its messages in order) makes the
+  // drop count exact, and no read below races with the look.
+  auto settled_drops = [&] {
+    fx.self->request(fx.writer, caf::infinite, unsubscribe_atom::value,
+                       caf::actor_cast<caf::actor>(fx.self))
+      .receive([](bool) {}, [&](caf::error& err) { FAIL(fx.sys.render(err)); });
+    return db->mapped_page_drops();
+  };
+  // About 6 MB of records.
+  for (int k = 0; k < 10; ++k)
+    REQUIRE(write(2000));
+  auto drops = settled_drops();
+  // Reading every record maps the whole file (a reader beside the writer).
+  for (int i = 0; i < next; i += 7)
+    REQUIRE(get(db->execution(exec(i).id)).id == exec(i).id);
+  auto read_all = mapped_kib(file);
+  INFO("mapped after reading everything: " << read_all << " KiB");
+  REQUIRE(read_all > 4096);
+  // The next commit sees the growth and drops the pages.
   REQUIRE(write(1));
-  CHECK(db->mapped_page_drops() == 0); // 8,001 records
-  REQUIRE(write(300));
-  REQUIRE(write(1));
-  CHECK(db->mapped_page_drops() == 1); // 8,301: dropped, and counting starts again
-  REQUIRE(write(9000));
-  REQUIRE(write(1));
-  CHECK(db->mapped_page_drops() == 2);
+  CHECK(settled_drops() == drops + 1);
+  CHECK(mapped_kib(file) < 64);
+  // Small commits map a few pages each: no drop.
+  for (int k = 0; k < 5; ++k)
+    REQUIRE(write(1));
+  CHECK(settled_drops() == drops + 1);
+  auto after = mapped_kib(file);
+  INFO("mapped after five small commits: " << after << " KiB");
+  CHECK(after > 0);
+  CHECK(after < 2048);
   CHECK(get(db->execution(exec(next - 1).id)).id == exec(next - 1).id);
 }
