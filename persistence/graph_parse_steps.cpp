@@ -148,7 +148,7 @@ void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent)
   if (auto it = v.find("retries"); it != v.end()) {
     auto x = non_negative_integer(*it);
     if (!x || *x > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-      fail(path + "/retries", "expected an integer >= 0, " + describe(*it));
+      fail(path + "/retries", "expected an integer >= 0, " + got(*it));
     else
       def.retries = static_cast<int>(*x);
   }
@@ -158,35 +158,46 @@ void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent)
   if (auto it = v.find("cost"); it != v.end()) {
     auto x = non_negative_number(*it);
     if (!x)
-      fail(path + "/cost", "expected a number >= 0, " + describe(*it));
+      fail(path + "/cost", "expected a number >= 0, " + got(*it));
     else
       def.cost = *x;
   }
   if (auto it = v.find("grace"); it != v.end()) {
     def.grace_set = true;
-    parse_grace(def, *it, path + "/grace");
+    if (auto grace = parse_grace_periods(*it, path + "/grace", errors_))
+      def.grace = *grace;
   }
 }
 
-void graph_parser::parse_grace(step_def& def, const json& v, const std::string& path) {
+std::optional<grace_periods> parse_grace_periods(const json& v, const std::string& path,
+                                                 std::vector<graph_error>& errors) {
+  auto fail = [&](std::string p, std::string message) {
+    errors.push_back(graph_error{std::move(p), std::move(message), {}});
+  };
   if (!v.is_object()) {
     fail(path, "expected an object such as {\"interrupt\": \"10s\", \"terminate\": \"5s\"}, "
                  + got(v));
-    return;
+    return std::nullopt;
   }
+  grace_periods grace;
+  auto before = errors.size();
   for (auto& [key, val] : v.items()) {
     auto kpath = path + "/" + escape_pointer(key);
-    if (key == "interrupt") {
-      if (auto d = duration(val, kpath))
-        def.grace.interrupt = *d;
-    } else if (key == "terminate") {
-      if (auto d = duration(val, kpath))
-        def.grace.terminate = *d;
-    } else {
+    auto* field = key == "interrupt" ? &grace.interrupt
+                  : key == "terminate" ? &grace.terminate
+                                       : nullptr;
+    if (field == nullptr) {
       fail(kpath, "unknown key '" + key + "' (expected one of: " + join(grace_keys) + ")"
                     + did_you_mean(key, grace_keys));
+    } else if (auto d = duration_from_json(val)) {
+      *field = *d;
+    } else {
+      fail(kpath, message_of(d.error()));
     }
   }
+  if (errors.size() != before)
+    return std::nullopt;
+  return grace;
 }
 
 void graph_parser::collect_texts(step_work& w, const json& v, const std::string& path) {

@@ -55,10 +55,6 @@ bool contains(const std::vector<std::string>& xs, const std::string& x) {
   return std::find(xs.begin(), xs.end(), x) != xs.end();
 }
 
-std::string got(const json& v) {
-  return std::string{"got "} + v.type_name();
-}
-
 std::optional<uint64_t> non_negative_integer(const json& v) {
   if (v.is_number_unsigned())
     return v.get<uint64_t>();
@@ -219,19 +215,19 @@ void graph_parser::parse_limits(const json& v) {
     if (key == "max_depth") {
       auto x = non_negative_integer(val);
       if (!x || *x > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-        fail(path, "expected an integer >= 0, " + describe(val));
+        fail(path, "expected an integer >= 0, " + got(val));
       else
         g_->limits.max_depth = static_cast<int>(*x);
     } else if (key == "max_steps") {
       auto x = non_negative_integer(val);
       if (!x || *x < 1)
-        fail(path, "expected an integer >= 1, " + describe(val));
+        fail(path, "expected an integer >= 1, " + got(val));
       else
         g_->limits.max_steps = *x;
     } else if (key == "budget") {
       auto x = non_negative_number(val);
       if (!x)
-        fail(path, "expected a number >= 0, " + describe(val));
+        fail(path, "expected a number >= 0, " + got(val));
       else
         g_->limits.budget = *x;
     } else if (key == "deadline") {
@@ -245,12 +241,6 @@ void graph_parser::parse_limits(const json& v) {
   // A child can only tighten the limit it inherits (SPEC §13 rule 8).
   if (g_->limits.max_depth)
     max_depth_ = std::min(max_depth_, *g_->limits.max_depth);
-}
-
-std::string graph_parser::describe(const json& v) {
-  if (v.is_number())
-    return "got " + v.dump();
-  return got(v);
 }
 
 std::optional<millis> graph_parser::duration(const json& v, const std::string& path) {

@@ -20,6 +20,7 @@
 
 #include "persistence/graph.hpp"
 #include "persistence/graph_order.hpp"
+#include "persistence/json_text.hpp"
 
 namespace canopy::detail {
 
@@ -47,7 +48,12 @@ std::string join(const Container& xs, const std::string& sep = ", ") {
   return result;
 }
 
-std::string got(const json& v);
+/// Reads a `grace` object (`interrupt`, `terminate`: durations), of a step
+/// or of a tool (graph_parse_steps.cpp); every error goes to `errors` with
+/// its path under `path`. @returns the periods (defaults for keys not
+/// given), or nullopt when there was an error.
+std::optional<grace_periods> parse_grace_periods(const json& v, const std::string& path,
+                                                 std::vector<graph_error>& errors);
 
 /// Reads a non-negative integer; nullopt when `v` is not one.
 std::optional<uint64_t> non_negative_integer(const json& v);
@@ -103,7 +109,6 @@ private:
 
   void parse_limits(const json& v);
 
-  static std::string describe(const json& v);
 
   std::optional<millis> duration(const json& v, const std::string& path);
 
@@ -113,7 +118,6 @@ private:
 
   void parse_step_fields(step_work& w, const json& v, bool is_agent);
 
-  void parse_grace(step_def& def, const json& v, const std::string& path);
 
   void collect_texts(step_work& w, const json& v, const std::string& path);
 

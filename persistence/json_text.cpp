@@ -371,4 +371,10 @@ std::string sanitize_utf8(std::string_view text) {
   return result;
 }
 
+std::string got(const nlohmann::json& v) {
+  if (v.is_number() || v.is_boolean())
+    return "got " + v.dump();
+  return std::string{"got "} + v.type_name();
+}
+
 } // namespace canopy

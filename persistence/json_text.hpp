@@ -28,6 +28,13 @@ constexpr int max_json_nesting = 128;
 /// Thread-safe.
 caf::expected<nlohmann::json> parse_json_text(std::string_view text);
 
+/// How an error message names a value it did not expect: a number or a
+/// boolean by its text (`got 1.5`, `got true`), anything else by its type
+/// (`got string`, `got array`, `got object`, `got null`). The one wording of
+/// every document's errors (graphs, tools, configuration).
+/// Thread-safe.
+std::string got(const nlohmann::json& v);
+
 /// Reads a regular file of at most `max_bytes`; `what` names it in messages
 /// ("graph file", "config file"). Anything but a regular file (a FIFO, a
 /// device, a folder, `/dev/stdin`) is refused before it is read, so the

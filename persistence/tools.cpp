@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "persistence/error.hpp"
+#include "persistence/graph_parser.hpp"
+#include "persistence/json_text.hpp"
 #include "persistence/reference.hpp"
 #include "persistence/shell_argv.hpp"
 
@@ -14,7 +16,6 @@ namespace {
 
 constexpr const char* tool_keys = "argv, max_parallel, timeout, grace";
 
-constexpr const char* grace_keys = "interrupt, terminate";
 
 // -- helpers -------------------------------------------------------------------
 
@@ -45,12 +46,6 @@ private:
     errors_.push_back(graph_error{std::move(path), std::move(message), {}});
   }
 
-  static std::string got(const json& v) {
-    if (v.is_number())
-      return "got " + v.dump();
-    return std::string{"got "} + v.type_name();
-  }
-
   tool_def parse_tool(const std::string& name, const json& v, const std::string& path) {
     tool_def def;
     def.name = name;
@@ -72,7 +67,7 @@ private:
       else if (key == "timeout")
         parse_timeout(def, val, kpath);
       else if (key == "grace")
-        parse_grace(def, val, kpath);
+        def.grace = detail::parse_grace_periods(val, kpath, errors_);
       else
         fail(kpath, "unknown key '" + key + "' (expected one of: " + tool_keys + ")");
     }
@@ -139,30 +134,6 @@ private:
       return;
     }
     def.timeout = *d;
-  }
-
-  void parse_grace(tool_def& def, const json& v, const std::string& path) {
-    if (!v.is_object()) {
-      fail(path, "expected an object such as {\"interrupt\": \"10s\", \"terminate\": \"5s\"}, "
-                   + got(v));
-      return;
-    }
-    grace_periods grace;
-    auto before = errors_.size();
-    for (auto& [key, val] : v.items()) {
-      auto kpath = path + "/" + escape_pointer(key);
-      if (key == "interrupt") {
-        if (auto d = duration(val, kpath))
-          grace.interrupt = *d;
-      } else if (key == "terminate") {
-        if (auto d = duration(val, kpath))
-          grace.terminate = *d;
-      } else {
-        fail(kpath, "unknown key '" + key + "' (expected one of: " + grace_keys + ")");
-      }
-    }
-    if (errors_.size() == before)
-      def.grace = grace;
   }
 
   std::vector<graph_error>& errors_;

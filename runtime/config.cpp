@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "persistence/error.hpp"
+#include "persistence/json_text.hpp"
 #include "persistence/reference.hpp"
 #include "runtime/error.hpp"
 #include "runtime/secrets.hpp"
@@ -35,12 +36,6 @@ constexpr const char* cluster_keys = "listen, secret, heartbeat, timeout, tls";
 constexpr const char* tls_keys = "certificate, key, ca";
 
 // -- helpers -------------------------------------------------------------------
-
-std::string got(const json& v) {
-  if (v.is_number() || v.is_boolean())
-    return "got " + v.dump();
-  return std::string{"got "} + v.type_name();
-}
 
 /// Collects every error of one configuration document.
 class config_parser {

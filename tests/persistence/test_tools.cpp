@@ -126,7 +126,7 @@ TEST_CASE("bad tools are rejected at their exact path", "[persistence][tools]") 
     {R"({"w": {"argv": ["x"], "max_parallel": -2}})", "/tools/w/max_parallel", "got -2"},
     {R"({"w": {"argv": ["x"], "max_parallel": 1.5}})", "/tools/w/max_parallel", "got 1.5"},
     {R"({"w": {"argv": ["x"], "max_parallel": "2"}})", "/tools/w/max_parallel", "got string"},
-    {R"({"w": {"argv": ["x"], "max_parallel": true}})", "/tools/w/max_parallel", "got boolean"},
+    {R"({"w": {"argv": ["x"], "max_parallel": true}})", "/tools/w/max_parallel", "got true"},
     {R"({"w": {"argv": ["x"], "timeout": "5 minutes"}})", "/tools/w/timeout",
      "bad duration '5 minutes'"},
     {R"({"w": {"argv": ["x"], "timeout": 300}})", "/tools/w/timeout",
@@ -139,6 +139,8 @@ TEST_CASE("bad tools are rejected at their exact path", "[persistence][tools]") 
      "got 5"},
     {R"({"w": {"argv": ["x"], "grace": {"kill": "1s"}}})", "/tools/w/grace/kill",
      "unknown key 'kill'"},
+    {R"({"w": {"argv": ["x"], "grace": {"interupt": "1s"}}})", "/tools/w/grace/interupt",
+     "did you mean 'interrupt'?"},
     {R"({"w": {"argv": ["x"], "env": {}}})", "/tools/w/env", "unknown key 'env'"},
     {R"({"a/b": {"argv": ["x"], "oops": 1}})", "/tools/a~1b/oops", "unknown key 'oops'"},
   };
