@@ -20,19 +20,13 @@
 
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
+#include "tests/integration/server_test_helpers.hpp"
 
 using namespace canopy::test;
+using namespace canopy::test::server_test;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// A server that accepts inline `run` steps.
-server_process::options inline_server(const std::string& home = {}) {
-  server_process::options o;
-  o.config = {{"allow_inline_commands", true}};
-  o.home = home;
-  return o;
-}
 
 /// An agent graph of one `fn echo` step: the reply is
 /// `{"text": PREFIX + message, "history": the history it was given}`.
@@ -63,28 +57,6 @@ json gated_agent_graph(const std::string& pid_file, const std::string& gate,
               {"env", {{"PID_FILE", pid_file}, {"GATE", gate}, {"MSG", "${inputs.message}"}}},
               {"grace", {{"interrupt", ignore_int ? "60s" : "2s"}, {"terminate", "1s"}}}}}}},
           {"outputs", {{"reply", "${steps.wait.json}"}}}};
-}
-
-/// Checks the SPEC §7 error body of `a`: status, code (when given), a
-/// message, and the JSON path (when given).
-void check_error(const http_answer& a, int status, const std::string& code = {},
-                 std::optional<std::string> path = std::nullopt) {
-  INFO("answer: " << a.status << " " << a.text);
-  CHECK(a.status == status);
-  bool shaped = a.body.is_object() && a.body.contains("error") && a.body["error"].is_object();
-  CHECK(shaped);
-  if (!shaped)
-    return;
-  auto& e = a.body["error"];
-  CHECK(e["code"].is_string());
-  CHECK(!e.value("code", "").empty());
-  CHECK(e["message"].is_string());
-  CHECK(!e.value("message", "").empty());
-  CHECK(e["path"].is_string());
-  if (!code.empty())
-    CHECK(e.value("code", "") == code);
-  if (path)
-    CHECK(e.value("path", "?") == *path);
 }
 
 /// Creates (or replaces) an agent; @returns the answer after checking its
