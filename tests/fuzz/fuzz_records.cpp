@@ -1,4 +1,4 @@
-// libFuzzer target: the store's record decoders (persistence/records_binary.cpp
+// libFuzzer target: the store's record decoders (persistence/records_decode.cpp
 // over msgpack.cpp, and the schema-1 JSON text form) on arbitrary bytes, as
 // a damaged or hostile LMDB file would hand them over. A decoder answers a
 // record or corrupt_record and never throws; what it accepts must encode
