@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <chrono>
 #include <deque>
-#include <set>
+#include <map>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,11 +19,6 @@ namespace canopy {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-/// How long the writer must have had no write before it materialises a
-/// compact snapshot (one transaction over the whole stopped subtree) or hands
-/// LMDB's write cache back.
-constexpr auto idle_delay = std::chrono::milliseconds{1000};
 
 /// A materialisation gives way to any message that arrives while it runs
 /// (its transaction is rolled back: a write waits a few microseconds, not
@@ -102,9 +97,11 @@ struct store_writer_state {
   std::vector<write_group> pending; ///< in arrival order
   bool flush_scheduled = false;
   std::vector<caf::actor> subscribers;
+  store_writer_options opts;
   /// Trees with a compact snapshot this writer committed and has not yet
-  /// materialised; `idle_armed` while an `idle_atom` is on its way.
-  std::set<std::string> compact_roots;
+  /// materialised, and when (the first such commit); `idle_armed` while an
+  /// `idle_atom` is on its way.
+  std::map<std::string, clock_type::time_point> compact_roots;
   /// A large group was committed since LMDB's write cache was last handed
   /// back (`release_write_cache`): hand it back once idle.
   bool cache_to_release = false;
@@ -115,9 +112,9 @@ struct store_writer_state {
   int statm_fd = -1;
   long file_bytes_after_drop = -1;
   bool idle_armed = false;
-  /// The quiet a materialisation waits for: `idle_delay`, doubled each time
-  /// one gave way to a write (up to `max_idle_wait`).
-  clock_type::duration idle_wait = idle_delay;
+  /// The quiet a materialisation waits for: `opts.idle_delay`, doubled each
+  /// time one gave way to a write (up to `max_idle_wait`).
+  clock_type::duration idle_wait{};
   /// The last materialisation gave way, and no write has come since.
   bool gave_way = false;
   clock_type::time_point last_write;
@@ -147,32 +144,45 @@ void drop_mapped_pages(store_writer_state& st) {
   st.file_bytes_after_drop = resident_file_bytes(st.statm_fd);
 }
 
-/// Asks for an `idle_atom` after `idle_delay` while compact snapshots or a
+/// Asks for an `idle_atom` after `opts.idle_delay` while compact snapshots or a
 /// write cache to hand back wait.
 void arm_idle(caf::stateful_actor<store_writer_state>* self) {
   auto& st = self->state;
   if (st.idle_armed || (st.compact_roots.empty() && !st.cache_to_release))
     return;
   st.idle_armed = true;
-  self->delayed_send(self, idle_delay, idle_atom::value);
+  self->delayed_send(self, st.opts.idle_delay, idle_atom::value);
 }
 
 /// Idle-time work: once no write came for `idle_wait`, materialises the
-/// compact snapshots of one tree (so `live()` and recovery no longer walk
-/// them), giving way to any message that arrives meanwhile, then waits again
-/// for the next; once none is left, hands back LMDB's write cache if a large
-/// transaction ran since the last time.
+/// compact snapshots of one tree, the oldest (so `live()` and recovery no
+/// longer walk them), giving way to any message that arrives meanwhile, then
+/// waits again for the next; once none is left, hands back LMDB's write
+/// cache if a large transaction ran since the last time. Without that quiet,
+/// a tree committed `overdue_after` ago is materialised all the same,
+/// giving way only after `overdue_slice` of work.
 void on_idle(caf::stateful_actor<store_writer_state>* self) {
   auto& st = self->state;
   st.idle_armed = false;
-  if (clock_type::now() - st.last_write >= st.idle_wait) {
-    if (!st.compact_roots.empty()) {
-      auto root = *st.compact_roots.begin();
-      auto done = st.db->materialize(root, [self] { return !self->mailbox().empty(); });
-      st.gave_way = done && *done == materialize_outcome::gave_way;
+  auto now = clock_type::now();
+  bool quiet = now - st.last_write >= st.idle_wait;
+  auto oldest = std::min_element(st.compact_roots.begin(), st.compact_roots.end(),
+                                 [](auto& a, auto& b) { return a.second < b.second; });
+  bool overdue = oldest != st.compact_roots.end()
+                 && now - oldest->second >= st.opts.overdue_after;
+  if (quiet || overdue) {
+    if (oldest != st.compact_roots.end()) {
+      auto root = oldest->first;
+      auto slice = quiet ? clock_type::duration::zero()
+                         : clock_type::duration{st.opts.overdue_slice};
+      auto give_way = [self, slice, began = clock_type::now()] {
+        return !self->mailbox().empty() && clock_type::now() - began >= slice;
+      };
+      auto done = st.db->materialize(root, give_way);
+      st.gave_way = quiet && done && *done == materialize_outcome::gave_way;
       if (done && *done == materialize_outcome::done) {
         st.compact_roots.erase(root);
-        st.idle_wait = idle_delay;
+        st.idle_wait = st.opts.idle_delay;
       }
       // Given way, the snapshot stays compact (every reader resolves it)
       // until the next quiet: longer if it was a write that came.
@@ -184,7 +194,7 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
       st.cache_to_release = true;
       drop_mapped_pages(st);
     }
-    if (st.cache_to_release && st.compact_roots.empty()) {
+    if (quiet && st.cache_to_release && st.compact_roots.empty()) {
       // LMDB would keep the dirty pages of its largest transaction allocated
       // for good. A failure here makes every later call of the store report it.
       st.cache_to_release = false;
@@ -231,7 +241,7 @@ void commit_group(caf::stateful_actor<store_writer_state>* self, write_group gro
   if (!err)
     batch.collect_subtree_stops(compact);
   for (auto& s : compact)
-    st.compact_roots.insert(s.root_id);
+    st.compact_roots.emplace(s.root_id, clock_type::now()); // the first commit's time stays
   if (!err) {
     if (batch.weight() >= release_weight)
       st.cache_to_release = true;
@@ -273,8 +283,10 @@ void flush(caf::stateful_actor<store_writer_state>* self) {
 }
 
 caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
-                           std::shared_ptr<store> db) {
+                           std::shared_ptr<store> db, store_writer_options opts) {
   self->state.db = std::move(db);
+  self->state.opts = opts;
+  self->state.idle_wait = opts.idle_delay;
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& subs = self->state.subscribers;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
@@ -326,8 +338,9 @@ caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
 
 } // namespace
 
-caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db) {
-  return sys.spawn<caf::detached>(store_writer, std::move(db));
+caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
+                              store_writer_options opts) {
+  return sys.spawn<caf::detached>(store_writer, std::move(db), opts);
 }
 
 } // namespace canopy

@@ -21,8 +21,13 @@
 // once no write came for a second, one tree per transaction, so readers of
 // the live index (recovery at every CLI start) stop walking stopped trees.
 // Readers see the same before and after; a write touching the tree earlier
-// materialises it itself.
+// materialises it itself. Under writes that never pause for a second, a
+// snapshot committed `overdue_after` ago is materialised anyway, giving way
+// to waiting writes only after `overdue_slice` of work: a small stopped
+// tree (the common case: its transaction takes microseconds) is done at
+// once, a large one yields and is tried again each second.
 
+#include <chrono>
 #include <memory>
 
 #include <caf/actor.hpp>
@@ -32,8 +37,23 @@
 
 namespace canopy {
 
+/// When the writer does its idle-time work (the defaults are the product's;
+/// tests shorten them).
+struct store_writer_options {
+  /// The quiet (no write) before a materialisation, and how often the writer
+  /// looks while compact snapshots or a write cache to hand back wait.
+  std::chrono::milliseconds idle_delay{1000};
+  /// A compact snapshot committed this long ago is materialised without
+  /// waiting for quiet.
+  std::chrono::milliseconds overdue_after{30000};
+  /// Such an overdue materialisation gives way to a waiting message only
+  /// after this much work.
+  std::chrono::milliseconds overdue_slice{10};
+};
+
 /// Spawns the store writer for `db` on a thread of its own (commits fsync).
 /// Threading: call from any thread.
-caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db);
+caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
+                              store_writer_options opts = {});
 
 } // namespace canopy

@@ -715,6 +715,83 @@ TEST_CASE("the store writer sends a compact snapshot's events to subscribers in 
   self->send_exit(writer, caf::exit_reason::user_shutdown);
 }
 
+namespace {
+
+/// Writes small batches of an unrelated execution back to back through
+/// `writer` (each answered after its fsync, so no quiet of `idle_delay`
+/// ever comes) until `done()` or `limit` passed. @returns how long it wrote.
+template <class Done>
+std::chrono::milliseconds write_without_pause(caf::scoped_actor& self, const caf::actor& writer,
+                                              std::chrono::milliseconds limit, Done done) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - t0);
+  };
+  for (int i = 0; !done() && elapsed() < limit; ++i) {
+    write_batch b;
+    b.executions.push_back(exec("w", "", "", execution_status::running));
+    b.executions.back().root_id = "w";
+    b.executions.back().inputs = {{"i", i}};
+    self->request(writer, caf::infinite, write_atom::value, std::move(b))
+      .receive([](bool ok) { REQUIRE(ok); }, [](caf::error& err) { FAIL(to_string(err)); });
+  }
+  return elapsed();
+}
+
+} // namespace
+
+TEST_CASE("under writes that never pause, the store writer materialises a compact snapshot "
+          "once it is overdue, and not before",
+          "[persistence][writer]") {
+  two_homes h(false);
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  store_writer_options opts;
+  // Writes come every millisecond or two: a quiet of 250 ms never comes.
+  opts.idle_delay = std::chrono::milliseconds{250 * test::slow_build};
+  opts.overdue_after = std::chrono::milliseconds{2000 * test::slow_build};
+  auto writer = spawn_store_writer(sys, h.compact_db, opts);
+  caf::scoped_actor self{sys};
+  auto compact_left = [&] {
+    auto left = h.compact_db->subtree_stops("x");
+    REQUIRE(left);
+    return left->size();
+  };
+  self->request(writer, caf::infinite, write_atom::value,
+                compact_stop(h.t, subtree_event_count(h.t)))
+    .receive([](bool ok) { CHECK(ok); }, [&](caf::error& err) { FAIL(sys.render(err)); });
+  REQUIRE(compact_left() == 1);
+  // Before it is overdue, writes without a quiet keep it compact.
+  write_without_pause(self, writer, std::chrono::milliseconds{500 * test::slow_build},
+                      [] { return false; });
+  CHECK(compact_left() == 1);
+  // Once overdue, the writer's next look materialises it between writes.
+  auto took = write_without_pause(self, writer, std::chrono::seconds{20},
+                                  [&] { return compact_left() == 0; });
+  INFO("materialised after " << took.count() << " ms more of writes");
+  CHECK(compact_left() == 0);
+  // The tree reads as the per-node snapshot would (the writes of "w" are
+  // the only other records).
+  auto a = per_node_stop(h.t);
+  REQUIRE(!h.old_db->commit(a));
+  for (auto& id : all_ids) {
+    INFO("execution " << id);
+    auto ea = h.compact_db->execution(id), eb = h.old_db->execution(id);
+    REQUIRE(static_cast<bool>(ea) == static_cast<bool>(eb));
+    if (ea)
+      CHECK(to_json(*ea) == to_json(*eb));
+    auto sa = h.compact_db->steps(id), sb = h.old_db->steps(id);
+    REQUIRE(sa);
+    REQUIRE(sb);
+    REQUIRE(sa->size() == sb->size());
+    for (size_t i = 0; i < sa->size(); ++i)
+      CHECK(to_json((*sa)[i]) == to_json((*sb)[i]));
+  }
+  CHECK(docs(h.compact_db->tree_events("x")) == docs(h.old_db->tree_events("x")));
+  self->send_exit(writer, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("a compact snapshot round-trips through its binary codec", "[persistence]") {
   subtree_stop s;
   s.target = "t";
