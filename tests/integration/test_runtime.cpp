@@ -105,6 +105,11 @@ struct collector {
   std::condition_variable cv;
   std::vector<event_record> events;
 
+  /// The subscription's cancel waits for its last callback through CAF's
+  /// mailbox, which ThreadSanitizer cannot see: taking the lock the
+  /// callbacks took orders their writes before the destruction for it too.
+  ~collector() { std::lock_guard<std::mutex> guard{mtx}; }
+
   std::function<void(const event_record&)> callback() {
     return [this](const event_record& e) {
       std::lock_guard<std::mutex> guard{mtx};

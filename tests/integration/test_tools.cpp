@@ -106,6 +106,10 @@ struct collector {
   std::condition_variable cv;
   std::vector<event_record> events;
 
+  /// Orders the callbacks' writes before the destruction for ThreadSanitizer
+  /// (the subscription's cancel waits for them through CAF's mailbox).
+  ~collector() { std::lock_guard<std::mutex> guard{mtx}; }
+
   std::function<void(const event_record&)> callback() {
     return [this](const event_record& e) {
       std::lock_guard<std::mutex> guard{mtx};
