@@ -59,7 +59,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -81,6 +80,7 @@
 
 #include "runtime/memory.hpp"
 #include "runtime/runtime.hpp"
+#include "tests/integration/mapped_kib.hpp"
 
 using namespace canopy;
 using clock_type = std::chrono::steady_clock;
@@ -120,24 +120,6 @@ long status_kib(const char* field) {
   return -1;
 }
 
-/// Resident KiB of the mappings of the store's file (`data.mdb`), from /proc/self/smaps.
-long store_map_kib() {
-  std::ifstream in{"/proc/self/smaps"};
-  std::string line;
-  bool in_store = false;
-  long sum = 0;
-  while (std::getline(in, line)) {
-    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0]))
-        && line.find('-') != std::string::npos && line.find(':') > line.find(' ')) {
-      auto n = line.size();
-      in_store = n >= 9 && line.compare(n - 9, 9, "/data.mdb") == 0;
-    } else if (in_store && line.rfind("Rss:", 0) == 0) {
-      sum += std::atol(line.c_str() + 4);
-    }
-  }
-  return sum;
-}
-
 struct rss_sample {
   long rss = 0, anon = 0, file = 0;
   long store_map = 0; ///< of `file`: the store's mapped file pages
@@ -167,7 +149,7 @@ rss_sample sample_rss(bool trim = false, bool with_map = true) {
     release_free_heap(); // return freed heap, so a delta starts from a clean baseline
   rss_sample s{status_kib("VmRSS"), status_kib("RssAnon"), status_kib("RssFile")};
   if (with_map)
-    s.store_map = store_map_kib();
+    s.store_map = canopy::test::mapped_kib("/data.mdb");
   s.heap = heap_in_use();
   return s;
 }

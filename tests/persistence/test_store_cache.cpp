@@ -18,6 +18,7 @@
 #include "persistence/store.hpp"
 #include "runtime/memory.hpp"
 #include "tests/integration/helpers.hpp"
+#include "tests/integration/mapped_kib.hpp"
 
 using namespace canopy;
 
@@ -47,26 +48,6 @@ std::optional<size_t> allocated() {
   if (tcmalloc_figures(h))
     return h.used_bytes;
   return std::nullopt;
-}
-
-/// KiB of `file` (its name) this process has in its RSS through its
-/// mappings (/proc/self/smaps).
-long mapped_kib(const std::string& file) {
-  std::ifstream in{"/proc/self/smaps"};
-  std::string line;
-  bool ours = false;
-  long total = 0;
-  while (std::getline(in, line)) {
-    auto first_space = line.find(' ');
-    // A mapping's first line: "start-end perms offset dev inode [path]".
-    if (first_space != std::string::npos && line.find('-') < first_space
-        && line.find(':') > first_space)
-      ours = line.size() >= file.size()
-             && line.compare(line.size() - file.size(), file.size(), file) == 0;
-    else if (ours && line.rfind("Rss:", 0) == 0)
-      total += std::atol(line.c_str() + 4);
-  }
-  return total;
 }
 
 /// Opens a store in `dir` and commits executions 0 to n - 1 in one transaction.
@@ -124,12 +105,12 @@ TEST_CASE("dropping the store's mapped pages takes them out of the process's RSS
   // Reading every record goes through LMDB's map: about 8 MB of pages.
   for (int i = 0; i < 20000; i += 7)
     REQUIRE(get(db->execution(exec(i).id)).id == exec(i).id);
-  auto before = mapped_kib(file);
+  auto before = test::mapped_kib(file);
   INFO("mapped before: " << before << " KiB");
   CHECK(before > 2048);
   REQUIRE(!db->drop_mapped_pages());
   CHECK(db->mapped_page_drops() == 1);
-  CHECK(mapped_kib(file) < 64);
+  CHECK(test::mapped_kib(file) < 64);
   // The pages come back from the page cache with their contents.
   check_reads_and_writes(*db);
 }
@@ -258,18 +239,18 @@ TEST_CASE("the store writer drops the store's mapped pages once the process's re
   // Reading every record maps the whole file (a reader beside the writer).
   for (int i = 0; i < next; i += 7)
     REQUIRE(get(db->execution(exec(i).id)).id == exec(i).id);
-  auto read_all = mapped_kib(file);
+  auto read_all = test::mapped_kib(file);
   INFO("mapped after reading everything: " << read_all << " KiB");
   REQUIRE(read_all > 4096);
   // The next commit sees the growth and drops the pages.
   REQUIRE(write(1));
   CHECK(settled_drops() == drops + 1);
-  CHECK(mapped_kib(file) < 64);
+  CHECK(test::mapped_kib(file) < 64);
   // Small commits map a few pages each: no drop.
   for (int k = 0; k < 5; ++k)
     REQUIRE(write(1));
   CHECK(settled_drops() == drops + 1);
-  auto after = mapped_kib(file);
+  auto after = test::mapped_kib(file);
   INFO("mapped after five small commits: " << after << " KiB");
   CHECK(after > 0);
   CHECK(after < 2048);
