@@ -5,6 +5,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <unordered_map>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
+#include "actors/subprocess.hpp"
 #include "persistence/error.hpp"
 
 namespace canopy {
@@ -118,6 +120,10 @@ struct store_writer_state {
   /// The last materialisation gave way, and no write has come since.
   bool gave_way = false;
   clock_type::time_point last_write;
+  /// The epoch of every tree this process owns (see store_writer.hpp), and
+  /// this process as an owner.
+  std::unordered_map<std::string, uint64_t> held;
+  tree_lease self;
   store_writer_state();
   ~store_writer_state();
   store_writer_state(const store_writer_state&) = delete;
@@ -128,6 +134,8 @@ struct store_writer_state {
 store_writer_state::store_writer_state()
   : statm_fd(::open("/proc/self/statm", O_RDONLY | O_CLOEXEC)),
     file_bytes_after_drop(resident_file_bytes(statm_fd)) {
+  self.pid = ::getpid();
+  self.start = process_start_time(::getpid());
 }
 
 store_writer_state::~store_writer_state() {
@@ -216,27 +224,70 @@ void drop_mapped_pages(store_writer_state& st, size_t committed) {
     drop_mapped_pages(st);
 }
 
+/// Gives write `b`'s lease claim the epoch this process holds for its tree
+/// (none yet: 0, one acquired earlier in the same transaction), or this
+/// process as the owner when it acquires.
+void stamp_claim(store_writer_state& st, write_batch& b) {
+  auto& c = b.lease;
+  if (c.root.empty())
+    return;
+  if (c.acquire) {
+    if (c.owner.pid == 0)
+      c.owner = st.self;
+    return;
+  }
+  auto i = st.held.find(c.root);
+  c.epoch = i == st.held.end() ? 0 : i->second;
+}
+
+/// Keeps or forgets the epoch of write `b`'s tree after its commit
+/// (`err`: the commit failed) and answers its writer.
+void settle_claim(caf::stateful_actor<store_writer_state>* self, write_batch& b,
+                  const caf::error& err, caf::response_promise& rp) {
+  auto& st = self->state;
+  auto& c = b.lease;
+  if (err) {
+    if (!c.root.empty())
+      st.held.erase(c.root);
+    rp.deliver(err);
+    return;
+  }
+  if (c.outcome == lease_outcome::fenced) {
+    st.held.erase(c.root);
+    if (st.opts.on_fenced)
+      st.opts.on_fenced(c.root);
+    rp.deliver(make_error(persistence_errc::fenced,
+                          "execution " + c.root + " was taken over by another process"));
+    return;
+  }
+  if (c.last)
+    st.held.erase(c.root);
+  else if (c.outcome == lease_outcome::acquired)
+    st.held[c.root] = c.epoch;
+  rp.deliver(true);
+}
+
 /// Commits one group in one transaction and answers its writers.
 void commit_group(caf::stateful_actor<store_writer_state>* self, write_group group) {
   auto& st = self->state;
   write_batch batch;
-  if (group.writes.size() == 1) {
+  auto n = group.writes.size();
+  if (n == 1) {
     batch = std::move(group.writes.front());
   } else {
-    batch.nested.reserve(group.writes.size());
+    batch.nested.reserve(n);
     for (auto& w : group.writes)
-      if (!w.empty())
-        batch.nested.push_back(std::move(w));
+      batch.nested.push_back(std::move(w));
   }
   group.writes.clear();
-  auto& waiting = group.waiting;
+  // Write i of the group, which answers promise i (the commit may append a
+  // batch of its own to `nested`, after them: indices stay valid).
+  auto part = [&](size_t i) -> write_batch& { return n == 1 ? batch : batch.nested[i]; };
+  for (size_t i = 0; i < n; ++i)
+    stamp_claim(st, part(i));
   auto err = st.db->commit(batch);
-  for (auto& rp : waiting) {
-    if (err)
-      rp.deliver(err);
-    else
-      rp.deliver(true);
-  }
+  for (size_t i = 0; i < n; ++i)
+    settle_claim(self, part(i), err, group.waiting[i]);
   std::vector<subtree_stop> compact;
   if (!err)
     batch.collect_subtree_stops(compact);

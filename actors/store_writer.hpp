@@ -28,6 +28,8 @@
 // once, a large one yields and is tried again each second.
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <memory>
 
 #include <caf/actor.hpp>
@@ -37,6 +39,16 @@
 
 namespace canopy {
 
+/// Leases (store.hpp, "Leases and fencing"): the writer holds the epoch of
+/// every tree this process owns. A write with a lease claim on tree R
+/// (`write_batch::lease`) is stamped, when its group is committed, with the
+/// epoch the writer holds for R (0: none yet, i.e. one acquired earlier in
+/// the same transaction); an acquiring claim gets this process as the new
+/// owner. After the commit the writer keeps the epoch an acquire drew,
+/// forgets it with the tree's last write, and answers a write whose claim
+/// was fenced with `persistence_errc::fenced` (forgetting the tree too: a
+/// process whose tree was taken over writes nothing more of it).
+///
 /// When the writer does its idle-time work (the defaults are the product's;
 /// tests shorten them).
 struct store_writer_options {
@@ -49,6 +61,9 @@ struct store_writer_options {
   /// Such an overdue materialisation gives way to a waiting message only
   /// after this much work.
   std::chrono::milliseconds overdue_slice{10};
+  /// Called (on the writer's thread) with the root id of every write whose
+  /// lease claim was fenced: metrics and logs.
+  std::function<void(const std::string& root)> on_fenced;
 };
 
 /// Spawns the store writer for `db` on a thread of its own (commits fsync).

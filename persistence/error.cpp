@@ -19,6 +19,7 @@ const char* to_string(persistence_errc x) {
     case persistence_errc::corrupt_record: return "corrupt_record";
     case persistence_errc::bad_reference: return "bad_reference";
     case persistence_errc::store_busy: return "store_busy";
+    case persistence_errc::fenced: return "fenced";
   }
   return "unknown";
 }

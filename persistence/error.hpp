@@ -24,6 +24,9 @@ enum class persistence_errc : uint8_t {
   bad_reference,
   /// Another process holds the store's write lock for too long.
   store_busy,
+  /// A write's lease claim failed: another process took its tree over
+  /// (store.hpp, "Leases and fencing"); nothing of the write was stored.
+  fenced,
 };
 
 /// The error category atom of `persistence_errc`.

@@ -134,6 +134,47 @@ struct subtree_stop {
   uint64_t first_seq = 0;    ///< assigned at commit
 };
 
+/// The owner of a tree: the process whose actors may write it while it is
+/// live. Stored per root id (store.hpp, `meta`), written in the same
+/// transaction as every transition that makes the tree live (start, resume,
+/// an agent's run) and by recovery when it takes a dead owner's tree over.
+struct tree_lease {
+  /// The fencing token: drawn from the home's counter, so each new owner of
+  /// any tree holds a higher one than every owner before it. 0: never leased
+  /// (a tree written by a release without leases).
+  uint64_t epoch = 0;
+  int64_t pid = 0;    ///< the owner process
+  uint64_t start = 0; ///< its start time (/proc/PID/stat), so a reused pid is no owner
+};
+
+/// What became of a write's lease claim at commit (`lease_claim::outcome`).
+enum class lease_outcome : uint8_t {
+  none,     ///< no claim, or not committed yet
+  held,     ///< the stored epoch was the writer's: the write is applied
+  acquired, ///< taken over (compare-and-set): the write is applied under a new epoch
+  fenced,   ///< the stored epoch is another's: nothing of the write is applied
+};
+
+/// A write's claim on the tree it changes (`write_batch::lease`). The store
+/// applies a write with a claim only when, inside its transaction, the
+/// tree's stored lease still has the claimed epoch; else it skips that write
+/// (and its nested ones) and marks it `fenced`. Acquiring is a
+/// compare-and-set: the epoch the acquirer read must still be stored; the
+/// tree then gets a new epoch from the home's counter and the new owner.
+struct lease_claim {
+  std::string root;     ///< the tree's root id; empty: no claim
+  /// The epoch the writer holds; when acquiring, the epoch it read (0: no
+  /// lease stored). A held claim of 0 stands for "the epoch this writer
+  /// acquired for `root` earlier in the same transaction".
+  uint64_t epoch = 0;
+  bool acquire = false; ///< take the tree over (a start, a resume, recovery)
+  tree_lease owner;     ///< acquiring: the new owner (epoch assigned at commit)
+  /// The writer's last write of the tree (its root's final record): the
+  /// store writer forgets the epoch it holds once it is committed.
+  bool last = false;
+  lease_outcome outcome = lease_outcome::none; ///< assigned at commit
+};
+
 /// What a tree (or a subtree with limits of its own) has used, kept across
 /// resumes (SPEC §13 rule 8). Merged by maximum on commit: values only grow.
 struct tree_counters {

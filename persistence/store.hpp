@@ -3,7 +3,10 @@
 // The LMDB store under a canopy home. Knows records, not actors.
 //
 // Layout (named databases in one environment):
-//   meta        "schema" → version ("2"), "seq" → last event seq (8 bytes, big endian)
+//   meta        "schema" → version ("2"), "seq" → last event seq (8 bytes, big endian),
+//               "epoch" → last lease epoch issued (8 bytes, big endian),
+//               "lease" \0 root id → tree_lease (epoch, pid, start: 8 bytes each,
+//               big endian), for every tree ever leased
 //   executions  id → execution record
 //   steps       execution id \0 step id → step record
 //   children    parent id \0 child id → ""
@@ -45,6 +48,18 @@
 // and their steps)); the last walk's events are kept, so paging through one
 // range walks it once. `live()` still visits covered executions (their
 // `live` entries stay until materialised).
+//
+// Leases and fencing. Each tree has an owner (`tree_lease`: an epoch, the
+// owner's pid and start time) stored under its root id. A write that changes
+// a live tree carries a claim (`write_batch::lease`); inside the write
+// transaction the store compares the claimed epoch with the stored one and
+// skips a stale writer's batch (outcome `fenced`) while the rest of the
+// commit goes on. Taking a tree over (a start, a resume, recovery of a dead
+// owner's tree) is a compare-and-set on the epoch the taker read, and draws
+// a new epoch from the home's counter. So two processes never both write a
+// live tree, whatever the pids say: a pid names a process, the epoch names
+// one tenure, and a process that lost its tenure (its tree resumed or
+// recovered elsewhere) cannot tell from its pid alone.
 //
 // Records are stored in the binary encoding of records.hpp (schema 2). A home
 // written by the release before (schema 1: JSON text records) opens as it
@@ -120,12 +135,14 @@ struct write_batch {
   std::vector<std::string> deleted_trees;
   /// New stop requests (SPEC §4.1). Each is stored once, by id: writing a
   /// request again does nothing, so delivering it twice is harmless. The
-  /// store writes its `stop.requested` event, and answers it itself: a
+  /// store writes its `stop.requested` event at the head of this batch's
+  /// events (a request precedes what it causes: the halt it starts is
+  /// written behind it, in the same batch), and answers it itself: a
   /// request whose target is terminal (or gone) once a transaction ends is
   /// `handled` in that transaction (result `stopped` when the target is
-  /// `stopped`, else `no_execution`) with a `stop.handled` event. The
-  /// events the store writes come after the batch's own and are appended to
-  /// the batch (as a nested batch) once committed. `handled`, `result` and
+  /// `stopped`, else `no_execution`) with a `stop.handled` event, which
+  /// comes after every event of the commit and is appended to the batch (as
+  /// a nested batch) once committed. `handled`, `result` and
   /// `handled_at` of the records given here are ignored.
   std::vector<stop_record> stops;
   /// Executions whose pending stop requests are to be checked against their
@@ -148,6 +165,10 @@ struct write_batch {
   /// the store's `stop.handled` events); `first_seq` is assigned into it.
   /// The target's own records and events belong in the same batch.
   std::vector<subtree_stop> subtree_stops;
+  /// The tree this batch changes and the epoch its writer holds (see
+  /// `lease_claim`): when the claim fails, nothing of this batch nor of its
+  /// nested batches is stored, and `lease.outcome` says `fenced`.
+  lease_claim lease;
   /// Batches appended to this one, committed after it in order. Appending
   /// nests instead of copying records, so gathering a large subtree's
   /// snapshot level by level costs O(1) per level.
@@ -165,7 +186,7 @@ struct write_batch {
   void append(write_batch&& other);
 
   /// Moves every event of this batch and the nested ones, in commit order,
-  /// to the end of `out`. The events of its compact snapshots are not among
+  /// to the end of `out` (none of a fenced batch: nothing of it was stored). The events of its compact snapshots are not among
   /// them: read them back with `store::subtree_events`.
   void take_events(std::vector<event_record>& out);
 
@@ -340,6 +361,9 @@ public:
   /// @returns the compact snapshots stored for tree `root_id` (not yet
   ///          materialised), by target id.
   caf::expected<std::vector<subtree_stop>> subtree_stops(const std::string& root_id) const;
+
+  /// @returns the lease of tree `root_id` (zeros when it never had one).
+  caf::expected<tree_lease> lease(const std::string& root_id) const;
 
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;

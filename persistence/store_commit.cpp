@@ -25,10 +25,12 @@ using namespace store_lmdb;
 namespace {
 
 /// Calls `f` on `b`, then on each of its nested batches the same way: the
-/// commit order of a batch's parts.
+/// commit order of a batch's parts. A batch for which `f` returns false
+/// (fenced) is not descended into.
 template <class F>
 void for_each_batch(write_batch& b, const F& f) {
-  f(b);
+  if (!f(b))
+    return;
   for (auto& n : b.nested)
     for_each_batch(n, f);
 }
@@ -98,8 +100,8 @@ caf::error store::commit(write_batch& batch) {
     if (auto err = migrate())
       return err;
   auto began = std::chrono::steady_clock::now();
-  // Events the store writes itself (`stop.requested`, `stop.handled`), after
-  // the batch's own; handed to the batch once committed.
+  // Events the store writes itself after the batch's own (`stop.handled`);
+  // handed to the batch once committed.
   std::vector<event_record> generated;
   // The first write of this process in a home without `subtrees` creates it
   // (its handle is private to the transaction until it commits, and no other
@@ -116,10 +118,13 @@ caf::error store::commit(write_batch& batch) {
         return rc;
       // The batch, then each nested one (depth first), in order.
       for_each_batch(batch, [&t](write_batch& b) {
+        if (!t.claim(b))
+          return false;
         t.materialize_touched(b);
         t.delete_executions(b);
         t.put_records(b);
         t.put_events(b);
+        return true;
       });
       t.delete_events_of_deleted();
       t.answer_stop_requests();

@@ -119,6 +119,53 @@ int commit_txn::begin(MDB_dbi& created) {
   return 0;
 }
 
+bool commit_txn::claim(write_batch& b) {
+  auto& c = b.lease;
+  if (c.root.empty() || rc_ != 0)
+    return true;
+  auto known = stored_epoch_.find(c.root);
+  if (known == stored_epoch_.end())
+    known = stored_epoch_.emplace(c.root, read_lease(txn_, s_.meta_, c.root).epoch).first;
+  auto stored_epoch = known->second;
+  if (c.acquire) {
+    if (stored_epoch != c.epoch) {
+      c.outcome = lease_outcome::fenced;
+      return false;
+    }
+    if (!epoch_read_) {
+      MDB_val k = as_val(epoch_meta_key), v;
+      if (mdb_get(txn_, s_.meta_, &k, &v) == 0 && v.mv_size == 8)
+        epoch_ = seq_of(v);
+      epoch_read_ = true;
+    }
+    tree_lease next = c.owner;
+    next.epoch = std::max(++epoch_, stored_epoch + 1);
+    epoch_ = next.epoch;
+    known->second = next.epoch;
+    put(s_.meta_, lease_key(c.root), encode_lease(next));
+    c.epoch = next.epoch;
+    c.outcome = lease_outcome::acquired;
+    acquired_[c.root] = next.epoch;
+    return true;
+  }
+  auto epoch = c.epoch;
+  if (epoch == 0) {
+    // "The epoch this writer acquired earlier in this transaction".
+    auto i = acquired_.find(c.root);
+    if (i == acquired_.end()) {
+      c.outcome = lease_outcome::fenced;
+      return false;
+    }
+    epoch = c.epoch = i->second;
+  }
+  if (stored_epoch != epoch) {
+    c.outcome = lease_outcome::fenced;
+    return false;
+  }
+  c.outcome = lease_outcome::held;
+  return true;
+}
+
 void commit_txn::materialize_touched(const write_batch& b) {
   if (rc_ != 0 || !store_subtree::any_stops(txn_, d_))
     return;
@@ -222,6 +269,8 @@ void commit_txn::put_generated_events() {
 int commit_txn::finish() {
   if (seq_ != first_seq_)
     put(s_.meta_, seq_meta_key, seq_key(seq_));
+  if (!acquired_.empty())
+    put(s_.meta_, epoch_meta_key, seq_key(epoch_));
   return rc_;
 }
 
@@ -251,7 +300,11 @@ void commit_txn::put_executions(const write_batch& b) {
   }
 }
 
-void commit_txn::put_stop_requests(const write_batch& b) {
+void commit_txn::put_stop_requests(write_batch& b) {
+  // A request comes before everything it causes: its `stop.requested`
+  // event heads its batch's events (the halt that the request starts is
+  // written in the same batch, behind it).
+  std::vector<event_record> requested;
   for (auto& x : b.stops) {
     if (rc_ != 0)
       break;
@@ -267,9 +320,12 @@ void commit_txn::put_stop_requests(const write_batch& b) {
     put(s_.stops_, r.id, encode(r));
     put(s_.pending_, pair_key(r.target, r.id), empty_value);
     if (auto target = load_execution(txn_, s_.executions_, r.target))
-      generated_.push_back(stop_event(*target, r, "stop.requested", r.requested_at));
+      requested.push_back(stop_event(*target, r, "stop.requested", r.requested_at));
     settle_.insert(r.target);
   }
+  if (!requested.empty())
+    b.events.insert(b.events.begin(), std::make_move_iterator(requested.begin()),
+                    std::make_move_iterator(requested.end()));
 }
 
 void commit_txn::put_counters(const write_batch& b) {
@@ -327,8 +383,11 @@ void commit_txn::delete_execution(const std::string& id) {
   }
   del(s_.graphs_, id);
   del(s_.live_, id);
-  if (rec.root_id.empty() || rec.root_id == id)
+  if (rec.root_id.empty() || rec.root_id == id) {
     del_prefix(d_.subtrees, id + '\0');
+    del(s_.meta_, lease_key(id));
+    stored_epoch_.erase(id);
+  }
   del_prefix(s_.steps_, id + '\0');
   del_prefix(s_.events_, id + '\0');
   // Its events in another root's log go after the whole batch, with one

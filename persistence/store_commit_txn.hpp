@@ -4,13 +4,15 @@
 // state and the phases that write a batch, in the order the commit runs them:
 //   begin                     the compact snapshot's databases, the seq counter
 //   for the batch, then each nested one (recursively), in order:
+//     claim                   its lease claim: a fenced batch is skipped
+//                             with its nested ones
 //     materialize_touched     compact snapshots the batch is about to touch
 //     delete_executions       deleted executions and settled trees
 //     put_records             executions, graphs, stop requests, ..., steps
 //     put_events              the batch's events, then its compact snapshots
 //   delete_events_of_deleted  deleted executions' events in other roots' logs
 //   answer_stop_requests      the stop rule (`settle_stops`)
-//   put_generated_events      `stop.requested` / `stop.handled`, last
+//   put_generated_events      `stop.handled`, last
 //   finish                    the seq counter; 0 commits
 // Seqs are assigned in exactly that order. A phase writes nothing once the
 // attempt's LMDB code (`rc_`) is not 0. Internal: not installed.
@@ -45,6 +47,14 @@ struct commit_txn {
   /// stop request is pending; empties `generated`. @returns an LMDB code.
   int begin(MDB_dbi& created);
 
+  /// Checks `b`'s lease claim against the stored lease (store.hpp, "Leases
+  /// and fencing"): a held claim must name the stored epoch, an acquiring
+  /// one the epoch its writer read, which then becomes a new epoch from the
+  /// home's counter with the new owner. Sets `b.lease.outcome` (and, on
+  /// acquire, `b.lease.epoch`). @returns false when `b` is fenced: nothing
+  /// of it nor of its nested batches may be written.
+  bool claim(write_batch& b);
+
   /// Materialises every stored compact snapshot that covers (or whose target
   /// is) an execution `b` deletes, writes, or writes a step of, so the
   /// per-node records `b` changes are there (see store.hpp).
@@ -57,7 +67,7 @@ struct commit_txn {
 
   /// Puts `b`'s records, in this order: executions (with their `live`,
   /// `children` and `agent_runs` entries), graphs, new stop requests (their
-  /// `stop.requested` events to `generated`), counters (merged by maximum),
+  /// `stop.requested` events put at the head of `b.events`), counters (merged by maximum),
   /// registered graphs (version assigned into `b`), agents, history entries
   /// (seq assigned into `b`), steps. Notes the stop requests to answer.
   void put_records(write_batch& b);
@@ -79,7 +89,8 @@ struct commit_txn {
   /// of the batch and its nested ones.
   void put_generated_events();
 
-  /// Stores the seq counter when the commit assigned seqs.
+  /// Stores the seq counter when the commit assigned seqs, and the lease
+  /// epoch counter when it issued epochs.
   /// @returns the attempt's LMDB code: 0 commits it, any other aborts it.
   int finish();
 
@@ -87,7 +98,7 @@ private:
   // -- parts of the phases ---------------------------------------------------
 
   void put_executions(const write_batch& b);
-  void put_stop_requests(const write_batch& b);
+  void put_stop_requests(write_batch& b);
   void put_counters(const write_batch& b);
   void put_registered(write_batch& b);
   void put_history(write_batch& b);
@@ -129,6 +140,14 @@ private:
   /// The last seq assigned; `first_seq_`: the stored counter's.
   uint64_t seq_ = 0;
   uint64_t first_seq_ = 0;
+  /// The last lease epoch issued (read on the first acquire; 0 until then)
+  /// and the epochs this attempt issued, by root.
+  uint64_t epoch_ = 0;
+  bool epoch_read_ = false;
+  std::map<std::string, uint64_t> acquired_;
+  /// The stored epoch of each tree a claim of this attempt named (a group
+  /// commit holds many writes of one tree: one read each).
+  std::unordered_map<std::string, uint64_t> stored_epoch_;
   /// Whether any stop request was pending when the attempt began.
   bool any_pending_ = false;
   bool any_subtree_stop_ = false;

@@ -20,6 +20,7 @@ using store_lmdb::as_string;
 using store_lmdb::as_val;
 using store_lmdb::as_view;
 using store_lmdb::scan_prefix;
+using store_lmdb::seq_key;
 using store_lmdb::seq_of;
 
 // -- transactions and records --------------------------------------------------------
@@ -93,6 +94,49 @@ inline uint64_t read_seq(MDB_txn* txn, unsigned meta) {
   if (mdb_get(txn, meta, &k, &v) != 0 || v.mv_size != 8)
     return 0;
   return seq_of(v);
+}
+
+// -- leases -------------------------------------------------------------------------
+
+/// The `meta` key of the last lease epoch issued.
+inline const std::string epoch_meta_key = "epoch";
+
+/// The `meta` key of tree `root`'s lease.
+inline std::string lease_key(const std::string& root) {
+  std::string k = "lease";
+  k += '\0';
+  k += root;
+  return k;
+}
+
+inline std::string encode_lease(const tree_lease& l) {
+  return seq_key(l.epoch) + seq_key(static_cast<uint64_t>(l.pid)) + seq_key(l.start);
+}
+
+/// Decodes a stored lease; zeros for a value of another size.
+inline tree_lease decode_lease(std::string_view v) {
+  tree_lease l;
+  if (v.size() != 24)
+    return l;
+  auto at = [&](size_t i) {
+    uint64_t x = 0;
+    for (size_t j = i; j < i + 8; ++j)
+      x = (x << 8) | static_cast<unsigned char>(v[j]);
+    return x;
+  };
+  l.epoch = at(0);
+  l.pid = static_cast<int64_t>(at(8));
+  l.start = at(16);
+  return l;
+}
+
+/// Reads tree `root`'s lease from `meta` (zeros when none).
+inline tree_lease read_lease(MDB_txn* txn, unsigned meta, const std::string& root) {
+  auto key = lease_key(root);
+  MDB_val k = as_val(key), v;
+  if (mdb_get(txn, meta, &k, &v) != 0)
+    return tree_lease{};
+  return decode_lease(as_view(v));
 }
 
 // -- the registry's keys -------------------------------------------------------------

@@ -227,6 +227,17 @@ store::agent_runs(const std::string& owner, const std::string& name) const {
   return out;
 }
 
+caf::expected<tree_lease> store::lease(const std::string& root_id) const {
+  tree_lease out;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    out = read_lease(txn, meta_, root_id);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 caf::expected<uint64_t> store::last_seq() const {
   uint64_t seq = 0;
   auto err = read([&](MDB_txn* txn) -> caf::error {

@@ -9,7 +9,13 @@ namespace canopy {
 
 namespace {
 
+bool fenced(const write_batch& b) {
+  return b.lease.outcome == lease_outcome::fenced;
+}
+
 size_t event_count(const write_batch& b) {
+  if (fenced(b))
+    return 0;
   auto n = b.events.size();
   for (auto& x : b.nested)
     n += event_count(x);
@@ -17,6 +23,8 @@ size_t event_count(const write_batch& b) {
 }
 
 void move_events(write_batch& b, std::vector<event_record>& out) {
+  if (fenced(b))
+    return;
   for (auto& e : b.events)
     out.push_back(std::move(e));
   b.events.clear();
@@ -42,6 +50,8 @@ void write_batch::take_events(std::vector<event_record>& out) {
   // One allocation of the exact size: a commit's events can be many, and
   // a doubling vector would hold up to twice their size while subscribers
   // read them.
+  if (fenced(*this))
+    return;
   if (out.empty() && nested.empty()) {
     out = std::move(events);
     events.clear();
@@ -64,6 +74,8 @@ size_t write_batch::weight() const {
 }
 
 void write_batch::collect_subtree_stops(std::vector<subtree_stop>& out) const {
+  if (fenced(*this))
+    return;
   out.insert(out.end(), subtree_stops.begin(), subtree_stops.end());
   for (auto& n : nested)
     n.collect_subtree_stops(out);

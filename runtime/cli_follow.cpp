@@ -2,12 +2,14 @@
 // events from its subscription into the foreground view (foreground_view.hpp:
 // the live tree, Ctrl-C, the end), Ctrl-C as stops through the runtime.
 
+#include <iostream>
 #include <thread>
 
 #include "runtime/cli_common.hpp"
 #include "runtime/document.hpp"
 #include "runtime/foreground_view.hpp"
 #include "runtime/render.hpp"
+#include "persistence/error.hpp"
 
 namespace canopy::cli {
 
@@ -31,6 +33,12 @@ int follow(const global_options& g, runtime& rt, const execution_handle& h,
   auto rec = h.wait();
   sub.cancel();
   view.end();
+  if (!rec && is(rec.error(), persistence_errc::fenced)) {
+    // Another process took the tree over (its owner, as far as the store
+    // knows): this one ended its steps and wrote nothing more.
+    std::cerr << "error: execution " << h.id() << " was taken over by another process\n";
+    return exit_failed;
+  }
   if (!rec) {
     // The execution could not record its end (e.g. the store stayed busy):
     // once this process is gone, the next command that opens the store makes

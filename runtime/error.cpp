@@ -39,6 +39,8 @@ int exit_code_of(const caf::error& err) {
       case persistence_errc::corrupt_record:
       case persistence_errc::store_busy:
         return 5;
+      case persistence_errc::fenced:
+        return 1;
     }
   }
   if (is(err, runtime_errc::invalid_input) || is(err, runtime_errc::cluster_port))

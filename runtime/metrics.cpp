@@ -126,6 +126,11 @@ void metrics::count_pruned(size_t trees) {
   pruned_ += trees;
 }
 
+void metrics::count_fenced() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  ++fenced_;
+}
+
 void metrics::observe_commit(double seconds) {
   std::lock_guard<std::mutex> guard{mtx_};
   commit_latency_.observe(seconds);
@@ -178,6 +183,11 @@ std::string metrics::render(size_t live_actors, uint64_t store_bytes) const {
          "# TYPE canopy_pruned_total counter\n"
          "canopy_pruned_total "
          + std::to_string(pruned_) + "\n";
+  out += "# HELP canopy_fenced_total Writes refused because another process took their "
+         "tree over.\n"
+         "# TYPE canopy_fenced_total counter\n"
+         "canopy_fenced_total "
+         + std::to_string(fenced_) + "\n";
   out += "# HELP canopy_stop_latency_seconds From a stop request to its committed snapshot.\n"
          "# TYPE canopy_stop_latency_seconds histogram\n";
   stop_latency_.render("canopy_stop_latency_seconds", out);

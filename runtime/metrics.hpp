@@ -67,6 +67,9 @@ public:
   /// Counts root trees deleted by the server's retention.
   void count_pruned(size_t trees);
 
+  /// Counts a write refused because another process took its tree over.
+  void count_fenced();
+
   /// @returns the Prometheus text exposition (format 0.0.4), with the
   /// store's bytes in use (`store_usage::used_bytes`).
   std::string render(size_t live_actors, uint64_t store_bytes) const;
@@ -79,6 +82,7 @@ private:
   uint64_t steps_completed_ = 0;
   uint64_t steps_failed_ = 0;
   uint64_t pruned_ = 0;
+  uint64_t fenced_ = 0;
   histogram stop_latency_;
   histogram commit_latency_;
   std::vector<std::string> routes_; ///< the route labels (set_routes)

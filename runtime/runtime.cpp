@@ -85,7 +85,9 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   rt->sys_ = std::make_unique<caf::actor_system>(*rt->cfg_);
   if (opts.on_commit)
     rt->db_->on_commit(opts.on_commit);
-  rt->writer_ = spawn_store_writer(*rt->sys_, rt->db_);
+  store_writer_options wopts;
+  wopts.on_fenced = opts.on_fenced;
+  rt->writer_ = spawn_store_writer(*rt->sys_, rt->db_, wopts);
   rt->slots_ = spawn_slot_pool(*rt->sys_, opts.max_parallel);
   auto svc = std::make_shared<execution_services>();
   svc->db = rt->db_;

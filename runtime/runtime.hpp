@@ -87,6 +87,11 @@ struct runtime_options {
   bool allow_graph_files = true;
   /// Called with the duration in seconds of every store commit (metrics).
   std::function<void(double)> on_commit;
+  /// Called with the root id of every write refused because another
+  /// process took its tree over (store.hpp, "Leases and fencing"), on the
+  /// store writer's thread: metrics and logs. The tree's actors end their
+  /// steps and write nothing more of it.
+  std::function<void(const std::string& root)> on_fenced;
   /// The cluster port (SPEC §10); unset: no cluster. `open` loads CAF's
   /// middleman (heartbeat and connection timeout set; with `tls`, CAF's
   /// openssl module) and publishes the cluster actor there.
@@ -361,8 +366,11 @@ caf::error check_inputs(const graph& g, const json& inputs);
 /// Turns every execution of `db` left `queued`, `running` or `stopping` by a
 /// process that no longer exists into `stopped`/`interrupted` (its running
 /// and queued steps back to `pending`, reason `interrupted`), and kills the
-/// process groups those steps left behind (no orphans). Writes directly:
-/// call only where no store writer of this process runs.
+/// process groups those steps left behind (no orphans). A tree's owner is
+/// its lease (store.hpp, "Leases and fencing"); a tree is taken over with a
+/// compare-and-set on the epoch read, so a tree that its owner resumed or
+/// wrote meanwhile is left as it is. Writes directly: call only where no
+/// store writer of this process runs.
 /// @returns the ids recovered, or a store error.
 caf::expected<std::vector<std::string>> recover_interrupted(store& db);
 

@@ -213,6 +213,11 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   // thread to spare, `get` below reads them.
   auto steps_read = std::async(std::launch::async | std::launch::deferred,
                                [db = db_, id] { return db->steps(id); });
+  // The tree's lease as it is now: the resumed execution's first write
+  // takes the tree over only if nobody took it meanwhile (compare-and-set).
+  auto lease = db_->lease(rec->root_id);
+  if (!lease)
+    return lease.error();
   auto stored = db_->graph(id);
   if (!stored)
     return stored.error();
@@ -234,9 +239,13 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
     return steps.error();
   execution_init init;
   init.record = std::move(*rec);
+  init.record.owner_pid = svc_->owner_pid;
+  init.record.owner_start = svc_->owner_start;
   init.graph = parsed.value;
   init.steps = std::move(*steps);
   init.budget = budget;
+  init.acquire_lease = true;
+  init.lease_epoch = lease->epoch;
   h.actor_ = spawn_execution(*sys_, std::move(init), svc_);
   track(h.actor_);
   return h;

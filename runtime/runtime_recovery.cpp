@@ -3,8 +3,10 @@
 #include "runtime/runtime.hpp"
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <map>
 
 #include "actors/execution/machine.hpp"
 #include "actors/subprocess.hpp"
@@ -15,11 +17,43 @@ namespace canopy {
 
 namespace {
 
-bool owner_alive(const execution_record& rec) {
-  if (rec.owner_pid <= 0)
+/// True when `pid`, started at `start`, still runs (a reused pid has
+/// another start time).
+bool alive(int64_t pid, uint64_t start) {
+  if (pid <= 0)
     return false;
-  auto start = process_start_time(rec.owner_pid);
-  return start != 0 && start == rec.owner_start;
+  auto now = process_start_time(pid);
+  return now != 0 && now == start;
+}
+
+/// The live executions of one tree and its lease as read.
+struct live_tree {
+  tree_lease lease;
+  std::vector<execution_record> live;
+};
+
+/// True when the owner of `t` still runs: its lease's process, or, for a
+/// tree a release without leases started (epoch 0), any live execution's
+/// recorded owner.
+bool owner_alive(const live_tree& t) {
+  if (t.lease.epoch != 0)
+    return alive(t.lease.pid, t.lease.start);
+  for (auto& rec : t.live)
+    if (alive(rec.owner_pid, rec.owner_start))
+      return true;
+  return false;
+}
+
+/// Kills the process group a dead owner's step left behind, unless its pid
+/// now belongs to another process (its start time differs).
+void kill_left_group(const step_record& s) {
+  if (s.pid <= 0)
+    return;
+  auto start = process_start_time(s.pid);
+  bool leader_is_ours = start != 0 && start == s.pid_start;
+  bool leader_gone = start == 0;
+  if (leader_is_ours || leader_gone)
+    ::kill(static_cast<pid_t>(-s.pid), SIGKILL);
 }
 
 } // namespace
@@ -28,49 +62,77 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
   auto live = db.live();
   if (!live)
     return live.error();
-  std::vector<std::string> recovered;
-  write_batch batch;
-  auto now = now_ms();
+  std::map<std::string, live_tree> trees;
   for (auto& rec : *live) {
-    if (owner_alive(rec))
-      continue;
-    auto steps = db.steps(rec.id);
-    if (!steps)
-      return steps.error();
-    for (auto& s : *steps) {
-      if (s.status != step_status::running && s.status != step_status::queued)
-        continue;
-      // The dead owner's subprocess group may live on: kill it, unless the
-      // pid now belongs to another process (its start time differs).
-      if (s.pid > 0) {
-        auto start = process_start_time(s.pid);
-        bool leader_is_ours = start != 0 && start == s.pid_start;
-        bool leader_gone = start == 0;
-        if (leader_is_ours || leader_gone)
-          ::kill(static_cast<pid_t>(-s.pid), SIGKILL);
-      }
-      reset_step_record(s, step_reason::interrupted, now);
-      batch.events.push_back(
-        make_event(rec, "step.pending", now, s.step, "pending", "interrupted"));
-      batch.steps.push_back(std::move(s));
-    }
-    rec.status = execution_status::stopped;
-    rec.reason = "interrupted";
-    rec.ended_at = now;
-    batch.events.push_back(
-      make_event(rec, "execution.stopped", now, {}, "stopped", "interrupted"));
-    recovered.push_back(rec.id);
-    batch.executions.push_back(std::move(rec));
+    auto root = rec.root_id.empty() ? rec.id : rec.root_id;
+    trees[root].live.push_back(std::move(rec));
   }
-  // The store answers the stop requests of what this batch ends, and any
+  // One batch per tree whose owner is dead, each taking its tree over with
+  // a compare-and-set on the epoch read here: a tree its owner resumed (or
+  // another process recovered) meanwhile is fenced, and left alone.
+  write_batch all;
+  std::vector<std::string> roots;
+  std::vector<std::vector<step_record>> left; // the steps to kill, per batch
+  auto now = now_ms();
+  for (auto& [root, t] : trees) {
+    auto lease = db.lease(root);
+    if (!lease)
+      return lease.error();
+    t.lease = *lease;
+    if (owner_alive(t))
+      continue;
+    write_batch batch;
+    batch.lease.root = root;
+    batch.lease.acquire = true;
+    batch.lease.epoch = t.lease.epoch;
+    batch.lease.owner.pid = ::getpid();
+    batch.lease.owner.start = process_start_time(::getpid());
+    std::vector<step_record> running;
+    for (auto& rec : t.live) {
+      auto steps = db.steps(rec.id);
+      if (!steps)
+        return steps.error();
+      for (auto& s : *steps) {
+        if (s.pid > 0 && s.status == step_status::running)
+          running.push_back(s);
+        if (!reset_step_record(s, step_reason::interrupted, now))
+          continue;
+        batch.events.push_back(
+          make_event(rec, "step.pending", now, s.step, "pending", "interrupted"));
+        batch.steps.push_back(std::move(s));
+      }
+      rec.status = execution_status::stopped;
+      rec.reason = "interrupted";
+      rec.ended_at = now;
+      batch.events.push_back(
+        make_event(rec, "execution.stopped", now, {}, "stopped", "interrupted"));
+      batch.executions.push_back(std::move(rec));
+    }
+    roots.push_back(root);
+    left.push_back(std::move(running));
+    all.nested.push_back(std::move(batch));
+  }
+  // The store answers the stop requests of what this commit ends, and any
   // request an older release left pending for an execution that ended.
   if (auto pending = db.pending_stops())
     for (auto& r : *pending)
       if (auto target = db.execution(r.target); !target || is_terminal(target->status))
-        batch.settle_stops.push_back(r.target);
-  if (!batch.empty())
-    if (auto err = db.commit(batch))
-      return err;
+        all.settle_stops.push_back(r.target);
+  if (all.empty())
+    return std::vector<std::string>{};
+  if (auto err = db.commit(all))
+    return err;
+  std::vector<std::string> recovered;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    auto& b = all.nested[i];
+    if (b.lease.outcome != lease_outcome::acquired)
+      continue; // its owner (or another recovery) wrote it meanwhile
+    // The dead owner's subprocess groups may live on.
+    for (auto& s : left[i])
+      kill_left_group(s);
+    for (auto& rec : b.executions)
+      recovered.push_back(rec.id);
+  }
   return recovered;
 }
 

@@ -66,6 +66,10 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   ro.allow_inline_commands = cfg.allow_inline_commands;
   ro.allow_graph_files = false;
   ro.on_commit = [m](double s) { m->observe_commit(s); };
+  ro.on_fenced = [m](const std::string& root) {
+    m->count_fenced();
+    spdlog::warn("event=fenced execution={} why=\"taken over by another process\"", root);
+  };
   std::string cluster_host;
   if (cfg.cluster && !cfg.cluster->listen.empty()) {
     auto& cc = *cfg.cluster;

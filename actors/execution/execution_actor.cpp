@@ -10,6 +10,7 @@
 #include "actors/execution/shell.hpp"
 #include "actors/messages.hpp"
 #include "actors/timer.hpp"
+#include "persistence/error.hpp"
 
 namespace canopy {
 
@@ -58,6 +59,8 @@ machine_init machine_init_of(execution_init& init, const execution_services& svc
   mi.steps = std::move(init.steps);
   mi.token = init.token ? init.token : std::make_shared<halt_token>();
   mi.has_parent = has_parent;
+  mi.acquire_lease = init.acquire_lease;
+  mi.lease_epoch = init.lease_epoch;
   auto& lim = mi.graph->limits;
   if (!init.parent_scope || lim.max_steps || lim.budget || lim.max_depth || lim.deadline) {
     // A root, or a graph that tightens its subtree's limits: a scope of its own.
@@ -314,6 +317,11 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
     if (is_stop(msg.reason, reason, force))
       st.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful, {},
                  from_parent, now_ms());
+    else if (from_parent && is(msg.reason, persistence_errc::fenced))
+      // Its tree was taken over by another process: end every step now and
+      // write nothing (stopped from above, it hands its state to its parent,
+      // which is gone).
+      st.m->stop(step_reason::parent_stopped, stop_mode::force, {}, true, now_ms());
     else if (from_parent && msg.reason)
       // The parent died without stopping us: halt all the same.
       st.m->parent_lost(now_ms());

@@ -166,6 +166,11 @@ struct execution_init {
   std::shared_ptr<limit_scope> parent_scope;
   /// A root resumed with `--budget`: the raised budget.
   std::optional<double> budget;
+  /// Take its tree over with its first write (a resume: the tree's lease
+  /// epoch as read before, compared at commit). A start takes it over with
+  /// its `queued` batch instead (`make_queued_batch`).
+  bool acquire_lease = false;
+  uint64_t lease_epoch = 0;
 };
 
 /// Spawns a root execution actor and registers it in the directory (with a
@@ -174,7 +179,9 @@ caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
                            std::shared_ptr<const execution_services> services);
 
 /// Builds the write batch that creates an execution record `queued`, with its
-/// graph and `execution.queued` event. Used for roots and children alike.
+/// graph and `execution.queued` event. Used for roots and children alike; a
+/// root's batch takes its new tree's lease (the process that commits it owns
+/// the tree).
 write_batch make_queued_batch(const execution_record& rec, const graph& g);
 
 /// Returns the graph document an execution stores (document, folder, files).

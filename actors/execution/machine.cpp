@@ -63,7 +63,9 @@ execution_machine::execution_machine(std::shared_ptr<const machine_env> env, mac
     scope_(std::move(init.scope)),
     own_scope_(init.own_scope),
     scope_dirty_(init.scope_dirty),
-    has_parent_(init.has_parent) {
+    has_parent_(init.has_parent),
+    acquire_lease_(init.acquire_lease),
+    lease_epoch_(init.lease_epoch) {
   auto& g = *g_;
   auto n = g.steps.size();
   steps_.resize(n);

@@ -107,6 +107,9 @@ struct machine_init {
   bool own_scope = false;   ///< `scope` was made for this execution
   bool scope_dirty = false; ///< counters changed (a raised budget)
   bool has_parent = false;
+  /// Take the tree over with the first write: the epoch read (a resume).
+  bool acquire_lease = false;
+  uint64_t lease_epoch = 0;
 };
 
 // -- resolver -----------------------------------------------------------------------
@@ -390,6 +393,8 @@ private:
   bool has_parent_ = false;
   bool child_stopped_ = false;
   bool yielded_ = false;   ///< a `yield` is on its way back (`resume_pump`)
+  bool acquire_lease_ = false; ///< the next write takes the tree over
+  uint64_t lease_epoch_ = 0;   ///< the epoch that take-over compares
 };
 
 } // namespace canopy

@@ -42,6 +42,10 @@ void execution_machine::stop_request(const stop_record& req, write_batch batch, 
   // the answer sees it stopping at least.
   // Finishing already: the store answers it `no_execution` once the final
   // record is committed.
+  // Earlier records go in a write of their own, so the request's batch
+  // holds the request first and what it causes behind it (the store puts
+  // its `stop.requested` at the head of that batch's events).
+  flush();
   batch_or_new().append(std::move(batch));
   reply_pending_ = true;
   if (phase_ != exec_phase::finishing)

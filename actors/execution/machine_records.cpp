@@ -116,6 +116,16 @@ void execution_machine::flush(after_write then) {
   w.completed = std::move(batch_completed_);
   batch_completed_.clear();
   w.then = then;
+  // Every write claims the tree (store.hpp, "Leases and fencing"); a resumed
+  // execution's first one takes it over; a root's final one is its last.
+  auto& claim = w.batch.lease;
+  claim.root = rec_.root_id;
+  if (acquire_lease_) {
+    claim.acquire = true;
+    claim.epoch = lease_epoch_;
+    acquire_lease_ = false;
+  }
+  claim.last = then == after_write::report && !has_parent_;
   w.reply = reply_pending_;
   reply_pending_ = false;
   // A child spawned since the last write has its first record (`queued`) in

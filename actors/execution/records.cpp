@@ -36,6 +36,10 @@ write_batch make_queued_batch(const execution_record& rec, const graph& g) {
   b.executions.push_back(rec);
   b.encoded_graphs.emplace_back(rec.id, encode_graph(g.document, g.base_dir, g.files));
   b.events.push_back(make_event(rec, "execution.queued", now_ms(), {}, "queued"));
+  if (rec.id == rec.root_id) {
+    b.lease.root = rec.id;
+    b.lease.acquire = true; // of a tree never leased: epoch 0
+  }
   return b;
 }
 

@@ -203,8 +203,9 @@ TEST_CASE("the events the store writes for requests are handed back with the bat
   std::vector<event_record> out;
   b.take_events(out);
   REQUIRE(out.size() == 3);
-  CHECK(out[0].type == "execution.completed");
-  CHECK(out[1].type == "stop.requested");
+  // The request heads its batch's events; its answer comes last.
+  CHECK(out[0].type == "stop.requested");
+  CHECK(out[1].type == "execution.completed");
   CHECK(out[2].type == "stop.handled");
   CHECK(out[0].seq < out[1].seq);
   CHECK(out[1].seq < out[2].seq);
