@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "persistence/store.hpp"
 #include "runtime/runtime.hpp"
 #include "tests/integration/helpers.hpp"
+#include "tests/integration/server_process.hpp"
+#include "tests/integration/server_test_helpers.hpp"
 
 using namespace canopy::test;
 using namespace std::chrono_literals;
@@ -236,4 +239,129 @@ TEST_CASE("a stop request comes before every event it causes in the log",
         || (e.type == "step.pending" && e.reason == "requested") || e.type == "stop.handled")
       CHECK(e.seq > requested);
   }
+}
+
+// -- the server ---------------------------------------------------------------------------
+
+namespace {
+
+/// `chain` over HTTP: a server over `store` starts it, is SIGKILLed once 4
+/// steps completed. @returns the execution id.
+std::string killed_server_chain(const std::string& store, const temp_dir& dir) {
+  server_process srv{server_test::inline_server(store)};
+  auto c = srv.client(alice_token);
+  auto doc = json::parse(read_file(chain_graph(dir, 12, "0.1")));
+  server_test::register_graph(c, doc);
+  auto id = server_test::start(c, "chain")["id"].get<std::string>();
+  auto four = wait_until(c, id, [](const json& d) {
+    size_t n = 0;
+    for (auto& s : d["steps"].items())
+      n += s.value()["status"] == "completed";
+    return n >= 4;
+  });
+  REQUIRE(four["status"] == "running");
+  srv.kill();
+  return id;
+}
+
+/// Reads `id` with `canopy show` (which runs recovery) until `done()`.
+size_t read_until(const std::string& store, const std::string& id,
+                  const std::function<bool()>& done) {
+  size_t reads = 0;
+  auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    auto show = run_canopy(store, {"show", id, "--json"});
+    REQUIRE(show.exit_code == 0);
+    ++reads;
+  }
+  return reads;
+}
+
+/// No event says the tree was interrupted after its last `execution.resumed`,
+/// and the tree completed.
+void check_resumed_to_completion(const std::string& store, const std::string& id) {
+  bool resumed = false, ended = false;
+  for (auto& e : events_of(store, id)) {
+    INFO(e.dump());
+    if (e["type"] == "execution.resumed")
+      resumed = true;
+    if (resumed)
+      CHECK(e.value("reason", "") != "interrupted");
+    CHECK_FALSE(ended);
+    if (resumed && e["type"] == "execution.completed")
+      ended = true;
+  }
+  CHECK(ended);
+}
+
+} // namespace
+
+TEST_CASE("a run resumed over HTTP survives readers in another process",
+          "[integration][ownership][server]") {
+  temp_dir home;
+  temp_dir dir;
+  auto store = home.path + "/store";
+  auto id = killed_server_chain(store, dir);
+  server_process srv{server_test::inline_server(store)};
+  auto c = srv.client(alice_token);
+  auto resumed = post_json(c, "/v1/executions/" + id + "/resume");
+  REQUIRE(resumed.status == 200);
+  auto status = [&] { return get_json(c, "/v1/executions/" + id).body["status"]; };
+  auto reads = read_until(store, id, [&] { return status() != "running"; });
+  CHECK(reads > 0);
+  CHECK(status() == "completed");
+  check_resumed_to_completion(store, id);
+}
+
+TEST_CASE("a run that serve --resume-interrupted resumes survives readers in another process",
+          "[integration][ownership][server]") {
+  temp_dir home;
+  temp_dir dir;
+  auto store = home.path + "/store";
+  auto id = killed_server_chain(store, dir);
+  auto opts = server_test::inline_server(store);
+  opts.args = {"--resume-interrupted"};
+  server_process srv{opts};
+  auto c = srv.client(alice_token);
+  auto status = [&] { return get_json(c, "/v1/executions/" + id).body["status"]; };
+  auto reads = read_until(store, id, [&] { return status() != "running"; });
+  CHECK(reads > 0);
+  CHECK(status() == "completed");
+  check_resumed_to_completion(store, id);
+}
+
+TEST_CASE("a server whose tree was taken over logs event=fenced and counts it",
+          "[integration][ownership][server]") {
+  temp_dir home;
+  temp_dir dir;
+  auto store = home.path + "/store";
+  server_process srv{server_test::inline_server(store)};
+  auto c = srv.client(alice_token);
+  server_test::register_graph(c, json::parse(read_file(chain_graph(dir, 40, "0.05"))));
+  auto id = server_test::start(c, "chain")["id"].get<std::string>();
+  REQUIRE(wait_until(c, id, [](const json& d) {
+            return d["steps"]["s02"]["status"] == "completed";
+          })["status"] == "running");
+  {
+    auto db = canopy::store::open({store});
+    REQUIRE(db);
+    auto lease = (*db)->lease(id);
+    REQUIRE(lease);
+    REQUIRE(lease->pid == srv.pid());
+    canopy::write_batch b;
+    b.lease.root = id;
+    b.lease.acquire = true;
+    b.lease.epoch = lease->epoch;
+    b.lease.owner.pid = ::getpid();
+    b.lease.owner.start = canopy::process_start_time(::getpid());
+    REQUIRE_FALSE((*db)->commit(b));
+    REQUIRE(b.lease.outcome == canopy::lease_outcome::acquired);
+  }
+  REQUIRE(eventually([&] { return srv.log().find("event=fenced execution=" + id) != std::string::npos; },
+                     30s));
+  auto m = c.Get("/metrics");
+  REQUIRE(m);
+  CHECK(server_test::sample(server_test::samples(m->body), "canopy_fenced_total") >= 1);
+  // The server goes on serving.
+  CHECK(get_json(c, "/healthz").status == 200);
 }
