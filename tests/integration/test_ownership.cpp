@@ -99,6 +99,52 @@ std::string killed_chain(const std::string& home, const temp_dir& dir) {
   return only_id(home);
 }
 
+/// No event says the tree was interrupted after its last `execution.resumed`,
+/// and the tree completed.
+void check_resumed_to_completion(const std::string& store, const std::string& id) {
+  bool resumed = false, ended = false;
+  for (auto& e : events_of(store, id)) {
+    INFO(e.dump());
+    if (e["type"] == "execution.resumed")
+      resumed = true;
+    if (resumed)
+      CHECK(e.value("reason", "") != "interrupted");
+    CHECK_FALSE(ended);
+    if (resumed && e["type"] == "execution.completed")
+      ended = true;
+  }
+  CHECK(ended);
+}
+
+/// Takes tree `id` of the store in `home` over as another process's
+/// recovery would (its owner looked dead to it): a compare-and-set on the
+/// epoch read, marking the root `stopped`/`interrupted`. `owner` is the pid
+/// the lease must name before. @returns the seq of the last event written.
+uint64_t take_over(const std::string& home, const std::string& id, int64_t owner) {
+  auto db = canopy::store::open({home});
+  REQUIRE(db);
+  auto lease = (*db)->lease(id);
+  REQUIRE(lease);
+  REQUIRE(lease->epoch > 0);
+  REQUIRE(lease->pid == owner);
+  auto rec = (*db)->execution(id);
+  REQUIRE(rec);
+  canopy::write_batch b;
+  b.lease.root = id;
+  b.lease.acquire = true;
+  b.lease.epoch = lease->epoch;
+  b.lease.owner.pid = ::getpid();
+  b.lease.owner.start = canopy::process_start_time(::getpid());
+  rec->status = canopy::execution_status::stopped;
+  rec->reason = "interrupted";
+  b.executions.push_back(*rec);
+  b.events.push_back(canopy::make_event(*rec, "execution.stopped", canopy::now_ms(), {},
+                                        "stopped", "interrupted"));
+  REQUIRE_FALSE((*db)->commit(b));
+  REQUIRE(b.lease.outcome == canopy::lease_outcome::acquired);
+  return b.events.back().seq;
+}
+
 } // namespace
 
 TEST_CASE("a resumed run survives readers in another process that open the store",
@@ -120,20 +166,7 @@ TEST_CASE("a resumed run survives readers in another process that open the store
   CHECK(resume.exit_code() == 0);
   auto show = run_canopy(home.path, {"show", id, "--json"});
   CHECK(show.out_json()["status"] == "completed");
-  // Nothing said it was interrupted after it was resumed, and nothing was
-  // written after its end.
-  bool resumed = false, ended = false;
-  for (auto& e : events_of(home.path, id)) {
-    INFO(e.dump());
-    if (e["type"] == "execution.resumed")
-      resumed = true;
-    if (resumed)
-      CHECK(e.value("reason", "") != "interrupted");
-    CHECK_FALSE(ended);
-    if (resumed && e["type"] == "execution.completed")
-      ended = true;
-  }
-  CHECK(ended);
+  check_resumed_to_completion(home.path, id);
 }
 
 TEST_CASE("a process whose tree was taken over ends its steps and writes nothing more",
@@ -156,31 +189,7 @@ TEST_CASE("a process whose tree was taken over ends its steps and writes nothing
   auto id = only_id(home.path);
   // Another process takes the tree over as recovery would (its owner looked
   // dead to it): a compare-and-set on the epoch it read.
-  uint64_t last_seq = 0;
-  {
-    auto db = canopy::store::open({home.path});
-    REQUIRE(db);
-    auto lease = (*db)->lease(id);
-    REQUIRE(lease);
-    REQUIRE(lease->epoch > 0);
-    REQUIRE(lease->pid == run.pid());
-    auto rec = (*db)->execution(id);
-    REQUIRE(rec);
-    canopy::write_batch b;
-    b.lease.root = id;
-    b.lease.acquire = true;
-    b.lease.epoch = lease->epoch;
-    b.lease.owner.pid = ::getpid();
-    b.lease.owner.start = canopy::process_start_time(::getpid());
-    rec->status = canopy::execution_status::stopped;
-    rec->reason = "interrupted";
-    b.executions.push_back(*rec);
-    b.events.push_back(canopy::make_event(*rec, "execution.stopped", canopy::now_ms(), {},
-                                          "stopped", "interrupted"));
-    REQUIRE_FALSE((*db)->commit(b));
-    REQUIRE(b.lease.outcome == canopy::lease_outcome::acquired);
-    last_seq = b.events.back().seq;
-  }
+  auto last_seq = take_over(home.path, id, run.pid());
   REQUIRE(wait_exit(run, 60s));
   CHECK(run.exit_code() == 1);
   CHECK_THAT(run.err().data,
@@ -277,21 +286,15 @@ size_t read_until(const std::string& store, const std::string& id,
   return reads;
 }
 
-/// No event says the tree was interrupted after its last `execution.resumed`,
-/// and the tree completed.
-void check_resumed_to_completion(const std::string& store, const std::string& id) {
-  bool resumed = false, ended = false;
-  for (auto& e : events_of(store, id)) {
-    INFO(e.dump());
-    if (e["type"] == "execution.resumed")
-      resumed = true;
-    if (resumed)
-      CHECK(e.value("reason", "") != "interrupted");
-    CHECK_FALSE(ended);
-    if (resumed && e["type"] == "execution.completed")
-      ended = true;
-  }
-  CHECK(ended);
+/// While the server runs `id`, reads it with `canopy show` in a loop; then
+/// checks that it completed and that no reader interrupted it.
+void completes_under_readers(httplib::Client& c, const std::string& store,
+                             const std::string& id) {
+  auto status = [&] { return get_json(c, "/v1/executions/" + id).body["status"]; };
+  auto reads = read_until(store, id, [&] { return status() != "running"; });
+  CHECK(reads > 0);
+  CHECK(status() == "completed");
+  check_resumed_to_completion(store, id);
 }
 
 } // namespace
@@ -306,11 +309,7 @@ TEST_CASE("a run resumed over HTTP survives readers in another process",
   auto c = srv.client(alice_token);
   auto resumed = post_json(c, "/v1/executions/" + id + "/resume");
   REQUIRE(resumed.status == 200);
-  auto status = [&] { return get_json(c, "/v1/executions/" + id).body["status"]; };
-  auto reads = read_until(store, id, [&] { return status() != "running"; });
-  CHECK(reads > 0);
-  CHECK(status() == "completed");
-  check_resumed_to_completion(store, id);
+  completes_under_readers(c, store, id);
 }
 
 TEST_CASE("a run that serve --resume-interrupted resumes survives readers in another process",
@@ -323,11 +322,7 @@ TEST_CASE("a run that serve --resume-interrupted resumes survives readers in ano
   opts.args = {"--resume-interrupted"};
   server_process srv{opts};
   auto c = srv.client(alice_token);
-  auto status = [&] { return get_json(c, "/v1/executions/" + id).body["status"]; };
-  auto reads = read_until(store, id, [&] { return status() != "running"; });
-  CHECK(reads > 0);
-  CHECK(status() == "completed");
-  check_resumed_to_completion(store, id);
+  completes_under_readers(c, store, id);
 }
 
 TEST_CASE("a server whose tree was taken over logs event=fenced and counts it",
@@ -342,21 +337,7 @@ TEST_CASE("a server whose tree was taken over logs event=fenced and counts it",
   REQUIRE(wait_until(c, id, [](const json& d) {
             return d["steps"]["s02"]["status"] == "completed";
           })["status"] == "running");
-  {
-    auto db = canopy::store::open({store});
-    REQUIRE(db);
-    auto lease = (*db)->lease(id);
-    REQUIRE(lease);
-    REQUIRE(lease->pid == srv.pid());
-    canopy::write_batch b;
-    b.lease.root = id;
-    b.lease.acquire = true;
-    b.lease.epoch = lease->epoch;
-    b.lease.owner.pid = ::getpid();
-    b.lease.owner.start = canopy::process_start_time(::getpid());
-    REQUIRE_FALSE((*db)->commit(b));
-    REQUIRE(b.lease.outcome == canopy::lease_outcome::acquired);
-  }
+  take_over(store, id, srv.pid());
   REQUIRE(eventually([&] { return srv.log().find("event=fenced execution=" + id) != std::string::npos; },
                      30s));
   auto m = c.Get("/metrics");
