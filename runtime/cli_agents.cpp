@@ -239,15 +239,17 @@ int cmd_agent_history(const global_options& g, const agent_options& o) {
 }
 
 int cmd_agent_ls(const global_options& g, bool as_json) {
-  auto db = open_store(g, store_use::read);
+  auto db = open_listing(g, as_json);
   if (!db)
     return fail(db.error());
-  auto rows = (*db)->agents(local_owner);
-  if (!rows)
-    return fail(rows.error());
   json out = json::array();
-  for (auto& a : *rows)
-    out.push_back(agent_document(a));
+  if (*db) {
+    auto rows = (*db)->agents(local_owner);
+    if (!rows)
+      return fail(rows.error());
+    for (auto& a : *rows)
+      out.push_back(agent_document(a));
+  }
   if (as_json)
     std::cout << out.dump() << "\n";
   else

@@ -56,6 +56,22 @@ caf::error recover(store& db, store_use use) {
   return r.error();
 }
 
+/// Why a reading command finds nothing at the local home: it holds no store
+/// (the folder is missing, or nothing has run with it). @returns the
+/// message, naming the folder as an absolute path, or nothing when there is
+/// a store.
+std::optional<std::string> missing_home(const std::string& home) {
+  struct stat st;
+  if (::stat((home + "/data.mdb").c_str(), &st) == 0)
+    return std::nullopt;
+  auto shown = home;
+  char cwd[4096];
+  if (!shown.empty() && shown.front() != '/' && ::getcwd(cwd, sizeof(cwd)) != nullptr)
+    shown = std::string{cwd} + "/" + (shown.rfind("./", 0) == 0 ? shown.substr(2) : shown);
+  return "no canopy home at '" + shown
+         + "' (nothing has run with it; pass --home DIR or set $CANOPY_HOME)";
+}
+
 } // namespace
 
 std::string home_of(const global_options& g) {
@@ -160,25 +176,29 @@ caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_
   store_options opts;
   opts.home = home_of(g);
   // A reading command never creates a home: a typo in --home, or a folder
-  // where nothing ran, says so instead of listing an empty new store.
-  struct stat st;
-  if (use == store_use::read && ::stat((opts.home + "/data.mdb").c_str(), &st) != 0) {
-    auto shown = opts.home;
-    char cwd[4096];
-    if (!shown.empty() && shown.front() != '/' && ::getcwd(cwd, sizeof(cwd)) != nullptr)
-      shown = std::string{cwd} + "/" + (shown.rfind("./", 0) == 0 ? shown.substr(2) : shown);
-    return make_error(persistence_errc::not_found,
-                      "no canopy home at '" + shown
-                        + "' (nothing has run with it; pass --home DIR or set $CANOPY_HOME)");
-  }
-  if (use == store_use::read)
+  // where nothing ran, says so instead of opening an empty new store.
+  if (use == store_use::read) {
+    if (auto why = missing_home(opts.home))
+      return make_error(persistence_errc::not_found, std::move(*why));
     opts.write_wait = read_recovery_wait;
+  }
   auto db = store::open(opts);
   if (!db)
     return db.error();
   if (auto err = recover(**db, use))
     return err;
   return db;
+}
+
+caf::expected<std::shared_ptr<store>> open_listing(const global_options& g, bool as_json) {
+  // SPEC §13 rule 14: an empty home gives `[]`; the table names the folder
+  // looked at, so that a typo in --home still shows.
+  if (auto why = missing_home(home_of(g))) {
+    if (!as_json)
+      std::cerr << *why << "\n";
+    return std::shared_ptr<store>{};
+  }
+  return open_store(g, store_use::read);
 }
 
 caf::error recover_reading(store& db) {

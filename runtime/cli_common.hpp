@@ -118,9 +118,16 @@ enum class store_use {
   write, ///< writes: a store busy for over 5 s fails it (exit 5)
 };
 
-/// Opens the local store and runs recovery.
+/// Opens the local store and runs recovery. For `store_use::read` a home
+/// without a store is `not_found` naming the folder, and nothing is created.
 /// @returns the store, or an error of `store::open` or `recover`.
 caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_use use);
+
+/// Opens the local store for a listing (`ls`, `agent ls`). A home where
+/// nothing ran lists nothing and is not created: its folder is named on
+/// stderr unless `as_json` (stdout holds the bare `[]` then).
+/// @returns the store, nullptr for such a home, or an error of `open_store`.
+caf::expected<std::shared_ptr<store>> open_listing(const global_options& g, bool as_json);
 
 /// Recovery for a reading command that follows a store (`events --follow`,
 /// `logs --follow`): turns executions of dead owners into stopped ones; a

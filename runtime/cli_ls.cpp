@@ -114,19 +114,23 @@ int cmd_ls(const global_options& g, const ls_query& q) {
   f.graph = q.graph;
   f.created_after = q.created_after;
   f.limit = q.limit;
-  auto db = open_store(g, store_use::read);
+  auto db = open_listing(g, q.json);
   if (!db)
     return fail(db.error());
-  auto rows = (*db)->list(f);
-  if (!rows)
-    return fail(rows.error());
+  std::vector<execution_record> rows;
+  if (*db) {
+    auto listed = (*db)->list(f);
+    if (!listed)
+      return fail(listed.error());
+    rows = std::move(*listed);
+  }
   if (q.json) {
     json out = json::array();
-    for (auto& r : *rows)
+    for (auto& r : rows)
       out.push_back(execution_summary(r));
     std::cout << out.dump() << "\n";
   } else {
-    std::cout << render_list(*rows, now_ms());
+    std::cout << render_list(rows, now_ms());
   }
   return 0;
 }

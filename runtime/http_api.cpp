@@ -1,5 +1,8 @@
 #include "runtime/http_api.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 #include "persistence/graph.hpp"
 #include "runtime/assets.hpp"
 
@@ -310,22 +313,44 @@ void api_server::dispatch(const httplib::Request& req, httplib::Response& res) {
   auto& [auth, fn] = handlers_[m.index];
   call c{req, res, {}, std::move(m.capture)};
   if (auth) {
-    auto user = authenticate(req);
+    http_error err;
+    auto user = authenticate(req, err);
     if (!user) {
       // RFC 6750: the scheme a client must use, nothing about who exists.
-      res.set_header("WWW-Authenticate", "Bearer realm=\"canopy\"");
-      return reply(res, {401, "unauthorized",
-                         "missing or unknown bearer token (Authorization: Bearer TOKEN)", ""});
+      if (err.status == 401)
+        res.set_header("WWW-Authenticate", "Bearer realm=\"canopy\"");
+      return reply(res, err);
     }
     c.user = *user;
   }
   (this->*fn)(c);
 }
 
-std::optional<std::string> api_server::authenticate(const httplib::Request& req) const {
-  auto h = req.get_header_value("Authorization");
-  const std::string scheme = "Bearer ";
-  if (h.size() <= scheme.size() || h.compare(0, scheme.size(), scheme) != 0)
+std::optional<std::string> api_server::authenticate(const httplib::Request& req,
+                                                    http_error& err) const {
+  // The values as httplib stored them: get_header_value() returns a C string,
+  // which ends at a NUL (`Bearer TOKEN\0zzz` would read as `Bearer TOKEN`).
+  auto [first, last] = req.headers.equal_range("Authorization");
+  for (auto i = first; i != last; ++i) {
+    bool control = std::any_of(i->second.begin(), i->second.end(), [](char ch) {
+      auto u = static_cast<unsigned char>(ch);
+      return (u < 0x20 && u != '\t') || u == 0x7f;
+    });
+    if (control) {
+      err = bad_request("the Authorization header holds a control character");
+      return std::nullopt;
+    }
+  }
+  err = {401, "unauthorized", "missing or unknown bearer token (Authorization: Bearer TOKEN)",
+         ""};
+  if (first == last)
+    return std::nullopt;
+  auto& h = first->second;
+  const std::string scheme = "bearer ";
+  auto same = [](char lower, char ch) {
+    return lower == std::tolower(static_cast<unsigned char>(ch));
+  };
+  if (h.size() <= scheme.size() || !std::equal(scheme.begin(), scheme.end(), h.begin(), same))
     return std::nullopt;
   return users_.find(h.substr(scheme.size()));
 }

@@ -201,7 +201,11 @@ private:
 
   void dispatch(const httplib::Request& req, httplib::Response& res);
 
-  std::optional<std::string> authenticate(const httplib::Request& req) const;
+  /// The user whose token `req` carries (`Authorization: Bearer TOKEN`, the
+  /// scheme in any case: RFC 9110 §11.1). Otherwise nothing, and `err` is
+  /// the answer: 400 when an Authorization header holds a control character
+  /// (a byte below 0x20 but HTAB, or 0x7F), else 401.
+  std::optional<std::string> authenticate(const httplib::Request& req, http_error& err) const;
 
   // -- helpers --------------------------------------------------------------------
 

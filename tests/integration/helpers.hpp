@@ -56,7 +56,7 @@ std::string source_dir();
 /// Runs `canopy --home HOME ARGS...` to completion (fails the test after
 /// `timeout`). @returns its exit code and output.
 /// True when a store was ever created in `home` (a reading command such as
-/// `ls` refuses a home without one, and creates nothing).
+/// `ls` creates none: it lists nothing there).
 bool has_store(const std::string& home);
 
 proc_result run_canopy(const std::string& home, const std::vector<std::string>& args,

@@ -535,19 +535,51 @@ TEST_CASE("canopy --version and canopy version print the version, and a misspelt
   CHECK(!has_store(home.path));
 }
 
-TEST_CASE("reading commands never create a home and name the one they looked at",
+TEST_CASE("on a home where nothing ran the listings are empty, show, events and logs answer "
+          "4, and no reading command creates the home",
           "[integration][cli]") {
   temp_dir dir;
   auto typo = dir.path + "/typo";
-  for (auto args : {std::vector<std::string>{"ls"}, {"ls", "--json"}, {"show", "abc"},
-                    {"events", "abc"}, {"agent", "ls"}}) {
-    auto r = run_canopy(typo, args);
-    INFO(args.front() << ": " << r.err);
-    CHECK(r.exit_code == 4);
-    CHECK_THAT(r.err, Catch::Contains("no canopy home at '" + typo + "'"));
+  auto empty = dir.path + "/empty";
+  REQUIRE(::mkdir(empty.c_str(), 0755) == 0);
+  const std::string id = "01nosuchexecution000000000";
+  auto line = [](const std::vector<std::string>& args) {
+    std::string out = "canopy";
+    for (auto& a : args)
+      out += " " + a;
+    return out;
+  };
+  for (auto& home : {typo, empty}) {
+    INFO("home " << home);
+    // A table is its header alone, and stderr names the folder looked at.
+    for (auto args : {std::vector<std::string>{"ls"}, {"agent", "ls"}}) {
+      auto r = run_canopy(home, args);
+      INFO(line(args) << ": " << r.err);
+      CHECK(r.exit_code == 0);
+      CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+      CHECK_THAT(r.out, Catch::StartsWith(args.front() == "ls" ? "ID " : "NAME "));
+      CHECK_THAT(r.err, Catch::Contains("no canopy home at '" + home + "'"));
+    }
+    // JSON is the empty array, with nothing on stderr.
+    for (auto args : {std::vector<std::string>{"ls", "--json"}, {"ls", "-o", "json"},
+                      {"ls", "--json", "--all", "--status", "failed"}, {"agent", "ls", "--json"}}) {
+      auto r = run_canopy(home, args);
+      INFO(line(args) << ": " << r.err);
+      CHECK(r.exit_code == 0);
+      CHECK(r.out == "[]\n");
+      CHECK(r.err.empty());
+    }
+    // An id is unknown there.
+    for (auto args : {std::vector<std::string>{"show", id}, {"events", id}, {"logs", id}}) {
+      auto r = run_canopy(home, args);
+      INFO(line(args) << ": " << r.err);
+      CHECK(r.exit_code == 4);
+      CHECK_THAT(r.err, Catch::Contains("no canopy home at '" + home + "'"));
+    }
   }
   struct stat st;
   CHECK(::stat(typo.c_str(), &st) != 0); // not even the folder
+  CHECK(std::filesystem::is_empty(empty));
 }
 
 TEST_CASE("a misspelt step, key or function in a graph is named with the closest known one",

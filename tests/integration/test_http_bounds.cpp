@@ -1,8 +1,9 @@
 // What an unauthenticated client can make `canopy serve` spend is bounded
 // (issue #13): route matching has constant stack whatever the path's length,
 // slow clients cannot starve the others, and metric labels and log lines take
-// request text only through closed sets and escapes. Real servers on
-// 127.0.0.1, raw sockets for requests no HTTP client would send.
+// request text only through closed sets and escapes; an Authorization header
+// holding a control character is refused. Real servers on 127.0.0.1, raw
+// sockets for requests no HTTP client would send.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -382,6 +383,49 @@ TEST_CASE("2,000 requests with random bogus methods and paths leave the request 
     return (u < 0x20 && u != '\n') || u == 0x7f;
   });
   CHECK(raw == 0);
+}
+
+// -- the Authorization header -----------------------------------------------------
+
+TEST_CASE("an Authorization header holding a control character answers 400 on the routes "
+          "that take a token, HTAB is no control character there, and /healthz and /metrics "
+          "still need no token",
+          "[integration][http]") {
+  server_process srv;
+  auto get = [&](const std::string& path, const std::string& authorization) {
+    return exchange(srv.port(), "GET " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                                  + authorization + "\r\n\r\n");
+  };
+  auto body_of = [](const std::string& answer) {
+    auto head = answer.find("\r\n\r\n");
+    return head == std::string::npos ? json{} : json::parse(answer.substr(head + 4), nullptr, false);
+  };
+  const std::string bearer = "Bearer " + alice_token;
+  REQUIRE(status_of(get("/v1/executions", bearer)) == 200);
+  const std::vector<std::string> values{bearer + std::string{"\0zzz", 4},
+                                        bearer + std::string{"\0", 1},
+                                        bearer + "\x01",
+                                        "Bearer \x1f" + alice_token,
+                                        bearer + "\x7f"};
+  for (auto& value : values) {
+    INFO("Authorization: " << log_text(value));
+    for (auto path : {"/v1/executions", "/v1/graphs/g"}) {
+      INFO(path);
+      auto answer = get(path, value);
+      CHECK(status_of(answer) == 400);
+      auto body = body_of(answer);
+      INFO(answer);
+      REQUIRE(body.is_object());
+      CHECK(body["error"]["code"] == "bad_request");
+      CHECK_THAT(body["error"].value("message", ""), Catch::Contains("control character"));
+      CHECK(body["error"]["path"] == "");
+    }
+    CHECK(status_of(get("/healthz", value)) == 200);
+    CHECK(status_of(get("/metrics", value)) == 200);
+  }
+  // HTAB may stand in a field value: this one is only a wrong token.
+  CHECK(status_of(get("/v1/executions", bearer + "\tzz")) == 401);
+  CHECK(status_of(get("/v1/executions", bearer)) == 200);
 }
 
 // -- slow clients -----------------------------------------------------------------

@@ -208,7 +208,7 @@ TEST_CASE("requests without a valid token answer 401 and another user's resource
     INFO(method << " " << path);
     check_error(request(anon, method, path, "{}"), 401, "unauthorized", "");
     for (auto& auth : {"Bearer tx", "Bearer ", "Bearer t", "Bearer taa", "Bearer TA",
-                       "Basic dGE6", "ta", "bearer ta"}) {
+                       "Basic dGE6", "ta", "bearer TA", "Bearerta"}) {
       INFO("Authorization: " << auth);
       check_error(request(anon, method, path, "{}", "application/json",
                           {{"Authorization", auth}}),
@@ -265,6 +265,31 @@ TEST_CASE("requests without a valid token answer 401 and another user's resource
   auto done = wait_status(alice, id, "completed");
   CHECK(done["status"] == "completed");
   CHECK(done["steps"]["gate"]["attempt"] == 1);
+}
+
+TEST_CASE("the bearer scheme is matched in any case and the token exactly",
+          "[integration][server]") {
+  server_process srv;
+  auto alice = srv.client(alice_token);
+  auto anon = srv.client();
+  register_graph(alice, sleeper_graph("mine", 1));
+  // RFC 9110 §11.1: the scheme is case-insensitive.
+  for (auto scheme : {"Bearer", "bearer", "BEARER", "bEaReR"}) {
+    INFO("Authorization: " << scheme << " " << alice_token);
+    auto a = get_json(anon, "/v1/graphs/mine",
+                      {{"Authorization", std::string{scheme} + " " + alice_token}});
+    CHECK(a.status == 200);
+    CHECK(a.body["id"] == "mine");
+    check_error(get_json(anon, "/v1/graphs/mine",
+                         {{"Authorization", std::string{scheme} + " " + bob_token}}),
+                404, "not_found", "");
+  }
+  for (auto& auth : {"bearer TA", "BEARER tx", "bearerta", "bearer"}) {
+    INFO("Authorization: " << auth);
+    auto a = get_json(anon, "/v1/graphs/mine", {{"Authorization", auth}});
+    check_error(a, 401, "unauthorized", "");
+    CHECK(a.www_authenticate == "Bearer realm=\"canopy\"");
+  }
 }
 
 // -- SSE --------------------------------------------------------------------------------------
