@@ -1,4 +1,5 @@
 #include "tests/integration/helpers.hpp"
+#include "tests/integration/event_log_check.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -6,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -98,11 +100,63 @@ proc_result run_command(const std::vector<std::string>& argv, std::chrono::secon
   return r;
 }
 
+namespace {
+
+/// True when `args` (after `--home HOME`) make canopy print a whole event
+/// log as JSON Lines: the command `events` with `--json`.
+bool prints_event_log(const std::vector<std::string>& args) {
+  std::string command;
+  for (size_t i = 0; i < args.size() && command.empty(); ++i) {
+    if (args[i] == "--home" || args[i] == "--color" || args[i] == "--max-parallel")
+      ++i; // a global option's value
+    else if (args[i].rfind("-", 0) != 0)
+      command = args[i];
+  }
+  return command == "events" && std::find(args.begin(), args.end(), "--json") != args.end();
+}
+
+/// Checks the event log `r` printed, when `args` print one and succeeded.
+void check_printed_log(const std::vector<std::string>& args, const proc_result& r) {
+  if (r.exit_code != 0 || !prints_event_log(args))
+    return;
+  std::string source = "canopy";
+  for (auto& a : args)
+    source += " " + a;
+  check_event_log(parse_event_lines(r.out), source);
+}
+
+} // namespace
+
 proc_result run_canopy(const std::string& home, const std::vector<std::string>& args,
                    std::chrono::seconds timeout, const std::string& cwd) {
   std::vector<std::string> argv{canopy_binary(), "--home", home};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv, timeout, cwd);
+  auto r = run_command(argv, timeout, cwd);
+  check_printed_log(args, r);
+  return r;
+}
+
+event_log_read read_event_log(const std::string& home, const std::string& id,
+                              std::chrono::seconds timeout) {
+  event_log_read out;
+  auto r = run_command({canopy_binary(), "--home", home, "events", id, "--json"}, timeout);
+  if (r.exit_code != 0) {
+    out.error = "events exited " + std::to_string(r.exit_code) + ": " + r.err;
+    return out;
+  }
+  std::istringstream in{r.out};
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty())
+      continue;
+    auto e = json::parse(line, nullptr, false);
+    if (!e.is_object()) {
+      out.error = "not a JSON event: " + line;
+      return out;
+    }
+    out.events.push_back(std::move(e));
+  }
+  out.ok = true;
+  return out;
 }
 
 proc_result run_canopy_env(const std::string& home, const std::vector<std::string>& args,
@@ -124,6 +178,7 @@ proc_result run_canopy_env(const std::string& home, const std::vector<std::strin
   }
   r.out = p->out().data;
   r.err = p->err().data;
+  check_printed_log(args, r);
   return r;
 }
 

@@ -53,12 +53,16 @@ std::string canopy_binary();
 /// The source tree (for examples and fixtures).
 std::string source_dir();
 
-/// Runs `canopy --home HOME ARGS...` to completion (fails the test after
-/// `timeout`). @returns its exit code and output.
 /// True when a store was ever created in `home` (a reading command such as
 /// `ls` creates none: it lists nothing there).
 bool has_store(const std::string& home);
 
+/// Runs `canopy --home HOME ARGS...` to completion (fails the test after
+/// `timeout`). @returns its exit code and output. When ARGS print a whole
+/// event log (`events ID --json`, with or without `--follow`, locally or
+/// with `--server`) and the command succeeds, the log goes through
+/// check_event_log (event_log_check.hpp): in the test binary a log that
+/// breaks an invariant fails the test.
 proc_result run_canopy(const std::string& home, const std::vector<std::string>& args,
                    std::chrono::seconds timeout = std::chrono::seconds{120},
                    const std::string& cwd = {});
@@ -69,10 +73,24 @@ proc_result run_command(const std::vector<std::string>& argv,
                         const std::string& cwd = {});
 
 /// Runs `canopy --home HOME ARGS...` to completion with `env` merged over
-/// this process's environment (e.g. `CANOPY_TOKEN`).
+/// this process's environment (e.g. `CANOPY_TOKEN`); checks an event log it
+/// prints as run_canopy does.
 proc_result run_canopy_env(const std::string& home, const std::vector<std::string>& args,
                            const std::map<std::string, std::string>& env,
                            std::chrono::seconds timeout = std::chrono::seconds{120});
+
+/// What `canopy events ID --json` printed, read without judging it (for a
+/// harness that judges the log itself, and must clean up before it fails).
+struct event_log_read {
+  bool ok = false;               ///< exit 0 and every line a JSON object
+  std::vector<json> events;      ///< in the order printed
+  std::string error;             ///< why not ok: stderr, or the bad line
+};
+
+/// Reads the event log of `id`'s tree with `canopy --home HOME events ID
+/// --json`.
+event_log_read read_event_log(const std::string& home, const std::string& id,
+                              std::chrono::seconds timeout = std::chrono::seconds{60});
 
 /// @returns a TCP port on 127.0.0.1 where nothing listens: bound to port 0,
 /// read back, closed.

@@ -1,4 +1,5 @@
 #include "tests/integration/server_process.hpp"
+#include "tests/integration/event_log_check.hpp"
 #include "tests/integration/openapi_check.hpp"
 
 #include <signal.h>
@@ -37,6 +38,30 @@ int port_of_line(const std::string& line, const std::string& prefix) {
   } catch (const std::exception&) {
     return 0;
   }
+}
+
+/// True when `path` is `/v1/executions/{id}/events` without a query: a
+/// read of a whole event log (or its first page).
+bool is_event_log_path(const std::string& path) {
+  static const std::string prefix = "/v1/executions/";
+  static const std::string suffix = "/events";
+  if (path.size() <= prefix.size() + suffix.size() || path.compare(0, prefix.size(), prefix) != 0
+      || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  auto id = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
+  return id.find_first_of("/?") == std::string::npos;
+}
+
+/// Checks the log of a 200 answer to `GET /v1/executions/{id}/events` when
+/// it is whole (its only page).
+void check_log_answer(const std::string& method, const std::string& path, const http_answer& a) {
+  if (method != "GET" || a.status != 200 || !is_event_log_path(path) || !a.body.is_object())
+    return;
+  auto items = a.body.find("items");
+  auto next = a.body.find("next");
+  if (items == a.body.end() || !items->is_array() || (next != a.body.end() && !next->is_null()))
+    return;
+  check_event_log(items->get<std::vector<json>>(), "GET " + path);
 }
 
 /// Number of occurrences of `needle` in `text`.
@@ -392,6 +417,7 @@ http_answer request(httplib::Client& c, const std::string& method, const std::st
   a.www_authenticate = res->get_header_value("WWW-Authenticate");
   a.allow = res->get_header_value("Allow");
   check_answer(method, path, a.status, a.content_type, a.text);
+  check_log_answer(method, path, a);
   return a;
 }
 
@@ -440,6 +466,7 @@ json wait_status(httplib::Client& c, const std::string& id, const std::string& s
 
 std::vector<uint64_t> event_log_seqs(httplib::Client& c, const std::string& id) {
   std::vector<uint64_t> out;
+  std::vector<json> log;
   std::string cursor;
   for (;;) {
     auto path = "/v1/executions/" + id + "/events";
@@ -448,10 +475,15 @@ std::vector<uint64_t> event_log_seqs(httplib::Client& c, const std::string& id) 
     auto a = get_json(c, path);
     if (a.status != 200 || !a.body.is_object() || !a.body["items"].is_array())
       throw std::runtime_error("cannot read the event log of " + id + ": " + a.text);
-    for (auto& e : a.body["items"])
+    for (auto& e : a.body["items"]) {
       out.push_back(e.at("seq").get<uint64_t>());
-    if (!a.body["next"].is_string())
+      log.push_back(e);
+    }
+    if (!a.body["next"].is_string()) {
+      if (!cursor.empty()) // one page was checked as it came
+        check_event_log(log, "GET /v1/executions/" + id + "/events, every page");
       return out;
+    }
     cursor = a.body["next"].get<std::string>();
   }
 }
@@ -597,9 +629,16 @@ sse_stream read_sse(httplib::Client& c, const std::string& path,
   } else if (!out.stopped) {
     out.error = httplib::to_string(res.error());
   }
-  // A stream's events are checked by the tests; its status and type here.
+  // A stream's events are checked by the tests; its status and type here,
+  // and a stream from the start of the log as a log.
   if (out.status != 0 && (out.ended || is_stream))
     check_answer("GET", path, out.status, out.content_type, is_stream ? "" : out.text);
+  if (is_stream && !last_event_id && is_event_log_path(path)) {
+    std::vector<json> log;
+    for (auto& e : out.events)
+      log.push_back(e.json_data());
+    check_event_log(log, "SSE GET " + path);
+  }
   return out;
 }
 

@@ -17,6 +17,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
+#include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
 using namespace canopy;
@@ -90,9 +91,7 @@ std::future<caf::expected<agent_reply>> send_async(runtime& rt, const std::strin
 
 std::vector<std::string> event_types(runtime& rt, const std::string& root) {
   std::vector<std::string> out;
-  auto events = rt.db()->tree_events(root);
-  REQUIRE(events);
-  for (auto& e : *events)
+  for (auto& e : checked_tree_events(*rt.db(), root))
     out.push_back(e.type);
   return out;
 }

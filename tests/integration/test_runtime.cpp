@@ -25,6 +25,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
 #include "runtime/error.hpp"
+#include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
 using namespace canopy;
@@ -95,7 +96,7 @@ struct fixture {
   }
 
   std::vector<event_record> events(const std::string& root) const {
-    return get(rt->db()->tree_events(root));
+    return test::checked_tree_events(*rt->db(), root);
   }
 };
 
@@ -795,7 +796,7 @@ TEST_CASE("a stopped tree is materialised once the store writer is idle and read
       for (auto& c : get(db.children(id)))
         todo.push_back(c);
     }
-    for (auto& e : get(db.tree_events(h.id())))
+    for (auto& e : test::checked_tree_events(db, h.id()))
       out["events"].push_back(to_json(e));
     out["live"] = get(db.live()).size();
     return out;
@@ -1005,6 +1006,8 @@ TEST_CASE("recover_interrupted stops executions of dead owners and leaves live o
     for (auto& r : get(db.live()))
       live_ids.push_back(r.id);
     CHECK(live_ids == std::vector<std::string>{mine});
+    // Not a log to check: the records above were written without the
+    // events that would have led to them.
     auto events = get(db.tree_events(dead));
     auto stopped = select(events, "execution.stopped");
     REQUIRE(stopped.size() == 1);
@@ -1077,7 +1080,7 @@ TEST_CASE("destroying the runtime stops live executions with reason shutdown", "
   CHECK(steps["proc"].status == step_status::pending);
   REQUIRE(steps["proc"].pid > 0);
   CHECK(test::process_gone(steps["proc"].pid));
-  auto stopped = select(get(db->tree_events(id)), "execution.stopped");
+  auto stopped = select(test::checked_tree_events(*db, id), "execution.stopped");
   REQUIRE(stopped.size() == 1);
   CHECK(stopped[0].reason == "shutdown");
 }

@@ -26,6 +26,7 @@
 
 #include "persistence/error.hpp"
 #include "runtime/runtime.hpp"
+#include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
 using namespace canopy::test;
@@ -744,10 +745,9 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
     REQUIRE(rec);
     CHECK(rec->status == canopy::execution_status::stopped);
     CHECK(rec->reason == "requested");
-    auto evs = rt.db()->tree_events(h.id(), 0);
-    REQUIRE(evs);
+    auto evs = checked_tree_events(*rt.db(), h.id());
     std::vector<std::string> types;
-    for (auto& e : *evs)
+    for (auto& e : evs)
       types.push_back(e.type);
     INFO("events: " << json(types).dump());
     CHECK(std::count(types.begin(), types.end(), "step.started") == 0);
@@ -801,11 +801,10 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
       auto req = h->stop();
       REQUIRE(req);
       REQUIRE(h->wait_for(canopy::millis{30'000}));
-      auto evs = (*rt)->db()->tree_events(h->id(), 0);
-      REQUIRE(evs);
+      auto evs = checked_tree_events(*(*rt)->db(), h->id());
       std::optional<uint64_t> requested, started;
       std::vector<std::string> types;
-      for (auto& e : *evs) {
+      for (auto& e : evs) {
         types.push_back(e.type);
         if (e.type == "stop.requested" && !requested)
           requested = e.seq;

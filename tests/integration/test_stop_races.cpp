@@ -15,6 +15,7 @@
 
 #include "persistence/store.hpp"
 #include "runtime/runtime.hpp"
+#include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
@@ -41,9 +42,7 @@ void check_every_request_handled(const store& db, const std::vector<std::string>
   size_t requests = 0, handled = 0;
   std::map<std::string, int> per_request; // stop id -> requested + 10 * handled
   for (auto& id : roots) {
-    auto evs = db.tree_events(id);
-    REQUIRE(evs);
-    for (auto& e : *evs) {
+    for (auto& e : checked_tree_events(db, id)) {
       if (e.type == "stop.requested") {
         ++requests;
         per_request[e.data.value("stop_id", "")] += 1;
@@ -120,9 +119,8 @@ TEST_CASE("1000 stops sent the instant an execution starts over HTTP are each an
   CHECK(pending->empty());
   size_t stored_requests = 0;
   for (auto& id : roots)
-    if (auto evs = (*db)->tree_events(id))
-      for (auto& e : *evs)
-        stored_requests += e.type == "stop.requested";
+    for (auto& e : checked_tree_events(**db, id))
+      stored_requests += e.type == "stop.requested";
   INFO(stored_requests << " of " << roots.size() << " stops stored a request");
   CHECK(stored_requests > 0); // the races did reach live executions
   check_every_request_handled(**db, roots, stored_requests);

@@ -20,6 +20,7 @@
 
 #include "persistence/error.hpp"
 #include "persistence/tools.hpp"
+#include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/render_errors.hpp"
 
@@ -96,7 +97,7 @@ struct node {
   }
 
   std::vector<event_record> events(const std::string& root) const {
-    return get(rt->db()->tree_events(root));
+    return test::checked_tree_events(*rt->db(), root);
   }
 };
 

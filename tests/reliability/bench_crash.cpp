@@ -27,7 +27,7 @@ namespace {
 /// Sums of one mode's trials.
 struct totals {
   size_t trials = 0, kills = 0, completed = 0, pending = 0, reruns = 0, order = 0,
-         orphans = 0, store = 0, incomplete = 0, failed_trials = 0;
+         orphans = 0, store = 0, incomplete = 0, log = 0, failed_trials = 0;
   long ms = 0;
   void add(const trial_result& r) {
     ++trials;
@@ -39,6 +39,7 @@ struct totals {
     orphans += r.orphans;
     store += r.store_failures;
     incomplete += r.verdict.incomplete;
+    log += r.verdict.log_violations;
     failed_trials += r.ok() ? 0 : 1;
     ms += r.elapsed_ms;
   }
@@ -109,13 +110,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("\n| mode | trials | kills | completed at kills | pending at kills | re-run | "
-              "order | orphans | store | incomplete | failed trials | mean trial ms |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "order | orphans | store | incomplete | event log | failed trials | mean trial ms |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   size_t failed = 0;
   for (auto& [name, t] : sums) {
-    std::printf("| %s | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %ld |\n",
+    std::printf("| %s | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %zu | %ld |\n",
                 name.c_str(), t.trials, t.kills, t.completed, t.pending, t.reruns, t.order,
-                t.orphans, t.store, t.incomplete, t.failed_trials,
+                t.orphans, t.store, t.incomplete, t.log, t.failed_trials,
                 t.trials ? t.ms / static_cast<long>(t.trials) : 0L);
     failed += t.failed_trials;
   }

@@ -4,6 +4,8 @@
 #include <optional>
 #include <sstream>
 
+#include "tests/integration/event_log_check.hpp"
+
 namespace canopy::test {
 
 using json = nlohmann::json;
@@ -181,6 +183,12 @@ trial_verdict judge(const trial_observations& obs) {
       ++v.incomplete;
       note("step " + name + " never wrote its end line");
     }
+
+  // 4. The event log's own invariants.
+  for (auto& broken : event_log_violations(obs.events)) {
+    ++v.log_violations;
+    note("event log: " + broken);
+  }
   return v;
 }
 

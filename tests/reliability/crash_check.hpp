@@ -49,7 +49,7 @@ struct trial_observations {
   std::vector<completed_snapshot> snapshots;
   /// The final execution document (`show --json`: steps and `children`).
   nlohmann::json final_doc;
-  /// The final event log of the tree (`events --json`), in seq order.
+  /// The final event log of the tree (`events --json`), as printed.
   std::vector<nlohmann::json> events;
   /// The final side-effect log.
   std::vector<log_line> log;
@@ -62,8 +62,11 @@ struct trial_verdict {
   size_t reruns = 0;            ///< completed at a kill, yet started again
   size_t order_violations = 0;  ///< started before a step it needs completed
   size_t incomplete = 0;        ///< not completed at the end, or wrong outputs
+  size_t log_violations = 0;    ///< broken invariants of the final event log
   std::vector<std::string> notes; ///< one sentence per violation
-  bool ok() const { return reruns == 0 && order_violations == 0 && incomplete == 0; }
+  bool ok() const {
+    return reruns == 0 && order_violations == 0 && incomplete == 0 && log_violations == 0;
+  }
 };
 
 /// Steps of the tree document `doc` (an execution with `steps` and
@@ -81,7 +84,8 @@ completed_snapshot snapshot_of(const nlohmann::json& doc,
 /// its `step.started` count and its `begin` count to the end; a step starts
 /// (first `step.started` event, first `begin` line) only after every step
 /// it needs completed (last `step.completed` event, last `end` line); the
-/// execution and every step end completed with the reference outputs.
+/// execution and every step end completed with the reference outputs; the
+/// final event log keeps its invariants (event_log_violations).
 trial_verdict judge(const trial_observations& obs);
 
 } // namespace canopy::test

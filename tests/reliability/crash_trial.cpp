@@ -6,24 +6,19 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
+#include "tests/reliability/trial_processes.hpp"
 
 namespace canopy::test {
 
 namespace {
 
-namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-/// The environment variable that marks every process of an incarnation.
-constexpr const char* mark_var = "CANOPY_CRASH_MARK";
 
 /// How long one incarnation may take to finish once no kill is planned.
 constexpr auto finish_timeout = std::chrono::seconds{120};
@@ -51,105 +46,6 @@ json run_step(const std::string& name, const std::vector<std::string>& needs) {
 json with_needs(json s, const std::vector<std::string>& needs) {
   s["needs"] = needs;
   return s;
-}
-
-// -- processes ------------------------------------------------------------------------------
-
-/// State of the /proc/PID/stat line (0 when unreadable).
-char state_of(const std::string& pid) {
-  std::ifstream in{"/proc/" + pid + "/stat"};
-  std::string stat;
-  if (!std::getline(in, stat))
-    return 0;
-  auto close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
-}
-
-/// Waits up to `timeout` for the processes marked `mark` to vanish; kills
-/// (SIGKILL to each one's group and to itself) the ones left.
-/// @returns the number of processes that had to be killed: orphans.
-size_t settle(const std::string& mark, std::chrono::milliseconds timeout, bool prefix = false) {
-  std::vector<long> left;
-  auto deadline = clock_type::now() + timeout;
-  while (!(left = marked_processes(mark, prefix)).empty() && clock_type::now() < deadline)
-    std::this_thread::sleep_for(5ms);
-  for (auto pid : left) {
-    ::kill(static_cast<pid_t>(-pid), SIGKILL);
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
-  }
-  if (!left.empty())
-    eventually([&] { return marked_processes(mark, prefix).empty(); }, 5000ms);
-  return left.size();
-}
-
-subprocess start_canopy(const std::string& home, const std::vector<std::string>& args,
-                        const std::string& mark) {
-  subprocess_options opts;
-  opts.argv = {canopy_binary(), "--home", home};
-  opts.argv.insert(opts.argv.end(), args.begin(), args.end());
-  opts.env = {{mark_var, mark}};
-  auto p = subprocess::start(opts);
-  if (!p)
-    throw std::runtime_error("cannot start " + canopy_binary());
-  return std::move(*p);
-}
-
-/// Waits for `p` to exit until `deadline`. @returns true when it exited.
-bool exits_by(subprocess& p, clock_type::time_point deadline) {
-  for (;;) {
-    if (p.poll())
-      return true;
-    if (clock_type::now() >= deadline)
-      return false;
-    std::this_thread::sleep_for(2ms);
-  }
-}
-
-// -- the store seen from the command line -----------------------------------------------
-
-/// What `ls`, `show` and `events` answered; `ok` false when one failed.
-struct store_view {
-  bool ok = true;
-  std::string root;              ///< the only root execution, if any
-  json doc;                      ///< its tree document
-  std::vector<json> events;      ///< its tree's events, by seq
-};
-
-store_view read_store(const std::string& home, std::string id) {
-  store_view v;
-  // Killed before the store was created: nothing stored, nothing to read
-  // (a reading command refuses a home without a store).
-  if (!has_store(home))
-    return v;
-  auto ls = run_canopy(home, {"ls", "--json"}, 60s);
-  auto list = ls.out_json();
-  if (ls.exit_code != 0 || !list.is_array()) {
-    v.ok = false;
-    return v;
-  }
-  if (id.empty() && !list.empty())
-    id = list.back().value("id", "");
-  v.root = id;
-  if (id.empty())
-    return v;
-  auto show = run_canopy(home, {"show", id, "--json"}, 60s);
-  v.doc = show.out_json();
-  auto events = run_canopy(home, {"events", id, "--json"}, 60s);
-  v.ok = show.exit_code == 0 && v.doc.is_object() && events.exit_code == 0;
-  std::istringstream in{events.out};
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty())
-      continue;
-    auto e = json::parse(line, nullptr, false);
-    if (e.is_discarded())
-      v.ok = false;
-    else
-      v.events.push_back(std::move(e));
-  }
-  std::stable_sort(v.events.begin(), v.events.end(), [](const json& a, const json& b) {
-    return a.value("seq", uint64_t{0}) < b.value("seq", uint64_t{0});
-  });
-  return v;
 }
 
 // -- one trial -------------------------------------------------------------------------------
@@ -187,7 +83,7 @@ struct trial_state {
   /// After a kill of incarnation `inc`: orphans, the store, a snapshot.
   void after_kill(int inc) {
     ++result.kills;
-    result.orphans += settle(mark(inc), opts.orphan_timeout);
+    result.orphans += settle_marked(mark(inc), opts.orphan_timeout);
     auto v = read_store(home, id);
     if (!v.ok)
       ++result.store_failures;
@@ -203,7 +99,7 @@ struct trial_state {
 
   /// The end: the final state of the store, the last orphans, the verdict.
   void finish() {
-    result.orphans += settle(mark_base, opts.orphan_timeout, true);
+    result.orphans += settle_marked(mark_base, opts.orphan_timeout, true);
     auto v = read_store(home, id);
     if (!v.ok)
       ++result.store_failures;
@@ -219,8 +115,8 @@ struct trial_state {
 
 void run_mode(trial_state& t) {
   int inc = 0;
-  auto proc = start_canopy(t.home, {"run", t.w.graph_file(), "--input", "log=" + t.log, "--json"},
-                           t.mark(inc));
+  auto proc = start_marked_canopy(
+    t.home, {"run", t.w.graph_file(), "--input", "log=" + t.log, "--json"}, t.mark(inc));
   for (;;) {
     if (t.result.kills >= static_cast<size_t>(t.planned)) {
       exits_by(proc, clock_type::now() + finish_timeout);
@@ -232,11 +128,11 @@ void run_mode(trial_state& t) {
     exits_by(proc, clock_type::now() + 30s);
     t.after_kill(inc++);
     if (t.id.empty()) // killed before its execution was stored: start again
-      proc = start_canopy(t.home,
-                          {"run", t.w.graph_file(), "--input", "log=" + t.log, "--json"},
-                          t.mark(inc));
+      proc = start_marked_canopy(t.home,
+                                 {"run", t.w.graph_file(), "--input", "log=" + t.log, "--json"},
+                                 t.mark(inc));
     else
-      proc = start_canopy(t.home, {"resume", t.id, "--json"}, t.mark(inc));
+      proc = start_marked_canopy(t.home, {"resume", t.id, "--json"}, t.mark(inc));
   }
   if (!proc.poll()) {
     proc.signal_group(SIGKILL);
@@ -305,27 +201,6 @@ const char* to_string(crash_mode m) {
   return m == crash_mode::run ? "run" : "serve";
 }
 
-std::vector<long> marked_processes(const std::string& mark, bool prefix) {
-  std::vector<long> out;
-  auto needle = std::string{mark_var} + "=" + mark;
-  std::error_code ec;
-  for (auto& entry : fs::directory_iterator("/proc", ec)) {
-    auto name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    std::ifstream in{entry.path().string() + "/environ", std::ios::binary};
-    bool hit = false;
-    for (std::string var; !hit && std::getline(in, var, '\0');)
-      hit = prefix ? var.compare(0, needle.size(), needle) == 0 : var == needle;
-    if (!hit)
-      continue;
-    auto state = state_of(name);
-    if (state != 0 && state != 'Z' && state != 'X')
-      out.push_back(std::stol(name));
-  }
-  return out;
-}
-
 // -- crash_workload ---------------------------------------------------------------------------
 
 crash_workload::crash_workload() {
@@ -378,7 +253,7 @@ crash_workload::crash_workload() {
 
 crash_workload::~crash_workload() {
   std::error_code ec;
-  fs::remove_all(dir_, ec);
+  std::filesystem::remove_all(dir_, ec);
 }
 
 // -- run_trial ------------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tests/reliability/crash_check.hpp"
+#include "tests/reliability/trial_processes.hpp"
 
 namespace canopy::test {
 
@@ -91,9 +92,5 @@ struct trial_options {
 /// the harness itself cannot go on (a process that cannot start, a server
 /// that never answers).
 trial_result run_trial(const crash_workload& w, const trial_options& opts, std::mt19937_64& rng);
-
-/// Processes (not zombies) whose environment holds `CANOPY_CRASH_MARK=mark`;
-/// with `prefix`, any mark starting with `mark`.
-std::vector<long> marked_processes(const std::string& mark, bool prefix = false);
 
 } // namespace canopy::test

@@ -84,6 +84,11 @@ TEST_CASE("the crash judge passes a clean trial and counts re-runs, out-of-order
     o.final_doc["steps"]["b"]["status"] = "pending";
     CHECK(judge(o).incomplete >= 1);
   }
+  SECTION("an event log that breaks its invariants is a log violation") {
+    o.events.push_back({{"seq", 5}, {"type", "stop.handled"}, {"data", {{"stop_id", "x"}}}});
+    CHECK(judge(o).log_violations == 1);
+    CHECK_FALSE(judge(o).ok());
+  }
   SECTION("a line cut short by a SIGKILL counts as neither a start nor an end") {
     CHECK(parse_log("begin a 10\nbeg\nend a\nend a 10 x\n").size() == 1);
   }
