@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
+#include <string>
 #include <map>
 
 #include "actors/execution/machine.hpp"
@@ -17,13 +19,24 @@ namespace canopy {
 
 namespace {
 
+/// True when `pid` is a zombie: it has exited and waits to be reaped (an
+/// owner whose parent is gone may stay one for a while).
+bool zombie(int64_t pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string text;
+  if (!in || !std::getline(in, text))
+    return false;
+  auto pos = text.rfind(')');
+  return pos != std::string::npos && pos + 2 < text.size() && text[pos + 2] == 'Z';
+}
+
 /// True when `pid`, started at `start`, still runs (a reused pid has
-/// another start time).
+/// another start time; an exited one that is not reaped yet does not run).
 bool alive(int64_t pid, uint64_t start) {
   if (pid <= 0)
     return false;
   auto now = process_start_time(pid);
-  return now != 0 && now == start;
+  return now != 0 && now == start && !zombie(pid);
 }
 
 /// The live executions of one tree and its lease as read.
