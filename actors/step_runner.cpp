@@ -196,7 +196,7 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
     }
     if (!stop)
       // The parent died: escalate gracefully all the same, unless it was on
-      // another node (lost supervisor: kill at once, SPEC §10) or its tree
+      // another node (lost supervisor: kill at once) or its tree
       // was taken over by another process (which may run the step again).
       force = st.spec.wire || is(msg.reason, persistence_errc::fenced);
     st.stop_reason = msg.reason;

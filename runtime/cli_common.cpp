@@ -191,7 +191,7 @@ caf::expected<std::shared_ptr<store>> open_store(const global_options& g, store_
 }
 
 caf::expected<std::shared_ptr<store>> open_listing(const global_options& g, bool as_json) {
-  // SPEC §13 rule 14: an empty home gives `[]`; the table names the folder
+  // An empty home gives `[]`; the table names the folder
   // looked at, so that a typo in --home still shows.
   if (auto why = missing_home(home_of(g))) {
     if (!as_json)

@@ -1,6 +1,6 @@
 #pragma once
 
-// The invariants of a tree's event log (SPEC §3, §4, §5, §8), checked on
+// The invariants of a tree's event log (statuses, stop, resume, events), checked on
 // the events a reader got, in the order it got them:
 //
 //   1. seqs strictly increase;
@@ -15,7 +15,7 @@
 //      reason `requested` follows a `stop.requested` of it written since its
 //      latest `execution.started` / `execution.resumed`;
 //   4. a step recorded completed is never started again (across resumes);
-//   5. each execution's status events follow SPEC §3: `queued` first,
+//   5. each execution's status events follow the status rules: `queued` first,
 //      `started` once (again only if it never started before a stop),
 //      `stopping` only while it runs, a terminal event only while it runs
 //      (or stops, or waits queued), `resumed` only after `stopped`/`failed`.
