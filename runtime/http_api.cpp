@@ -5,6 +5,7 @@
 
 #include "persistence/graph.hpp"
 #include "runtime/assets.hpp"
+#include "runtime/logging.hpp"
 
 namespace canopy::api {
 
@@ -426,7 +427,9 @@ http_error api_server::graph_errors(const std::vector<graph_error>& errors) {
 void api_server::healthz(call& c) {
   if (auto seq = db_.last_seq(); !seq)
     return reply(c.res, from_error(seq.error()));
-  reply(c.res, 200, {{"status", "ok"}});
+  auto log = current_log_status();
+  reply(c.res, 200,
+        {{"status", "ok"}, {"log", log.stalled ? "stalled" : "ok"}, {"log_dropped", log.dropped}});
 }
 
 void api_server::get_metrics(call& c) {
@@ -434,7 +437,8 @@ void api_server::get_metrics(call& c) {
   if (!usage)
     return reply(c.res, from_error(usage.error()));
   c.res.status = 200;
-  c.res.set_content(metrics_.render(rt_.live_executions(), usage->used_bytes()),
+  c.res.set_content(metrics_.render(rt_.live_executions(), usage->used_bytes(),
+                                    current_log_status().dropped),
                     "text/plain; version=0.0.4");
 }
 

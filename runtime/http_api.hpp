@@ -225,6 +225,9 @@ private:
 
   // -- routes ---------------------------------------------------------------------
 
+  /// 200 while the store can be read, with the log's health: `log` is
+  /// `stalled` while stderr takes no lines (runtime/logging.hpp), and
+  /// `log_dropped` counts the lines lost.
   void healthz(call& c);
 
   void get_metrics(call& c);

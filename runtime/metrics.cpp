@@ -152,7 +152,8 @@ void metrics::count_request(const std::string& method, const std::string& route,
               + std::to_string(code)];
 }
 
-std::string metrics::render(size_t live_actors, uint64_t store_bytes) const {
+std::string metrics::render(size_t live_actors, uint64_t store_bytes,
+                            uint64_t log_dropped) const {
   std::lock_guard<std::mutex> guard{mtx_};
   std::string out;
   out += "# HELP canopy_executions Executions in the store by status.\n"
@@ -188,6 +189,11 @@ std::string metrics::render(size_t live_actors, uint64_t store_bytes) const {
          "# TYPE canopy_fenced_total counter\n"
          "canopy_fenced_total "
          + std::to_string(fenced_) + "\n";
+  out += "# HELP canopy_log_dropped_total Log lines dropped because stderr did not take "
+         "them in time.\n"
+         "# TYPE canopy_log_dropped_total counter\n"
+         "canopy_log_dropped_total "
+         + std::to_string(log_dropped) + "\n";
   out += "# HELP canopy_stop_latency_seconds From a stop request to its committed snapshot.\n"
          "# TYPE canopy_stop_latency_seconds histogram\n";
   stop_latency_.render("canopy_stop_latency_seconds", out);

@@ -3,7 +3,8 @@
 // The server's Prometheus metrics (SPEC §7 `GET /metrics`): executions by
 // status, steps started and finished, live execution actors, stop latency,
 // store commit latency, HTTP requests by route and code, agent events
-// (messages, replies, cancels), the store's bytes in use and trees pruned.
+// (messages, replies, cancels), the store's bytes in use, trees pruned and
+// log lines dropped.
 
 #include <array>
 #include <cstdint>
@@ -71,8 +72,9 @@ public:
   void count_fenced();
 
   /// @returns the Prometheus text exposition (format 0.0.4), with the
-  /// store's bytes in use (`store_usage::used_bytes`).
-  std::string render(size_t live_actors, uint64_t store_bytes) const;
+  /// store's bytes in use (`store_usage::used_bytes`) and the log lines lost
+  /// so far (`log_status::dropped`, runtime/logging.hpp).
+  std::string render(size_t live_actors, uint64_t store_bytes, uint64_t log_dropped) const;
 
 private:
   mutable std::mutex mtx_;

@@ -11,13 +11,13 @@
 #include <mutex>
 #include <thread>
 
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "persistence/error.hpp"
 #include "runtime/error.hpp"
 #include "runtime/http_api.hpp"
 #include "runtime/http_listener.hpp"
+#include "runtime/logging.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/pruner.hpp"
 #include "runtime/runtime.hpp"
@@ -29,15 +29,6 @@ namespace {
 using api::api_server;
 using api::notifier;
 using api::await_resumed;
-
-// -- logging ---------------------------------------------------------------------------
-
-void setup_logging() {
-  auto logger = spdlog::stderr_logger_mt("canopy");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
-  spdlog::set_default_logger(logger);
-  spdlog::flush_on(spdlog::level::info);
-}
 
 /// Runs the node on this thread until `stop_requested` is set.
 /// @returns the exit code.
@@ -204,9 +195,10 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
 } // namespace
 
 int run_server(const server_options& opts) {
-  setup_logging();
+  // The log (runtime/logging.hpp); ended last, once the node ended.
+  process_log logging;
   // Signals are taken by this thread only: block them before any other thread
-  // exists, so every thread inherits the mask.
+  // exists (the log's blocks them all), so every thread inherits the mask.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);

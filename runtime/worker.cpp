@@ -25,12 +25,12 @@
 #include <caf/send.hpp>
 #include <caf/system_messages.hpp>
 #include <caf/timespan.hpp>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "persistence/graph.hpp"
 #include "runtime/cluster_transport.hpp"
 #include "runtime/config.hpp"
+#include "runtime/logging.hpp"
 
 namespace canopy {
 
@@ -49,16 +49,6 @@ constexpr auto repeat_log_interval = std::chrono::seconds{30};
 int usage_error(const std::string& msg) {
   std::cerr << "error: " << msg << "\n";
   return exit_usage;
-}
-
-/// spdlog on stderr, the server's format: `TIME LEVEL key=value ...`.
-void setup_logging() {
-  auto logger = spdlog::get("canopy");
-  if (!logger)
-    logger = spdlog::stderr_logger_mt("canopy");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
-  spdlog::set_default_logger(logger);
-  spdlog::flush_on(spdlog::level::info);
 }
 
 /// Prints the errors of a tools file as serve prints a config's:
@@ -180,10 +170,12 @@ int run_worker(const worker_flags& f) {
   auto supervisor = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":"
                     + std::to_string(port);
 
-  setup_logging();
+  // The log, in serve's format (runtime/logging.hpp); ended last, once the
+  // node ended.
+  process_log logging;
   // Signals are taken by this thread only: block them before any other
-  // thread exists, so every thread inherits the mask. SIGUSR1 wakes this
-  // thread when the supervisor refused the secret.
+  // thread exists (the log's blocks them all), so every thread inherits the
+  // mask. SIGUSR1 wakes this thread when the supervisor refused the secret.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
