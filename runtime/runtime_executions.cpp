@@ -196,6 +196,18 @@ caf::error runtime::delete_tree(const std::string& id) {
 
 caf::expected<execution_handle> runtime::resume(const std::string& id,
                                                 std::optional<double> budget) {
+  // The tree's lease before anything else: the resumed execution's first
+  // write takes the tree over only if nobody took it since this read
+  // (compare-and-set), so every record read below is at least as new as the
+  // lease. Read after them, a process that resumed the tree meanwhile would
+  // pass the check while this one runs on records it has since changed.
+  // (An execution's root never changes: the first read only finds it.)
+  auto first = db_->execution(id);
+  if (!first)
+    return first.error();
+  auto lease = db_->lease(first->root_id);
+  if (!lease)
+    return lease.error();
   auto rec = db_->execution(id);
   if (!rec)
     return rec.error();
@@ -213,11 +225,6 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   // thread to spare, `get` below reads them.
   auto steps_read = std::async(std::launch::async | std::launch::deferred,
                                [db = db_, id] { return db->steps(id); });
-  // The tree's lease as it is now: the resumed execution's first write
-  // takes the tree over only if nobody took it meanwhile (compare-and-set).
-  auto lease = db_->lease(rec->root_id);
-  if (!lease)
-    return lease.error();
   auto stored = db_->graph(id);
   if (!stored)
     return stored.error();

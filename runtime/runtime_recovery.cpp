@@ -72,28 +72,53 @@ void kill_left_group(const step_record& s) {
 } // namespace
 
 caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
-  auto live = db.live();
-  if (!live)
-    return live.error();
+  // The order of the reads is the proof. For each tree: its lease, then
+  // whether the lease's owner runs, then (second pass) the tree's records.
+  // An owner found dead writes nothing after that check, so the records
+  // read after it hold all its writes; any other process that writes the
+  // tree after the lease was read has taken it over first, which changes
+  // the epoch, and the compare-and-set below fences this batch. Records
+  // read before the check could miss what a dying owner wrote last (a step
+  // it completed would be reset and run again).
+  auto first = db.live();
+  if (!first)
+    return first.error();
   std::map<std::string, live_tree> trees;
-  for (auto& rec : *live) {
+  for (auto& rec : *first) {
     auto root = rec.root_id.empty() ? rec.id : rec.root_id;
     trees[root].live.push_back(std::move(rec));
   }
+  for (auto i = trees.begin(); i != trees.end();) {
+    auto lease = db.lease(i->first);
+    if (!lease)
+      return lease.error();
+    i->second.lease = *lease;
+    if (owner_alive(i->second)) {
+      i = trees.erase(i);
+    } else {
+      i->second.live.clear();
+      ++i;
+    }
+  }
+  if (!trees.empty()) {
+    auto again = db.live();
+    if (!again)
+      return again.error();
+    for (auto& rec : *again) {
+      auto root = rec.root_id.empty() ? rec.id : rec.root_id;
+      if (auto t = trees.find(root); t != trees.end())
+        t->second.live.push_back(std::move(rec));
+    }
+  }
   // One batch per tree whose owner is dead, each taking its tree over with
-  // a compare-and-set on the epoch read here: a tree its owner resumed (or
-  // another process recovered) meanwhile is fenced, and left alone.
+  // a compare-and-set on the epoch read above.
   write_batch all;
   std::vector<std::string> roots;
   std::vector<std::vector<step_record>> left; // the steps to kill, per batch
   auto now = now_ms();
   for (auto& [root, t] : trees) {
-    auto lease = db.lease(root);
-    if (!lease)
-      return lease.error();
-    t.lease = *lease;
-    if (owner_alive(t))
-      continue;
+    if (t.live.empty())
+      continue; // it settled before it died
     write_batch batch;
     batch.lease.root = root;
     batch.lease.acquire = true;
