@@ -13,6 +13,12 @@ bool await_down(caf::actor_system& sys, const caf::actor& who, std::optional<mil
       done->set_value(std::move(msg.reason));
       self->quit();
     });
+    // Given up on: the monitor in `who` would keep this actor's memory for
+    // as long as `who` lives.
+    self->set_exit_handler([=](caf::exit_msg&) {
+      self->demonitor(who);
+      self->quit();
+    });
     self->monitor(who);
     return {[](caf::flush_atom) {}};
   });

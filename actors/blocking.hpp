@@ -8,7 +8,7 @@
 // the runtime shuts down kept ~actor_system waiting forever (seen with CAF
 // 0.17 on a sigwait thread). Every wait can be bounded; the stop protocol
 // bounds all of its waits (a reply that never came, and a down that never
-// came either, once held an HTTP thread forever: issue #12).
+// came either, once held an HTTP thread forever).
 
 #include <atomic>
 #include <chrono>
@@ -45,21 +45,29 @@ caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest,
       done->set_value(std::move(x));
   };
   auto asker = sys.spawn([=](caf::event_based_actor* self) {
+    // The monitor lives in `dest`, which may live as long as the process
+    // (the store writer): it keeps this actor's memory until it is taken
+    // back, so every way out takes it back first.
+    auto leave = [=] {
+      self->demonitor(dest);
+      self->quit();
+    };
     self->set_down_handler([=](caf::down_msg&) {
       finish(caf::make_error(caf::sec::request_receiver_down));
       self->quit();
     });
+    self->set_exit_handler([=](caf::exit_msg&) { leave(); });
     self->monitor(dest);
     auto timeout = bound ? caf::duration{*bound} : caf::duration{caf::infinite};
     self->request(dest, timeout, xs...)
       .then(
         [=](T& x) {
           finish(std::move(x));
-          self->quit();
+          leave();
         },
         [=](caf::error& err) {
           finish(std::move(err));
-          self->quit();
+          leave();
         });
   });
   if (bound && answer.wait_for(*bound + millis{1000}) != std::future_status::ready) {
