@@ -15,6 +15,7 @@ namespace {
 
 struct watcher_state {
   std::set<std::string> delivered;
+  bool ticking = false; ///< a tick is scheduled
   static const char* name;
 };
 
@@ -22,12 +23,25 @@ const char* watcher_state::name = "stop_watcher";
 
 caf::behavior stop_watcher(caf::stateful_actor<watcher_state>* self,
                            std::shared_ptr<const execution_services> svc) {
-  self->send(self, tick_atom::value);
+  auto& st = self->state;
+  if (svc->directory->size() > 0) {
+    st.ticking = true;
+    self->send(self, tick_atom::value);
+  }
   return {
-    [=](tick_atom) {
-      self->delayed_send(self, stop_poll_interval, tick_atom::value);
-      if (svc->directory->size() == 0)
+    [=](wake_atom) {
+      if (self->state.ticking)
         return;
+      self->state.ticking = true;
+      self->send(self, tick_atom::value);
+    },
+    [=](tick_atom) {
+      if (svc->directory->size() == 0) {
+        self->state.ticking = false;
+        self->state.delivered.clear();
+        return;
+      }
+      self->delayed_send(self, stop_poll_interval, tick_atom::value);
       auto pending = svc->db->pending_stops();
       if (!pending)
         return;
@@ -50,7 +64,15 @@ caf::behavior stop_watcher(caf::stateful_actor<watcher_state>* self,
 
 caf::actor spawn_stop_watcher(caf::actor_system& sys,
                               std::shared_ptr<const execution_services> svc) {
-  return sys.spawn(stop_watcher, std::move(svc));
+  auto directory = svc->directory;
+  auto w = sys.spawn(stop_watcher, std::move(svc));
+  // Sleeps while no execution lives here: an idle node wakes no one. Weak,
+  // so that the directory does not keep the watcher alive.
+  directory->on_first([addr = w.address()] {
+    if (auto a = caf::actor_cast<caf::actor>(addr))
+      caf::anon_send(a, wake_atom::value);
+  });
+  return w;
 }
 
 } // namespace canopy

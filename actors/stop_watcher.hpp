@@ -3,10 +3,13 @@
 // The stop watcher: one per runtime. Every `stop_poll_interval` it reads the
 // stop registry and delivers requests stored by other processes to the
 // executions that live here (sets the target's halt token, then sends it
-// (stop_atom, "requested", force, stop_id)), each request once.
+// (stop_atom, "requested", force, stop_id)), each request once. It polls
+// only while an execution lives in this process: the directory wakes it when
+// the first one registers, and it stops ticking when it finds none.
 //
 // Handles:
-//   (tick_atom)   poll now (it sends itself the next tick)
+//   (tick_atom)   poll now (it sends itself the next tick while any lives)
+//   (wake_atom)   an execution registered while none was live
 // Quits on an exit signal.
 
 #include <chrono>

@@ -28,7 +28,11 @@ void execution_directory::add(const std::string& id, const caf::actor& a,
       replaced = std::move(i->second);
     i->second = entry{a.address(), std::move(token)};
   }
-  added_.fetch_add(1, std::memory_order_relaxed);
+  // None was live when every earlier add had departed. Sequentially
+  // consistent, so that a watcher that saw none live and went to sleep is
+  // woken by the add that follows.
+  if (added_.fetch_add(1) == departed_.load() && on_first_)
+    on_first_();
   auto live = size();
   auto held = entries_.load(std::memory_order_relaxed);
   if (held > live && held - live > std::max<size_t>(1024, live))
@@ -36,7 +40,7 @@ void execution_directory::add(const std::string& id, const caf::actor& a,
 }
 
 void execution_directory::depart() noexcept {
-  departed_.fetch_add(1, std::memory_order_relaxed);
+  departed_.fetch_add(1);
 }
 
 size_t execution_directory::sweep() {
@@ -90,8 +94,8 @@ caf::actor execution_directory::find(const std::string& id) const {
 }
 
 size_t execution_directory::size() const {
-  auto added = added_.load(std::memory_order_relaxed);
-  auto departed = departed_.load(std::memory_order_relaxed);
+  auto added = added_.load();
+  auto departed = departed_.load();
   return added > departed ? added - departed : 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,10 @@ class halt_token;
 /// execution's earlier actor.
 class execution_directory {
 public:
+  /// Sets what `add` calls when it registers an execution while none was
+  /// live (the stop watcher wakes up then and sleeps while none is). Call
+  /// once, before the first `add`; `f` runs in the thread of that `add`.
+  void on_first(std::function<void()> f) { on_first_ = std::move(f); }
   /// Registers `a` as execution `id`. Threading: any thread.
   void add(const std::string& id, const caf::actor& a, std::shared_ptr<halt_token> token);
   /// An execution registered here has ended (once per `add`). Lock-free.
@@ -80,6 +85,7 @@ private:
   std::atomic<size_t> entries_{0}; ///< entries held, live or departed
   std::atomic<bool> sweeping_{false};
   size_t departed_at_last_look_ = 0; ///< for `sweep_if_settled`
+  std::function<void()> on_first_;
 };
 
 // -- halt tokens -----------------------------------------------------------------

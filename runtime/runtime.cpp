@@ -21,6 +21,7 @@
 #include "actors/messages.hpp"
 #include "actors/slot_pool.hpp"
 #include "actors/stop_protocol.hpp"
+#include "actors/scheduler.hpp"
 #include "actors/stop_watcher.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/timer.hpp"
@@ -67,10 +68,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   if (opts.scheduler_threads > 0)
     rt->cfg_->set("scheduler.max-threads", opts.scheduler_threads);
   rt->cfg_->set("logger.console", caf::atom("none"));
-  // CAF's idle workers poll and sleep; the default relaxed sleep (10 ms) puts
-  // up to 10 ms on every hop between actors once the system idles, e.g. on each
-  // commit acknowledgement. 1 ms keeps step latency low at negligible CPU.
-  rt->cfg_->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds{1}});
+  configure_scheduler(*rt->cfg_);
   if (opts.cluster) {
     auto& c = *opts.cluster;
     // CAF aborts the process when it cannot load the files on a connection.

@@ -1,5 +1,6 @@
 #include "runtime/worker.hpp"
 
+#include "actors/scheduler.hpp"
 #include "actors/subprocess.hpp"
 
 #include <pthread.h>
@@ -129,7 +130,7 @@ int run_worker(const worker_flags& f) {
     return usage_error("the cluster needs a secret: put \"cluster\": {\"secret\": \"...\"} in "
                        "the file of --tools FILE, or set $CANOPY_CLUSTER_SECRET");
   // TLS files that load, and no cleartext join off loopback unless the
-  // tools file says `"tls": false` (issue #13).
+  // tools file says `"tls": false`.
   {
     auto errors = check_cluster_transport(
       tools.cluster, host, "--join " + f.join,
@@ -199,8 +200,7 @@ int run_worker(const worker_flags& f) {
   std::thread node_thread{[&] {
     caf::actor_system_config cfg;
     cfg.set("logger.console", caf::atom("none"));
-    cfg.set("work-stealing.relaxed-sleep-duration",
-            caf::timespan{std::chrono::milliseconds{1}});
+    configure_scheduler(cfg);
     add_cluster_types(cfg);
     configure_middleman(cfg, heartbeat, timeout, tls ? &*tls : nullptr);
     caf::actor_system sys{cfg};
