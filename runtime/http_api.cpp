@@ -6,6 +6,7 @@
 #include "persistence/graph.hpp"
 #include "runtime/assets.hpp"
 #include "runtime/logging.hpp"
+#include "runtime/memory.hpp"
 
 namespace canopy::api {
 
@@ -436,10 +437,15 @@ void api_server::get_metrics(call& c) {
   auto usage = db_.usage();
   if (!usage)
     return reply(c.res, from_error(usage.error()));
+  auto body = metrics_.render(rt_.live_executions(), usage->used_bytes(),
+                              current_log_status().dropped);
+  if (heap_figures h; tcmalloc_figures(h))
+    body += "# HELP canopy_heap_bytes The server's heap in use (allocated and not freed)\n"
+            "# TYPE canopy_heap_bytes gauge\n"
+            "canopy_heap_bytes "
+            + std::to_string(h.used_bytes) + "\n";
   c.res.status = 200;
-  c.res.set_content(metrics_.render(rt_.live_executions(), usage->used_bytes(),
-                                    current_log_status().dropped),
-                    "text/plain; version=0.0.4");
+  c.res.set_content(body, "text/plain; version=0.0.4");
 }
 
 void api_server::to_dashboard(call& c) {
