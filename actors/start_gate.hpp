@@ -5,7 +5,7 @@
 // `queued` records of the children it spawns at once; a tree of 100,000
 // executions starts far faster than one writer commits, and every start
 // batch then waits in the writer's mailbox. That backlog was the heap's
-// peak, about twice what the live tree holds (issue #12), and a heap
+// peak, about twice what the live tree holds, and a heap
 // allocator keeps most of a peak resident after it is freed.
 //
 // The gate lets at most `permits` executions of a process hold a start: an

@@ -117,7 +117,7 @@ struct stop_record {
   std::string who;          ///< requester, e.g. "cli:pid 4242" or "user:alice"
 };
 
-/// A compact snapshot (issue #12): execution `target` stopped (or failed)
+/// A compact snapshot: execution `target` stopped (or failed)
 /// and, in the same commit, every execution below it that is stored not
 /// terminal became `stopped`, and each of their running/queued steps
 /// `pending`, without a record per node. Readers resolve it (store.hpp, "The

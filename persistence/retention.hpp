@@ -1,6 +1,6 @@
 #pragma once
 
-// Retention (issue #14): which settled trees are old enough to go, and
+// Retention: which settled trees are old enough to go, and
 // deleting them in small transactions. Plain functions over the store; the
 // caller decides how a batch is committed (the store directly from the CLI,
 // the store writer inside a node).

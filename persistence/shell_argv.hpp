@@ -1,6 +1,6 @@
 #pragma once
 
-// The shell rule (issue #13): no text canopy substitutes becomes shell code.
+// The shell rule: no text canopy substitutes becomes shell code.
 //
 // An argv that runs a shell with `-c` and puts a `${...}` reference inside
 // the script argument hands the substituted value to the shell as code: a

@@ -24,7 +24,7 @@
 //   subtrees    root id \0 target id → subtree_stop (a compact snapshot not yet
 //               materialised; see below)
 //
-// The compact snapshot (issue #12). A batch's `subtree_stop` for target X
+// The compact snapshot. A batch's `subtree_stop` for target X
 // says, in one record, that every execution below X stored not terminal
 // became `stopped` and each of their running/queued steps `pending` (the
 // exact rule, its walk and its events: store_subtree.hpp). At commit it gets

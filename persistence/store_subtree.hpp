@@ -1,6 +1,6 @@
 #pragma once
 
-// The compact snapshot of issue #12 inside the store: how a `subtree_stop`
+// The compact snapshot inside the store: how a `subtree_stop`
 // (records.hpp) is stored, expanded, resolved by readers and materialised.
 // Internal to the store's source files (store_read.cpp, store_registry.cpp,
 // store_commit.cpp, store_commit_txn.cpp); not installed.

@@ -1,6 +1,6 @@
 #pragma once
 
-// "Did you mean ...?": the known name closest to a misspelt one (issue #16),
+// "Did you mean ...?": the known name closest to a misspelt one,
 // for the errors that name an unknown key, step, function, tool or command.
 // Plain functions, no state.
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// Bearer-token lookup for the HTTP API (issue #13: a 401 says nothing about
+// Bearer-token lookup for the HTTP API (a 401 says nothing about
 // which users exist). Tokens are kept as SHA-256 digests; a lookup hashes
 // the presented token once and compares it with every user's digest in
 // constant time, all users every time, so the work done does not depend on

@@ -314,7 +314,7 @@ struct prune_options {
 /// Adds `canopy prune (--older-than D [--status S] | --config FILE) [--dry-run] [--json]`.
 void add_prune_command(CLI::App& app, prune_options& o);
 
-/// Deletes the local home's settled trees past the age (issue #14).
+/// Deletes the local home's settled trees past the age.
 /// @returns the exit code.
 int cmd_prune(const global_options& g, const prune_options& o);
 

@@ -1,5 +1,5 @@
 // `canopy ls`: the executions of the local home or of a server (`--server`),
-// newest first, with filters (issue #16), and `ls --nodes`.
+// newest first, with filters, and `ls --nodes`.
 //
 // Filters: `--status S`, `--graph NAME`, `--since AGE` (created within that
 // long before now: 10m, 2h, 1d) and `--limit N` (the newest N; default all,

@@ -1,5 +1,5 @@
 // `canopy prune`: deletes settled trees past their age from a local home
-// (issue #14).
+//.
 
 #include <cstdio>
 #include <iostream>

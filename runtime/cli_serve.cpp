@@ -63,7 +63,7 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
                            "$CANOPY_CLUSTER_SECRET");
   }
   // TLS files that load, and no cleartext cluster port off loopback unless
-  // the config says `"tls": false` (issue #13).
+  // the config says `"tls": false`.
   if (cfg.cluster && !cfg.cluster->listen.empty()) {
     std::string host;
     int port = 0;
@@ -78,7 +78,7 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
       return exit_usage;
   }
   // HTTPS files that load, and no plain HTTP off loopback unless the config
-  // says `"insecure_http": true` (issue #14).
+  // says `"insecure_http": true`.
   {
     std::string host;
     int port = 0;

@@ -2,7 +2,7 @@
 
 // What `run` and `resume` show of an execution they follow in the foreground,
 // on the local home (cli_follow.cpp) and on a server (cli_remote_run.cpp):
-// the one place of its rules (issue #16). The caller feeds the events in
+// the one place of its rules. The caller feeds the events in
 // from wherever they come from and says how to stop the execution; the view
 // draws, answers Ctrl-C and prints the end.
 

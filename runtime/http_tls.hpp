@@ -1,6 +1,6 @@
 #pragma once
 
-// HTTPS for the HTTP API (issue #14): the server's TLS context, made from
+// HTTPS for the HTTP API: the server's TLS context, made from
 // the config's `tls_cert` and `tls_key`, and the rule that bearer tokens
 // never cross the network in clear: plain HTTP only on a loopback `listen`
 // address, unless the config says `"insecure_http": true`.

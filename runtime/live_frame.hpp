@@ -1,7 +1,7 @@
 #pragma once
 
 // The frame of the live tree that `run` and `resume` draw on a terminal, laid
-// out to fit the window (issue #16). Plain data and pure functions: no store,
+// out to fit the window. Plain data and pure functions: no store,
 // no terminal; `tree_view` (render.hpp) builds the model, the CLI draws the
 // lines.
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// The server's retention (issue #14): a thread that prunes settled trees past
+// The server's retention: a thread that prunes settled trees past
 // their age by the config's `retention` rules, at start and then every
 // `retention.interval`, through the runtime's store writer in transactions
 // of at most 16 trees (so a prune never holds the writer long).

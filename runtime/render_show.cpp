@@ -1,4 +1,4 @@
-// `canopy show` and `canopy ls` for people (issue #16): the execution tree
+// `canopy show` and `canopy ls` for people: the execution tree
 // with a step per line in graph order, when it started and how long it took,
 // and the last stderr lines under a failed step; the list with each
 // execution's age and duration.

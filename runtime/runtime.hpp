@@ -250,7 +250,7 @@ public:
 
   /// Deletes root execution `id` with its whole tree (records, steps,
   /// graphs, events, counters) in one transaction, once it is settled
-  /// (issue #14). @returns none; `not_found`; `wrong_state` when `id` is not
+  ///. @returns none; `not_found`; `wrong_state` when `id` is not
   /// a root or its tree is live (then nothing is deleted: the store checks
   /// the tree in the deleting transaction). Threading: any thread;
   /// blocks for one commit.

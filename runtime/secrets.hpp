@@ -1,6 +1,6 @@
 #pragma once
 
-// Bearer tokens kept out of the config file (issue #13): a user's token may
+// Bearer tokens kept out of the config file: a user's token may
 // come from a file (`token_file`) or an environment variable (`token_env`)
 // instead of `token`. These functions read one and check it; the config
 // parser (runtime/config.cpp) reports their errors at the key's path.

@@ -1,7 +1,7 @@
 #pragma once
 
 // What the CLI shows of a step's output besides `canopy logs`: the last lines
-// of its stderr under a failed step (`show`, issue #16).
+// of its stderr under a failed step (`show`).
 
 #include <cstddef>
 #include <string>

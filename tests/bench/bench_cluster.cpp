@@ -1,6 +1,6 @@
 // bench_cluster: stop latency of 1,000 running tool steps spread over two
 // workers, beside the same stop with all 1,000 steps local (SPEC §10, §13
-// rules 9 and 22; issue 6).
+// rules 9 and 22).
 //
 // Scenario `local`: one `canopy serve` (max_parallel 1000) whose own tool
 // `holder` runs `sh -c 'echo $$ >> PIDS; exec sleep 3600'`.

@@ -1,5 +1,5 @@
 // bench_http: request latency of `canopy serve` on kept-alive connections
-// (issue #14, point 1).
+// (point 1).
 //
 // A real server subprocess on a temp home. For 1, 16 and 64 connections at
 // once (one client thread each, every client one kept-alive connection), each

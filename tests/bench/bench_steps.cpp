@@ -1,4 +1,4 @@
-// bench_steps: durable step throughput (issue 2).
+// bench_steps: durable step throughput.
 //
 // A layered DAG of `fn: noop` steps, WIDTH wide and LAYERS deep; step (k, i)
 // needs (k-1, i) and (k-1, (i+1) % WIDTH). Every step is recorded durably

@@ -1,4 +1,4 @@
-// bench_stop: stopping a live tree of executions (issue 3, section 8).
+// bench_stop: stopping a live tree of executions (section 8).
 //
 // (a) Trees of 1,111 / 11,111 / 111,111 executions (10-ary, leaves at depth
 //     3/4/5). Every inner execution has 10 `graph` steps naming the next
@@ -983,7 +983,7 @@ int main(int argc, char** argv) {
       auto bare = median(r.bare.stop_ms);
       auto ratio = median(committed) / bare;
       auto n = r.canopy.front().executions;
-      // Issue #12: the stop ≤ 1.5× the bare tree, its cascade ≤ 1.3×.
+      // Targets: the stop ≤ 1.5× the bare tree, its cascade ≤ 1.3×.
       auto cascade_ratio = median(cascade) / bare;
       std::string target = ratio <= 1.5 ? "≤ 1.5×: met" : "≤ 1.5×: **missed**";
       char buf[96];
@@ -1011,7 +1011,7 @@ int main(int argc, char** argv) {
                 "VmRSS at once** (anon / file, of which the store's map) | VmRSS 2.5 s later | same, after releasing free heap | "
                 "malloc in use: at once / 2.5 s later | peak during the start: VmRSS / malloc in use | "
                 "parsed graph (malloc, before start) | bare CAF per actor: VmRSS / malloc | "
-                "target ≤ 4 KiB (issue #12) |\n"
+                "target ≤ 4 KiB |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto& r : rows) {
       auto& c = r.canopy.front();

@@ -48,7 +48,7 @@ for t in "${targets[@]}"; do
   work="$build/work/$t"
   mkdir -p "$work" "$build/artifacts"
   echo "== fuzz_$t: ${seconds}s over $(ls "$corpus" | wc -l) seed inputs"
-  # -rss_limit_mb: the validator's cost is checked too (issue 13 point 5).
+  # -rss_limit_mb: the validator's cost is checked too.
   if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
        -max_len=65536 -print_final_stats=1 -artifact_prefix="$build/artifacts/fuzz_$t-" \
        "$work" "$corpus" 2>"$build/fuzz_$t.log"; then

@@ -1,4 +1,4 @@
-// Acceptance tests of issue 5 through the library: agents, their history,
+// Acceptance tests through the library: agents, their history,
 // cancel, the `on_busy` policies, `agent` steps that carry a stop across
 // agents, and recursion through agents (SPEC §9, §13 rule 21). A real store
 // in a temp home and real subprocess steps. Waits are on events (a pid file

@@ -510,7 +510,7 @@ TEST_CASE("a run whose commit waits over 5 s for the store exits 5 and resumes l
   CHECK(resumed.out_json()["status"] == "completed");
 }
 
-// -- the command line itself (issue #16) ----------------------------------------------
+// -- the command line itself ----------------------------------------------
 
 TEST_CASE("canopy --version and canopy version print the version, and a misspelt command is "
           "named with the closest one",

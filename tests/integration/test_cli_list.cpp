@@ -1,4 +1,4 @@
-// `canopy show` and `canopy ls` for people (issue #16): steps in graph order
+// `canopy show` and `canopy ls` for people: steps in graph order
 // with when they started and how long they took, the stderr of a failed
 // step; the list's age and duration columns and its filters, on a local home
 // and through a server. Real processes and a real store in a temp folder;

@@ -1,4 +1,4 @@
-// `canopy logs` (issue #16): the stored output of steps, from a local home
+// `canopy logs`: the stored output of steps, from a local home
 // and from a server, whole or one step, one stream, the last lines, and
 // followed live. Real processes throughout: `canopy` subprocesses on a real
 // store in a temp folder, real subprocess steps, a real `canopy serve`.

@@ -1,5 +1,5 @@
 // `canopy run FILE --server URL`, `resume ID --server URL` and `canopy graph
-// push|ls --server URL` (issue #16): the real `canopy` binary against a real
+// push|ls --server URL`: the real `canopy` binary against a real
 // `canopy serve` on 127.0.0.1. Every wait is an event wait (an output line, an
 // exit, a status read back), never a sleep.
 

@@ -1,5 +1,5 @@
 // A network partition between the supervisor and a worker (SPEC §10, §13
-// rule 22, issue 6): the worker runs in a network namespace of its own,
+// rule 22): the worker runs in a network namespace of its own,
 // linked to the root namespace by a veth pair, and is cut off by taking the
 // root side of the pair down. Its sockets stay open: nothing is closed, no
 // RST is sent, only the heartbeats and pings stop arriving. The supervisor

@@ -1,5 +1,5 @@
 // What an unauthenticated client can make `canopy serve` spend is bounded
-// (issue #13): route matching has constant stack whatever the path's length,
+//: route matching has constant stack whatever the path's length,
 // slow clients cannot starve the others, and metric labels and log lines take
 // request text only through closed sets and escapes; an Authorization header
 // holding a control character is refused. Real servers on 127.0.0.1, raw

@@ -1,4 +1,4 @@
-// HTTPS on the HTTP API (issue #14): `tls_cert`/`tls_key` in the config, a
+// HTTPS on the HTTP API: `tls_cert`/`tls_key` in the config, a
 // self-signed certificate made by the test, real clients (httplib's, the
 // CLI's), and the start-up refusals.
 

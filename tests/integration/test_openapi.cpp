@@ -1,4 +1,4 @@
-// The published API document (issue #14): `GET /v1/openapi.json` serves
+// The published API document: `GET /v1/openapi.json` serves
 // runtime/openapi.json without a token, and every operation it describes is
 // a route of the server. (That every answer of the HTTP tests matches it is
 // checked on each answer: tests/integration/openapi_check.hpp.)

@@ -1,4 +1,4 @@
-// Retention (issue #14): `canopy prune` on a local home, and the plain
+// Retention: `canopy prune` on a local home, and the plain
 // prune function's batching and rules.
 
 #include <catch2/catch.hpp>

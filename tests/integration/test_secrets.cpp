@@ -1,5 +1,5 @@
 // Bearer tokens out of the config file and 401s that say nothing about users
-// (runtime/secrets.hpp, runtime/auth.hpp, issue #13): `token_file` and
+// (runtime/secrets.hpp, runtime/auth.hpp): `token_file` and
 // `token_env` in real files and the real environment, their refusals at the
 // key's path (also through `canopy serve`), the constant-time token table,
 // and a real server whose 401 answers are byte-identical.

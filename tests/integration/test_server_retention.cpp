@@ -1,4 +1,4 @@
-// The server's retention (issue #14): the config's `retention` rules prune
+// The server's retention: the config's `retention` rules prune
 // settled trees past their age on a running `canopy serve`, and the metrics
 // `canopy_pruned_total` and `canopy_store_bytes` show it.
 

@@ -1,4 +1,4 @@
-// The shell rule through the real binary (issue #13): `canopy serve` and
+// The shell rule through the real binary: `canopy serve` and
 // `canopy worker` refuse a tool whose argv pastes a reference into a shell's
 // `-c` script (exit 2, the key's path, the safe argv), `canopy validate`
 // refuses such a `run` or `plan` step, and the README's example config is

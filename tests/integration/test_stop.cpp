@@ -1,4 +1,4 @@
-// Acceptance tests of issue 3: cascading stop and resume (SPEC §3, §4, §5,
+// Acceptance tests: cascading stop and resume (SPEC §3, §4, §5,
 // §13 rules 8-16). Real `canopy` processes on a real store in a temp home per
 // test, real subprocess steps. Every wait is an event wait (an output line, an
 // exit, a down, a process that disappears) with a generous deadline, never a

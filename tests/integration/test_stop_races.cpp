@@ -1,4 +1,4 @@
-// Stops that race with their target's completion (issue #12): a stop sent
+// Stops that race with their target's completion: a stop sent
 // the instant an execution starts either stops it or finds it completed, is
 // answered within its wait either way, and its request is handled; nothing
 // is left pending and the server still shuts down on SIGTERM.

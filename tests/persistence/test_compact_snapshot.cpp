@@ -1,4 +1,4 @@
-// The compact snapshot (issue #12 point 3): a `subtree_stop` in a batch stands
+// The compact snapshot: a `subtree_stop` in a batch stands
 // for the per-node records and events of a stopped subtree, and every read of
 // the store resolves it. The strongest check: the same tree stored twice in
 // real LMDB homes, stopped once the old way (a record and events per node,

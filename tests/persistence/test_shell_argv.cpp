@@ -1,4 +1,4 @@
-// Tests of the shell rule (persistence/shell_argv.hpp, issue #13): every
+// Tests of the shell rule (persistence/shell_argv.hpp): every
 // spelling of a shell run with `-c` whose script holds a reference is found,
 // safe forms are not, and the error shows the safe argv.
 

@@ -274,7 +274,7 @@ std::string read_text(const std::string& path) {
 }
 
 /// Takes out of a document (and its children's) the step fields that came
-/// after the fixture's release: each step's `kind` and `needs` (issue #16),
+/// after the fixture's release: each step's `kind` and `needs`,
 /// which must be there.
 void drop_later_fields(json& doc) {
   for (auto& kv : doc["steps"].items()) {

@@ -1,4 +1,4 @@
-// "Did you mean ...?" (issue #16): the edit distance and the nearest name.
+// "Did you mean ...?": the edit distance and the nearest name.
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// bench_crash: the crash loop of issue 13 on demand.
+// bench_crash: the crash loop on demand.
 //
 //   bench_crash [--trials N] [--seed S] [--mode run|serve|both] [--max-kills K] [--verbose]
 //

@@ -1,6 +1,6 @@
 #pragma once
 
-// The crash loop (issue 13): real `canopy run`/`resume` and `canopy serve`
+// The crash loop: real `canopy run`/`resume` and `canopy serve`
 // processes on a real store, SIGKILLed at random moments and resumed until
 // their execution completes. Each trial runs one graph of `run` steps (each
 // appends `begin NAME PID` / `end NAME PID` to a side-effect log), `fn`

@@ -1,4 +1,4 @@
-// The reliability harness of issue 13 in the suite: the judge on made-up
+// The reliability harness in the suite: the judge on made-up
 // observations (it must see each kind of violation), then a few real crash
 // trials of `canopy run` and `canopy serve` (bench_crash runs thousands).
 // The seed is fixed; CANOPY_CRASH_SEED overrides it, and a failure prints it.

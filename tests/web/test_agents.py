@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_agents.py: issue #15 test 3, the agent pages.
+"""test_agents.py: the agent pages.
 
 An agent whose run answers at once, except for messages starting with
 "slow", which print a line and then wait. The list shows it with its

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_nested.py: issue #15 test 2, nested graphs.
+"""test_nested.py: nested graphs.
 
 A graph whose step `sub` runs a registered child graph (and whose step
 `inline` runs an inline one). The page draws the child tree and a DAG per

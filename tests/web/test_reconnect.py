@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_reconnect.py: issue #15 test 5, the SSE stream is cut.
+"""test_reconnect.py: the SSE stream is cut.
 
 The browser talks to the server through a TCP relay. While an execution
 prints a line every 100 ms (step.output events):

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_stop_resume.py: issue #15 test 1, stop and resume from the dashboard.
+"""test_stop_resume.py: stop and resume from the dashboard.
 
 Serve with two users; sign in as alice; register and start a graph whose
 `hold` step runs until the test lets it go. The execution appears in the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_users.py: issue #15 test 4, tokens and owners.
+"""test_users.py: tokens and owners.
 
 Alice has a graph, executions and an agent. Signed in with Bob's token the
 dashboard shows none of them: empty lists, and Alice's execution, graph
