@@ -27,6 +27,7 @@ using output_atom = caf::atom_constant<caf::atom("output")>;   ///< runner: outp
 using started_atom = caf::atom_constant<caf::atom("started")>;   ///< runner: subprocess started
 using done_atom = caf::atom_constant<caf::atom("done")>;         ///< runner/fn/child: finished
 using poll_atom = caf::atom_constant<caf::atom("poll")>;         ///< runner: poll the process
+using recheck_atom = caf::atom_constant<caf::atom("recheck")>; ///< runner: the slow poll of a watched process
 using escalate_atom = caf::atom_constant<caf::atom("escalate")>; ///< runner: next signal
 using signalled_atom = caf::atom_constant<caf::atom("signalled")>; ///< runner: a signal was sent
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;   ///< a step attempt timed out

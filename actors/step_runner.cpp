@@ -6,6 +6,7 @@
 
 #include "actors/error.hpp"
 #include "actors/messages.hpp"
+#include "actors/process_watch.hpp"
 #include "persistence/error.hpp"
 
 namespace canopy {
@@ -17,6 +18,12 @@ using namespace std::chrono_literals;
 constexpr auto first_poll = std::chrono::milliseconds{1};
 constexpr auto max_poll = std::chrono::milliseconds{20};
 
+/// How often a watched process (process_watch.hpp) is polled all the same:
+/// a safety net only, the watch wakes the runner when anything happens.
+/// Polling every running process every 20 ms cost a node with 1,000 of
+/// them a large part of a CPU (reads, waitpid, timers, actor wake-ups).
+constexpr auto recheck_interval = std::chrono::seconds{1};
+
 /// How long a runner that reported waits for its parent to acknowledge the
 /// result before it quits all the same (a parent that is gone answers at
 /// once with an error).
@@ -26,6 +33,9 @@ struct runner_state {
   caf::actor parent;
   runner_spec spec;
   subprocess proc;
+  /// Wakes the runner when `proc` needs a poll; declared after `proc`,
+  /// which it watches, so that it stops first.
+  process_watch watch;
   std::chrono::milliseconds poll_interval = first_poll;
   json lines = json::array();
   size_t lines_reported = 0;
@@ -94,6 +104,7 @@ void flush_lines(runner_actor* self) {
 caf::behavior reported_behavior() {
   return {
     [](poll_atom) {},
+    [](recheck_atom) {},
     [](timeout_atom) {},
     [](escalate_atom, int) {},
   };
@@ -125,6 +136,7 @@ void report_and_quit(runner_actor* self, step_outcome outcome) {
 
 void finish(runner_actor* self) {
   auto& st = self->state;
+  st.watch.stop();
   // No orphans: whatever the leader left in its group goes with it.
   st.proc.signal_group(SIGKILL);
   flush_lines(self);
@@ -171,7 +183,12 @@ void poll(runner_actor* self) {
     return;
   }
   flush_lines(self);
-  // Poll quickly while the process is young or talking, back off when idle.
+  if (st.watch.active()) {
+    st.watch.rearm();
+    return;
+  }
+  // Unwatched: poll quickly while the process is young or talking, back off
+  // when idle.
   st.poll_interval = progressed ? first_poll : std::min(st.poll_interval * 2, max_poll);
   self->delayed_send(self, st.poll_interval, poll_atom::value);
 }
@@ -216,9 +233,16 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
              static_cast<int64_t>(st.proc.pid()), process_start_time(st.proc.pid()));
   if (st.spec.timeout)
     self->delayed_send(self, *st.spec.timeout, timeout_atom::value);
+  if (st.watch.start(self->address(), st.proc))
+    self->delayed_send(self, recheck_interval, recheck_atom::value);
   self->send(self, poll_atom::value);
   return {
     [=](poll_atom) { poll(self); },
+    [=](recheck_atom) {
+      poll(self);
+      if (!self->state.proc.done())
+        self->delayed_send(self, recheck_interval, recheck_atom::value);
+    },
     [=](timeout_atom) {
       auto& st = self->state;
       if (st.terminating)

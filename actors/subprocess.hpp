@@ -92,6 +92,15 @@ public:
   /// True after `poll` returned true.
   bool done() const { return reaped_ && out_fd_ < 0 && err_fd_ < 0; }
 
+  /// True once the leader was reaped.
+  bool reaped() const { return reaped_; }
+
+  /// The parent's ends of the pipes while open, else -1: stdout's and
+  /// stderr's read ends, stdin's write end (for a watch: process_watch.hpp).
+  int out_fd() const { return out_fd_; }
+  int err_fd() const { return err_fd_; }
+  int in_fd() const { return in_fd_; }
+
   /// The raw wait status (valid when done()).
   int wait_status() const { return status_; }
 

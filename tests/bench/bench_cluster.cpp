@@ -14,14 +14,26 @@
 // until its answer, which must be 200 `stopped`. Then every pid in the file
 // must be gone (checked at the answer, and again up to 10 s later).
 //
+// The local scenario also measures its floor in the same run, once before
+// the server starts and once after it stopped: this process posix_spawns the
+// same number of the same `holder` command, each in a process group of its
+// own with the pipes a step gets (stdin /dev/null, stdout and stderr on
+// non-blocking close-on-exec pipes), timed until the floor's PIDS file has
+// every line (polled as the steps' file is), then kills the groups and reaps
+// them. The ratio is the steps' time to all running over the mean of the two
+// floors.
+//
 // Prints a Markdown table. Exits 1 when a stop did not answer `stopped` or a
 // process outlived it, 2 when a scenario could not be set up.
 //
 //   usage: bench_cluster [--steps N] [--scenario local|cluster|both]
 
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +52,8 @@
 #include <vector>
 
 #include "tests/integration/server_process.hpp"
+
+extern char** environ;
 
 using namespace canopy::test;
 using clock_type = std::chrono::steady_clock;
@@ -85,14 +99,108 @@ std::vector<long> pids_in(const std::string& file) {
   return out;
 }
 
+/// The CPU time (user + system, ms) process `pid` has used, its children
+/// not counted; -1 when unreadable.
+double cpu_ms(pid_t pid) {
+  auto text = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto pos = text.rfind(')');
+  if (pos == std::string::npos)
+    return -1;
+  std::istringstream fields{text.substr(pos + 2)};
+  std::string field;
+  for (int i = 3; i < 14; ++i) // utime is field 14, stime 15
+    if (!(fields >> field))
+      return -1;
+  double utime = 0, stime = 0;
+  if (!(fields >> utime >> stime))
+    return -1;
+  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 size_t alive(const std::vector<long>& pids) {
   return static_cast<size_t>(
     std::count_if(pids.begin(), pids.end(), [](long p) { return !process_gone(p); }));
 }
 
+std::vector<std::string> holder_argv(const std::string& pid_file) {
+  return {"sh", "-c", "echo $$ >> " + pid_file + "; exec sleep 3600"};
+}
+
 json holder_tool(const std::string& pid_file) {
-  return {{"argv", {"sh", "-c", "echo $$ >> " + pid_file + "; exec sleep 3600"}},
+  return {{"argv", holder_argv(pid_file)},
           {"grace", {{"interrupt", "5s"}, {"terminate", "5s"}}}};
+}
+
+// -- the floor ------------------------------------------------------------------------
+
+/// The bare cost of what the local scenario's steps run: `n` `holder`
+/// processes started with posix_spawnp from this process, each in a process
+/// group of its own with a step's pipes. @returns the milliseconds from the
+/// first spawn until the PIDS file has `n` lines, or -1 when they did not all
+/// start within 90 s. Every group is killed and reaped before it returns.
+double spawn_floor_ms(int n) {
+  temp_dir dir;
+  auto pid_file = dir.path + "/pids";
+  auto args = holder_argv(pid_file);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  sigset_t empty_mask, all_signals;
+  sigemptyset(&empty_mask);
+  sigfillset(&all_signals);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setsigmask(&attr, &empty_mask);
+  posix_spawnattr_setsigdefault(&attr, &all_signals);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<pid_t> pids;
+  std::vector<int> fds; // the read ends, held until the groups are reaped
+  auto t0 = clock_type::now();
+  for (int i = 0; i < n; ++i) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0)
+      break;
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+      ::close(out[0]);
+      ::close(out[1]);
+      break;
+    }
+    ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+    ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, "sh", &actions, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(out[1]);
+    ::close(err[1]);
+    fds.push_back(out[0]);
+    fds.push_back(err[0]);
+    if (rc != 0)
+      break;
+    pids.push_back(pid);
+  }
+  posix_spawnattr_destroy(&attr);
+  bool all = static_cast<int>(pids.size()) == n
+             && eventually([&] { return line_count(pid_file) >= static_cast<size_t>(n); }, 90s,
+                           20ms);
+  double ms = all ? ms_since(t0) : -1;
+  for (auto pid : pids)
+    ::kill(-pid, SIGKILL);
+  for (auto pid : pids) {
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  for (auto fd : fds)
+    ::close(fd);
+  return ms;
 }
 
 struct outcome {
@@ -101,11 +209,14 @@ struct outcome {
   bool ok = false;
   std::string failure;
   double to_running_ms = 0;
+  double server_cpu_ms = -1; ///< the server's CPU time from the start until all ran
   double stop_ms = 0;
   std::string stop_result;
   bool dead_at_answer = false;
   double all_dead_ms = -1; ///< after the answer; -1: not within 10 s
   std::string placement;
+  double floor_before_ms = -1; ///< local only: `spawn_floor_ms` before the server started
+  double floor_after_ms = -1;  ///< and after it stopped
 };
 
 /// Runs one scenario: `workers` 0 (local) or 2.
@@ -113,6 +224,8 @@ outcome run(const std::string& scenario, int steps, int workers) {
   outcome r;
   r.scenario = scenario;
   r.steps = steps;
+  if (workers == 0)
+    r.floor_before_ms = spawn_floor_ms(steps);
   temp_dir dir;
   auto pid_file = dir.path + "/pids";
   server_process::options o;
@@ -171,6 +284,7 @@ outcome run(const std::string& scenario, int steps, int workers) {
     r.failure = "POST /v1/graphs: " + std::to_string(reg.status) + " " + reg.text;
     return r;
   }
+  auto cpu0 = cpu_ms(sup->pid());
   auto t0 = clock_type::now();
   auto started = post_json(c, "/v1/graphs/wide/executions", {{"inputs", json::object()}});
   if (started.status != 201) {
@@ -181,6 +295,8 @@ outcome run(const std::string& scenario, int steps, int workers) {
   bool all_running = eventually([&] { return line_count(pid_file) >= static_cast<size_t>(steps); },
                                 90s, 20ms);
   r.to_running_ms = ms_since(t0);
+  if (auto cpu1 = cpu_ms(sup->pid()); cpu0 >= 0 && cpu1 >= 0)
+    r.server_cpu_ms = cpu1 - cpu0;
   if (!all_running) {
     r.failure = "only " + std::to_string(line_count(pid_file)) + " of " + std::to_string(steps)
                 + " steps started within 90 s";
@@ -223,6 +339,9 @@ outcome run(const std::string& scenario, int steps, int workers) {
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "%s\n", ex.what());
   }
+  sup.reset();
+  if (workers == 0)
+    r.floor_after_ms = spawn_floor_ms(steps);
   return r;
 }
 
@@ -258,9 +377,10 @@ int main(int argc, char** argv) {
 
   auto date = today();
   auto machine = std::to_string(std::thread::hardware_concurrency()) + " CPUs, " + cpu_model();
-  std::printf("| date | machine | scenario | steps | time to all running (ms) | stop latency (ms) "
-              "| stop answer | every process dead | placement (node/status: steps) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| date | machine | scenario | steps | time to all running (ms) | floor: bare "
+              "posix_spawn, before / after (ms) | ratio to the floors' mean | supervisor CPU until "
+              "all running (ms) | stop latency (ms) | stop answer | every process dead | placement (node/status: steps) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool bad = false;
   for (auto& r : results) {
     std::string dead = r.dead_at_answer ? "yes"
@@ -268,13 +388,25 @@ int main(int argc, char** argv) {
                          ? "no (all dead " + std::to_string(static_cast<long>(r.all_dead_ms))
                              + " ms after the answer)"
                          : "no";
+    std::string floor = "–", ratio = "–";
+    if (r.floor_before_ms >= 0 && r.floor_after_ms >= 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.0f / %.0f", r.floor_before_ms, r.floor_after_ms);
+      floor = buf;
+      std::snprintf(buf, sizeof buf, "%.2f×",
+                    r.to_running_ms / ((r.floor_before_ms + r.floor_after_ms) / 2));
+      ratio = buf;
+    } else if (r.floor_before_ms < 0 && r.scenario.rfind("local", 0) == 0) {
+      floor = "failed";
+    }
     if (!r.failure.empty() && r.stop_result.empty()) {
-      std::printf("| %s | %s | %s | %d | failed: %s | | | | |\n", date.c_str(), machine.c_str(),
-                  r.scenario.c_str(), r.steps, r.failure.c_str());
+      std::printf("| %s | %s | %s | %d | failed: %s | %s | | | | | | |\n", date.c_str(),
+                  machine.c_str(), r.scenario.c_str(), r.steps, r.failure.c_str(), floor.c_str());
     } else {
-      std::printf("| %s | %s | %s | %d | %.0f | %.0f | %s | %s | %s |\n", date.c_str(),
-                  machine.c_str(), r.scenario.c_str(), r.steps, r.to_running_ms, r.stop_ms,
-                  r.stop_result.c_str(), dead.c_str(), r.placement.c_str());
+      std::printf("| %s | %s | %s | %d | %.0f | %s | %s | %.0f | %.0f | %s | %s | %s |\n",
+                  date.c_str(), machine.c_str(), r.scenario.c_str(), r.steps, r.to_running_ms,
+                  floor.c_str(), ratio.c_str(), r.server_cpu_ms, r.stop_ms, r.stop_result.c_str(), dead.c_str(),
+                  r.placement.c_str());
     }
     if (!r.failure.empty())
       std::fprintf(stderr, "%s: %s\n", r.scenario.c_str(), r.failure.c_str());

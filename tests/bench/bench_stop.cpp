@@ -1,4 +1,4 @@
-// bench_stop: stopping a live tree of executions (section 8).
+// bench_stop: stopping a live tree of executions.
 //
 // (a) Trees of 1,111 / 11,111 / 111,111 executions (10-ary, leaves at depth
 //     3/4/5). Every inner execution has 10 `graph` steps naming the next
@@ -20,8 +20,12 @@
 //     done (a counter, not await_all_actors_done). Both trees are left
 //     alone for `settle_time` once running before their stop, so both stops
 //     start from an idle scheduler (CAF's workers asleep); `--bare-warm`
-//     stops the bare tree at once instead, as before session 14 (its workers
-//     still polling from the spawn: 10-20 % faster at 11,111).
+//     stops the bare tree at once instead (its workers still polling from
+//     the spawn: 10-20 % faster at 11,111).
+//     Both are timed over the same number of rounds (`--rounds=N`, default
+//     5), a canopy tree and a bare tree alternately, so that both medians
+//     see the same moments of a noisy machine; the table shows median and
+//     min–max of each and the ratio of the medians.
 // (c) RSS (VmRSS) per live execution: (RSS once every leaf runs - RSS before
 //     start) / executions; again 2.5 s later (the store writer has settled and the memory keeper
 //     has handed back free heap; the stop is timed after this), after freed heap is released, and the
@@ -35,7 +39,7 @@
 //     half completed; timed from `resume()` to the `step.started` event of
 //     its first pending step.
 //
-//   usage: bench_stop [SIZE...] [--rounds=N] [--bare-rounds=N] [--bare-warm] [--no-resume]
+//   usage: bench_stop [SIZE...] [--rounds=N] [--bare-warm] [--no-resume]
 //                     [--resume-steps=N] [--timeout=SECONDS] [--keep] [--perf=PREFIX]
 //   SIZE: 1111, 11111, 111111 (or the leaf depth 3, 4, 5); default all three.
 //   `--no-trees` runs only (d). Every wait has a timeout (default 600 s);
@@ -191,6 +195,17 @@ double median(std::vector<double> v) {
     return 0;
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+/// "median ms (min–max)" of `v`, with `digits` decimals.
+std::string spread(const std::vector<double>& v, int digits) {
+  if (v.empty())
+    return "–";
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.*f ms (%.*f–%.*f)", digits, median(v), digits, *lo, digits,
+                *hi);
+  return buf;
 }
 
 std::string tmp_root;
@@ -854,7 +869,7 @@ resume_result run_resume(runtime& rt, size_t steps, std::chrono::seconds timeout
 
 int main(int argc, char** argv) {
   std::vector<int> depths;
-  int rounds = 1, bare_rounds = 5;
+  int rounds = 5; ///< canopy and bare CAF alike: both medians over as many samples
   bool do_resume = true, do_trees = true;
   size_t resume_steps = 100000;
   long timeout_s = 600;
@@ -866,8 +881,6 @@ int main(int argc, char** argv) {
     };
     if (auto v = val("--rounds="))
       rounds = std::max(1, std::atoi(v));
-    else if (auto v = val("--bare-rounds="))
-      bare_rounds = std::max(1, std::atoi(v));
     else if (auto v = val("--resume-steps="))
       resume_steps = std::stoul(v);
     else if (auto v = val("--timeout="))
@@ -897,7 +910,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_stop [1111|11111|111111|3|4|5 ...] [--rounds=N] "
-                   "[--bare-rounds=N] [--bare-warm] [--no-resume] [--no-trees] [--resume-steps=N] "
+                   "[--bare-warm] [--no-resume] [--no-trees] [--resume-steps=N] "
                    "[--timeout=S] [--keep] [--perf=PREFIX]\n");
       return 1;
     }
@@ -936,8 +949,10 @@ int main(int argc, char** argv) {
   for (auto d : depths) {
     row r;
     r.depth = d;
+    // Canopy and bare CAF alternate round by round: a slow minute of the
+    // machine falls on both series alike.
     for (int i = 0; i < rounds; ++i) {
-      std::fprintf(stderr, "tree depth %d, round %d ...\n", d, i + 1);
+      std::fprintf(stderr, "tree depth %d, round %d of %d ...\n", d, i + 1, rounds);
       auto dir = fs::path(tmp_root) / ("tree" + std::to_string(d) + "_" + std::to_string(i));
       r.canopy.push_back(run_tree(rt, dir, d, timeout));
       auto& c = r.canopy.back();
@@ -948,9 +963,13 @@ int main(int argc, char** argv) {
                    c.executions, c.parse_ms, c.start_to_leaves_ms, c.stop_request_ms,
                    c.cascade_ms, c.committed_ms, c.snapshot_commit_ms, c.commits_in_stop,
                    c.handled_event_ms, c.verdict.c_str());
+      auto bare = run_bare(rt.system(), d, c.executions, 1, timeout);
+      std::fprintf(stderr, "  bare CAF: stop %.1f ms\n", bare.stop_ms.front());
+      if (i == 0)
+        r.bare = std::move(bare);
+      else
+        r.bare.stop_ms.push_back(bare.stop_ms.front());
     }
-    std::fprintf(stderr, "bare CAF depth %d ...\n", d);
-    r.bare = run_bare(rt.system(), d, r.canopy.front().executions, bare_rounds, timeout);
     r.commit_ms = durable_commit_ms(fs::path(tmp_root) / ("commit" + std::to_string(d)), 20);
     rows.push_back(std::move(r));
   }
@@ -964,13 +983,15 @@ int main(int argc, char** argv) {
   // -- report -------------------------------------------------------------------------
   if (!rows.empty()) {
     std::printf("### Stop: request to committed snapshot\n\n");
-    std::printf("| executions | canopy: stop → committed snapshot | of which: cascade until the root builds its "
-                "snapshot (ms res.) | of which: the snapshot's commit | stop → `stop.handled` event | bare CAF "
-                "trap-and-forward (median of %d, min–max; %s) | one durable LMDB commit, idle (median "
-                "of 20) | floor: (bare + one commit) / bare | ratio | ratio without the snapshot's "
-                "commit | targets |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-                bare_rounds,
-                bare_warm ? "stopped at once once running" : "stopped after the same idle time");
+    std::printf("Median (min–max) of %d rounds each, canopy and bare CAF alternately; bare CAF "
+                "trap-and-forward %s.\n\n",
+                rounds, bare_warm ? "stopped at once once running" : "stopped after the same idle time");
+    std::printf("| executions | canopy: stop → committed snapshot | bare CAF trap-and-forward | "
+                "**ratio of the medians** | of which: cascade until the root builds its snapshot "
+                "(ms res.) | of which: the snapshot's commit | stop → `stop.handled` event | one "
+                "durable LMDB commit, idle (median of 20) | floor: (bare + one commit) / bare | "
+                "ratio without the snapshot's commit | targets |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto& r : rows) {
       std::vector<double> committed, cascade, handled, snapshot_commit, without_commit;
       for (auto& c : r.canopy) {
@@ -983,7 +1004,7 @@ int main(int argc, char** argv) {
       auto bare = median(r.bare.stop_ms);
       auto ratio = median(committed) / bare;
       auto n = r.canopy.front().executions;
-      // Targets: the stop ≤ 1.5× the bare tree, its cascade ≤ 1.3×.
+      // The targets: the stop ≤ 1.5× the bare tree, its cascade ≤ 1.3×.
       auto cascade_ratio = median(cascade) / bare;
       std::string target = ratio <= 1.5 ? "≤ 1.5×: met" : "≤ 1.5×: **missed**";
       char buf[96];
@@ -991,22 +1012,17 @@ int main(int argc, char** argv) {
                     cascade_ratio <= 1.3 ? "met" : "**missed**");
       target += buf;
       // A durable snapshot is committed after the cascade: no stop can beat
-      // the bare tree plus one commit.
-      // The snapshot's own commit is timed in the stop (by the store): the
-      // stop without it shows what the execution core costs beyond the disk.
-      std::printf("| %s | %.1f ms | %.0f ms | %.2f ms | %.1f ms | %.1f ms (%.1f–%.1f) | %.1f ms | "
-                  "%.1f× | %.1f× | %.1f× | %s |\n",
-                  group(static_cast<double>(n)).c_str(), median(committed), median(cascade),
-                  median(snapshot_commit), median(handled), bare,
-                  *std::min_element(r.bare.stop_ms.begin(), r.bare.stop_ms.end()),
-                  *std::max_element(r.bare.stop_ms.begin(), r.bare.stop_ms.end()), r.commit_ms,
-                  (bare + r.commit_ms) / bare, ratio, median(without_commit) / bare,
-                  target.c_str());
+      // the bare tree plus one commit. The snapshot's own commit is timed in
+      // the stop (by the store): the stop without it shows what the
+      // execution core costs beyond the disk.
+      std::printf("| %s | %s | %s | **%.2f×** | %s | %s | %s | %.1f ms | %.1f× | %.1f× | %s |\n",
+                  group(static_cast<double>(n)).c_str(), spread(committed, 1).c_str(),
+                  spread(r.bare.stop_ms, 1).c_str(), ratio, spread(cascade, 0).c_str(),
+                  spread(snapshot_commit, 2).c_str(), spread(handled, 1).c_str(), r.commit_ms,
+                  (bare + r.commit_ms) / bare, median(without_commit) / bare, target.c_str());
     }
-    if (rounds > 1)
-      std::printf("\n(canopy columns: median of %d rounds)\n", rounds);
 
-    std::printf("\n### Memory: RSS per live execution (delta from before start / executions)\n\n");
+    std::printf("\n### Memory: RSS per live execution (first round; delta from before start / executions)\n\n");
     std::printf("| executions | VmRSS before start | VmRSS, all leaves running | **per execution: "
                 "VmRSS at once** (anon / file, of which the store's map) | VmRSS 2.5 s later | same, after releasing free heap | "
                 "malloc in use: at once / 2.5 s later | peak during the start: VmRSS / malloc in use | "
