@@ -10,7 +10,8 @@
 // time), malformed requests (bad JSON, a garbage request line, an unknown
 // route). Every 10 s it prints a row: executions, throughput, stop p99,
 // heap (RssAnon) with the allocator's count beside it, RSS, store bytes,
-// open descriptors, threads. Then it leaves the server idle for 60 s while
+// open descriptors, threads. Then, 15 s after the load (the last trees
+// pruned, idle HTTP threads gone), it leaves the server idle for 60 s while
 // a CPU hog runs on every core and reports the server's CPU use, and the
 // latency of the first request after the idle against a warm one.
 //
@@ -385,7 +386,10 @@ int main(int argc, char** argv) {
        rest.fds > at_rest.fds && clock_type::now() < until; rest = look(*srv))
     std::this_thread::sleep_for(std::chrono::milliseconds{200});
 
-  // Idle with every core busy.
+  // Idle with every core busy, once the load's aftermath is over: the last
+  // trees pruned (5 s after they ended, every 2 s), the HTTP threads of the
+  // closed connections gone (5 s idle).
+  std::this_thread::sleep_for(std::chrono::seconds{15});
   auto probe = srv->client(alice_token);
   std::vector<double> warm_ms;
   for (int i = 0; i < 20; ++i)
