@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/bench/load_graphs.hpp"
 #include "tests/integration/server_process.hpp"
 
 using namespace canopy::test;
@@ -91,19 +92,8 @@ http_answer call(totals& t, httplib::Client& c, const std::string& method,
   return a;
 }
 
-httplib::Client make_client(int port) {
-  httplib::Client c{"127.0.0.1", port};
-  c.set_keep_alive(true);
-  c.set_tcp_nodelay(true); // a POST's body is not held back by Nagle
-  c.set_connection_timeout(10, 0);
-  c.set_read_timeout(120, 0);
-  c.set_write_timeout(60, 0);
-  c.set_bearer_token_auth(alice_token.c_str());
-  return c;
-}
-
 void client_loop(int port, int index, clock_type::time_point end, totals& t) {
-  auto c = make_client(port);
+  auto c = make_load_client(port);
   std::vector<double> lat;
   for (uint64_t i = 0; clock_type::now() < end; ++i) {
     bool complete = (i + index) % 4 == 0;
@@ -158,7 +148,7 @@ void client_loop(int port, int index, clock_type::time_point end, totals& t) {
 
 /// Follows `id` over SSE (from the start) and compares with its JSON log.
 void check_stream(int port, const std::string& id, totals& t) {
-  auto c = make_client(port);
+  auto c = make_load_client(port);
   c.set_keep_alive(false);
   auto s = read_sse(c, "/v1/executions/" + id + "/events");
   count(t, s.status);
@@ -186,7 +176,7 @@ void check_stream(int port, const std::string& id, totals& t) {
 }
 
 void sse_loop(int port, clock_type::time_point end, totals& t) {
-  auto c = make_client(port);
+  auto c = make_load_client(port);
   for (uint64_t i = 0; clock_type::now() < end; ++i) {
     if (i % 2 == 0) {
       // Live: our own chain, followed from its first event.
@@ -250,27 +240,8 @@ int main(int argc, char** argv) {
   auto port = srv->port();
   {
     auto c = srv->client(alice_token);
-    json chain = {{"name", "chain"}, {"steps", json::object()}};
-    for (int i = 0; i < 5; ++i) {
-      json s = {{"fn", "sleep"}, {"with", {{"ms", 20}}}};
-      if (i > 0)
-        s["needs"] = {"c" + std::to_string(i - 1)};
-      chain["steps"]["c" + std::to_string(i)] = s;
-    }
-    for (auto& g : {json{{"name", "held"},
-                         {"steps", {{"nap", {{"fn", "sleep"}, {"with", {{"ms", 600000}}}}}}}},
-                    json{{"name", "small"},
-                         {"steps",
-                          {{"a", {{"fn", "sleep"}, {"with", {{"ms", 5}}}}},
-                           {"b", {{"fn", "echo"}, {"with", {{"v", 1}}}, {"needs", {"a"}}}}}}},
-                    chain}) {
-      auto a = post_json(c, "/v1/graphs", g);
-      if (a.status != 201) {
-        std::fprintf(stderr, "cannot register %s: %d %s\n", g["name"].dump().c_str(), a.status,
-                     a.text.c_str());
-        return 2;
-      }
-    }
+    if (!register_load_graphs(c))
+      return 2;
     // Warm-up: one of each, so the start RSS includes a running node.
     auto w = post_json(c, "/v1/graphs/small/executions");
     if (w.status == 201)

@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/bench/load_graphs.hpp"
 #include "tests/integration/server_process.hpp"
 
 using namespace canopy::test;
@@ -76,21 +77,10 @@ http_answer counted(totals& t, http_answer a, const std::string& what) {
   return a;
 }
 
-httplib::Client make_client(int port) {
-  httplib::Client c{"127.0.0.1", port};
-  c.set_keep_alive(true);
-  c.set_tcp_nodelay(true);
-  c.set_connection_timeout(10, 0);
-  c.set_read_timeout(120, 0);
-  c.set_write_timeout(60, 0);
-  c.set_bearer_token_auth(alice_token.c_str());
-  return c;
-}
-
 // -- the load ------------------------------------------------------------------------
 
 void client_loop(int port, int index, totals& t) {
-  auto c = make_client(port);
+  auto c = make_load_client(port);
   for (uint64_t i = 0; t.reserved.fetch_add(1) < t.target; ++i) {
     bool complete = (i + static_cast<uint64_t>(index)) % 4 == 0;
     auto started = counted(t,
@@ -164,7 +154,7 @@ int raw_request(int port, const std::string& raw, size_t piece, std::chrono::mil
 
 /// What long-lived servers meet besides the load, one kind after another.
 void chaos_loop(int port, totals& t) {
-  auto c = make_client(port);
+  auto c = make_load_client(port);
   std::string auth = "Authorization: Bearer " + alice_token + "\r\n";
   for (uint64_t i = 0; !t.done(); ++i) {
     bool ok = true;
@@ -174,7 +164,7 @@ void chaos_loop(int port, totals& t) {
                          "start chain");
         if (s.status != 201)
           break;
-        auto r = make_client(port);
+        auto r = make_load_client(port);
         bool first = false;
         r.Get(("/v1/executions/" + s.body["id"].get<std::string>() + "/events").c_str(),
               [&](const char*, size_t) {
@@ -314,25 +304,8 @@ int main(int argc, char** argv) {
   auto port = srv->port();
   {
     auto c = srv->client(alice_token);
-    json chain = {{"name", "chain"}, {"steps", json::object()}};
-    for (int i = 0; i < 5; ++i) {
-      json s = {{"fn", "sleep"}, {"with", {{"ms", 20}}}};
-      if (i > 0)
-        s["needs"] = {"c" + std::to_string(i - 1)};
-      chain["steps"]["c" + std::to_string(i)] = s;
-    }
-    for (auto& g : {json{{"name", "held"},
-                         {"steps", {{"nap", {{"fn", "sleep"}, {"with", {{"ms", 600000}}}}}}}},
-                    json{{"name", "small"},
-                         {"steps",
-                          {{"a", {{"fn", "sleep"}, {"with", {{"ms", 5}}}}},
-                           {"b", {{"fn", "echo"}, {"with", {{"v", 1}}}, {"needs", {"a"}}}}}}},
-                    chain})
-      if (auto a = post_json(c, "/v1/graphs", g); a.status != 201) {
-        std::fprintf(stderr, "cannot register %s: %d %s\n", g["name"].dump().c_str(), a.status,
-                     a.text.c_str());
-        return 2;
-      }
+    if (!register_load_graphs(c))
+      return 2;
   }
   auto at_rest = look(*srv);
 
