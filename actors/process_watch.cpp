@@ -35,9 +35,14 @@ constexpr int max_events = 256;
 /// The epoll set and who watches what. Never destroyed: runners may end
 /// during static destruction.
 struct watcher {
+  /// One watched subprocess: whom to wake, and whether a wake is due.
+  struct entry {
+    caf::actor_addr who;
+    bool armed = true; ///< cleared by a wake, set again by `rearm`
+  };
   int epoll_fd = -1;
   std::mutex mu;
-  std::unordered_map<uint64_t, caf::actor_addr> who; ///< by token
+  std::unordered_map<uint64_t, entry> watched; ///< by token
   uint64_t next_token = 1;
 };
 
@@ -65,16 +70,16 @@ void run(watcher* w) {
       tokens.push_back(events[static_cast<size_t>(i)].data.u64 >> 2);
     std::sort(tokens.begin(), tokens.end());
     tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+    // One wake per arm, whichever descriptors fired; one that fired while
+    // the watch was not armed fires again when `rearm` modifies it. The send
+    // happens under the lock so that no wake leaves after `stop` returns.
+    std::lock_guard<std::mutex> guard{w->mu};
     for (auto token : tokens) {
-      caf::actor_addr addr;
-      {
-        std::lock_guard<std::mutex> guard{w->mu};
-        auto i = w->who.find(token);
-        if (i == w->who.end())
-          continue; // withdrawn meanwhile
-        addr = i->second;
-      }
-      if (auto a = caf::actor_cast<caf::actor>(addr))
+      auto i = w->watched.find(token);
+      if (i == w->watched.end() || !i->second.armed)
+        continue; // withdrawn, or woken already in this arm
+      i->second.armed = false;
+      if (auto a = caf::actor_cast<caf::actor>(i->second.who))
         caf::anon_send(a, poll_atom::value);
     }
   }
@@ -142,7 +147,7 @@ bool process_watch::start(caf::actor_addr who, const subprocess& proc) {
   {
     std::lock_guard<std::mutex> guard{w->mu};
     token = w->next_token++;
-    w->who.emplace(token, std::move(who));
+    w->watched.emplace(token, watcher::entry{std::move(who), true});
   }
   token_ = token;
   pid_fd_ = pid_fd;
@@ -168,6 +173,12 @@ bool process_watch::start(caf::actor_addr who, const subprocess& proc) {
 void process_watch::rearm() {
   if (token_ == 0)
     return;
+  auto* w = instance();
+  {
+    // Armed before the descriptors: an event right after a modify wakes.
+    std::lock_guard<std::mutex> guard{w->mu};
+    w->watched[token_].armed = true;
+  }
   auto fds = current();
   for (size_t slot = 0; slot < 3; ++slot) {
     if (fds_[slot] < 0)
@@ -199,7 +210,7 @@ void process_watch::stop() {
   }
   {
     std::lock_guard<std::mutex> guard{w->mu};
-    w->who.erase(token_);
+    w->watched.erase(token_);
   }
   token_ = 0;
   proc_ = nullptr;

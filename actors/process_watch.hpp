@@ -7,8 +7,9 @@
 // descriptor sends `poll_atom` to the actor that watches it, once per arm.
 //
 // Guarantees and limits:
-// - Each descriptor wakes the actor at most once until `rearm`; a descriptor
-//   that is ready when re-armed wakes it again at once (no lost wakeups).
+// - The actor is woken at most once until `rearm`, however many descriptors
+//   became ready; a descriptor that is ready when re-armed wakes it again at
+//   once (no lost wakeups). No wake is sent once `stop` has returned.
 // - Only descriptors the subprocess still holds are re-armed or withdrawn:
 //   one it closed (its number may belong to another subprocess by then) is
 //   forgotten, never touched.
