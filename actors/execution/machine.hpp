@@ -328,8 +328,11 @@ private:
   void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now);
   void planned(uint32_t idx, json result, const std::string& error, int64_t now);
   void start_planner(uint32_t idx, int64_t now);
-  /// Runs `c` as step `idx`'s child, or fails the attempt. @returns true when spawned.
+  /// Runs `c` as step `idx`'s child, adopts the result of a stored child that
+  /// completed, or fails the attempt. @returns false when the attempt failed.
   bool spawn_child(uint32_t idx, child_launch c, uint64_t turn, int64_t now);
+  /// What step `def` keeps of its child's `outputs` (an agent step: the reply).
+  static json child_result(const step_def& def, json outputs);
   void lose_step(uint32_t idx, const std::string& why, bool worker_alive, int64_t now);
   void stop_owner(const std::string& owner, step_reason reason, int64_t now);
   const tool_def* tool_of(const step_def& def, std::string& error) const;

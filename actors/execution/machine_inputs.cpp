@@ -185,11 +185,8 @@ void execution_machine::child_settled(uint32_t idx, execution_status status, jso
     return;
   if (phase_ >= exec_phase::halting) {
     s.phase = step_phase::halted; // stopped with us: the snapshot resets it
-  } else if (status == execution_status::completed && def.kind == step_kind::agent) {
-    json reply = outputs.is_object() ? outputs.value("reply", json{}) : json{};
-    complete_step(idx, json{{"reply", std::move(reply)}}, now);
   } else if (status == execution_status::completed) {
-    complete_step(idx, std::move(outputs), now);
+    complete_step(idx, child_result(def, std::move(outputs)), now);
   } else if (status == execution_status::failed) {
     fail_attempt(idx, error.empty() ? "child execution failed" : error, nullptr, now);
   } else {

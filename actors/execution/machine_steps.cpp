@@ -296,9 +296,22 @@ bool execution_machine::spawn_child(uint32_t idx, child_launch c, uint64_t turn,
   if (!c.queued.empty())
     batch_or_new().append(std::move(c.queued));
   mark_running(idx, step_phase::running_child, now);
+  if (turn == 0 && c.queued.empty() && c.record.status == execution_status::completed) {
+    // The child completed before this step took its result (we stopped or
+    // died in between): its result is adopted, it does not run again.
+    complete_step(idx, child_result(g_->steps[idx], std::move(c.record.outputs)), now);
+    return true;
+  }
   effects_.emplace_back(std::make_unique<fx::spawn_child>(
     fx::spawn_child{idx, std::move(c.graph), std::move(c.record), std::move(c.steps), turn}));
   return true;
+}
+
+json execution_machine::child_result(const step_def& def, json outputs) {
+  if (def.kind != step_kind::agent)
+    return outputs;
+  json reply = outputs.is_object() ? outputs.value("reply", json{}) : json{};
+  return json{{"reply", std::move(reply)}};
 }
 
 // -- transitions --------------------------------------------------------------------------

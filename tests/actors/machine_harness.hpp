@@ -3,6 +3,7 @@
 // A harness for the execution machine: graphs from JSON, a resolver over
 // plain graphs, and helpers to look at effects. No CAF, no store, no clock.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ public:
   std::shared_ptr<const graph> agent_graph;
   bool agent_missing = false;
   int children = 0;
+  /// Children the store holds already, by id: a resume finds them.
+  std::map<std::string, execution_record> stored_children;
 
   child_launch graph_child(const execution_machine& m, uint32_t idx) override {
     return child(m, idx, m.graph_def().steps[idx].child);
@@ -59,6 +62,11 @@ public:
       return out;
     }
     out.graph = std::move(g);
+    auto stored = stored_children.find(m.step(idx).child_id);
+    if (stored != stored_children.end()) {
+      out.record = stored->second; // resumed under its id: nothing queued
+      return out;
+    }
     out.record.id = m.step(idx).child_id.empty() ? "child-" + std::to_string(++children)
                                                  : m.step(idx).child_id;
     out.record.parent_id = m.record().id;

@@ -37,6 +37,52 @@ TEST_CASE("a child that completes completes its step with the child's outputs",
   CHECK(*f.m->results().result_of("c") == json{{"v", 1}});
 }
 
+TEST_CASE("a resumed graph step whose child completed meanwhile takes the child's outputs "
+          "without running it again",
+          "[actors][machine]") {
+  // The parent stopped after its child completed but before it took the
+  // child's result: the step was reset to pending with the child's id.
+  step_record pending;
+  pending.step = "c";
+  pending.status = step_status::pending;
+  pending.reason = "requested";
+  pending.attempt = 1;
+  pending.child_id = "k1";
+  machine_fixture f{one_child, false, {pending}};
+  execution_record child;
+  child.id = "k1";
+  child.status = execution_status::completed;
+  child.outputs = json{{"v", 2}};
+  f.resolver.stored_children.emplace(child.id, child);
+  f.m->start(++f.now);
+  auto xs = f.settle(f.fx());
+  CHECK(count<fx::spawn_child>(xs) == 0);
+  CHECK(f.step("c").phase == step_phase::completed);
+  REQUIRE(f.m->results().result_of("c") != nullptr);
+  CHECK(*f.m->results().result_of("c") == json{{"v", 2}});
+  CHECK(f.m->record().status == execution_status::completed);
+}
+
+TEST_CASE("a resumed graph step whose child stopped resumes the child under its id",
+          "[actors][machine]") {
+  step_record pending;
+  pending.step = "c";
+  pending.status = step_status::pending;
+  pending.reason = "requested";
+  pending.attempt = 1;
+  pending.child_id = "k1";
+  machine_fixture f{one_child, false, {pending}};
+  execution_record child;
+  child.id = "k1";
+  child.status = execution_status::stopped;
+  f.resolver.stored_children.emplace(child.id, child);
+  f.m->start(++f.now);
+  auto xs = f.fx();
+  REQUIRE(first<fx::spawn_child>(xs));
+  CHECK(first<fx::spawn_child>(xs)->record.id == "k1");
+  CHECK(f.step("c").phase == step_phase::running_child);
+}
+
 TEST_CASE("a child's first record is written before the child is spawned, so that the "
           "child's own writes come after it",
           "[actors][machine]") {
