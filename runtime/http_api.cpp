@@ -436,8 +436,11 @@ void api_server::get_metrics(call& c) {
   auto usage = db_.usage();
   if (!usage)
     return reply(c.res, from_error(usage.error()));
+  auto executions = db_.status_counts();
+  if (!executions)
+    return reply(c.res, from_error(executions.error()));
   c.res.status = 200;
-  c.res.set_content(metrics_.render(rt_.live_executions(), usage->used_bytes(),
+  c.res.set_content(metrics_.render(rt_.live_executions(), *executions, usage->used_bytes(),
                                     current_log_status().dropped),
                     "text/plain; version=0.0.4");
 }
