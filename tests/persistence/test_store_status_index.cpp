@@ -82,7 +82,9 @@ history fill(store& db) {
     h.roots.push_back(make_execution_id());
     b.executions.push_back(make_exec(h.roots.back(), "g", s));
   }
+  // The child first live, as a run writes it: in the children index.
   h.child = make_execution_id();
+  b.executions.push_back(make_exec(h.child, "g", execution_status::running, h.roots[0]));
   b.executions.push_back(make_exec(h.child, "g", execution_status::completed, h.roots[0]));
   commit_ok(db, b);
   return h;
