@@ -63,41 +63,65 @@ caf::expected<retention_rules> retention_from_json(const nlohmann::json& v,
   return out;
 }
 
+namespace {
+
+/// Roots read per listing page: a prune holds O(page) records, whatever
+/// the history holds.
+constexpr size_t prune_page = 1024;
+
+} // namespace
+
 caf::expected<prune_result> prune(const store& db, const retention_rules& rules, int64_t now,
                                   bool dry_run, const batch_committer& commit,
                                   size_t trees_per_commit) {
   prune_result out;
   if (rules.empty())
     return out;
+  trees_per_commit = std::max<size_t>(1, trees_per_commit);
+  std::vector<std::string> due;
+  auto flush = [&](size_t keep_below) -> caf::error {
+    size_t i = 0;
+    for (; due.size() - i > keep_below; i += std::min(trees_per_commit, due.size() - i)) {
+      write_batch b;
+      for (size_t j = i; j < due.size() && j < i + trees_per_commit; ++j)
+        b.deleted_trees.push_back(due[j]);
+      if (auto err = commit(std::move(b)))
+        return err;
+      ++out.commits;
+    }
+    due.erase(due.begin(), due.begin() + static_cast<std::ptrdiff_t>(i));
+    return caf::none;
+  };
+  // Newest first, a page at a time: a tree deleted meanwhile is older than
+  // the cursor already passed, so no page skips or repeats a root.
   execution_filter f;
   f.roots_only = true;
-  auto roots = db.list(f);
-  if (!roots)
-    return roots.error();
-  std::vector<std::string> due;
-  for (auto& r : *roots) {
-    auto age = rules.age_of(r.status);
-    if (!age || r.ended_at == 0 || now - r.ended_at < age->count())
-      continue;
-    auto ids = db.subtree_ids(r.id);
-    if (!ids)
-      return ids.error();
-    ++out.trees;
-    out.executions += ids->size();
-    out.ids.insert(out.ids.end(), ids->begin(), ids->end());
-    due.push_back(r.id);
+  f.limit = prune_page;
+  for (;;) {
+    auto roots = db.list(f);
+    if (!roots)
+      return roots.error();
+    for (auto& r : *roots) {
+      auto age = rules.age_of(r.status);
+      if (!age || r.ended_at == 0 || now - r.ended_at < age->count())
+        continue;
+      auto ids = db.subtree_ids(r.id);
+      if (!ids)
+        return ids.error();
+      ++out.trees;
+      out.executions += ids->size();
+      due.push_back(r.id);
+    }
+    if (!dry_run)
+      if (auto err = flush(trees_per_commit - 1))
+        return err;
+    if (roots->size() < f.limit)
+      break;
+    f.before = roots->back().id;
   }
-  if (dry_run)
-    return out;
-  trees_per_commit = std::max<size_t>(1, trees_per_commit);
-  for (size_t i = 0; i < due.size(); i += trees_per_commit) {
-    write_batch b;
-    for (size_t j = i; j < due.size() && j < i + trees_per_commit; ++j)
-      b.deleted_trees.push_back(due[j]);
-    if (auto err = commit(std::move(b)))
+  if (!dry_run)
+    if (auto err = flush(0))
       return err;
-    ++out.commits;
-  }
   return out;
 }
 

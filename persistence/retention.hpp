@@ -53,9 +53,6 @@ struct prune_result {
   size_t trees = 0;      ///< settled root trees past their age
   size_t executions = 0; ///< executions in them, roots included
   size_t commits = 0;    ///< transactions used
-  /// The ids of those executions (a tree that a racing resume made live
-  /// again is listed, though the store kept it).
-  std::vector<std::string> ids;
 };
 
 /// Commits one batch (`store::commit`, or through a node's store writer).
@@ -64,11 +61,14 @@ using batch_committer = std::function<caf::error(write_batch)>;
 /// Finds every settled root whose `ended_at` is at least its status's age
 /// before `now`, and unless `dry_run` deletes each whole tree
 /// (`write_batch::deleted_trees`), at most `trees_per_commit` trees per
-/// transaction, so that no commit holds the writer long. A root resumed
-/// meanwhile is left alone by the store. @returns the counts, or the first
-/// store error (trees deleted before it stay deleted). Any thread.
+/// transaction, so that no commit holds the writer long (a tree is deleted
+/// whole, in one). The roots are read newest first a page at a time and
+/// deleted as each page is read: memory stays O(page) whatever the history
+/// holds. A root resumed meanwhile is left alone by the store (and still
+/// counted here). @returns the counts, or the first store error (trees
+/// deleted before it stay deleted). Any thread.
 caf::expected<prune_result> prune(const store& db, const retention_rules& rules, int64_t now,
                                   bool dry_run, const batch_committer& commit,
-                                  size_t trees_per_commit = 16);
+                                  size_t trees_per_commit = 64);
 
 } // namespace canopy

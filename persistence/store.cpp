@@ -79,6 +79,8 @@ int store::check_databases() {
     same(db.first, *db.second);
   if (has_subtrees_)
     same("subtrees", subtrees_);
+  if (has_by_status_)
+    same("by_status", by_status_);
   if (rc != 0) {
     mdb_txn_abort(txn);
     return rc;
@@ -118,6 +120,19 @@ int store::open_databases(bool create, std::string& bad_schema) {
       return rc;
     }
   }
+  // `by_status` came with schema 3: a home of an earlier schema lacks it
+  // until its migration creates it.
+  {
+    MDB_dbi dbi;
+    rc = mdb_dbi_open(txn, "by_status", create ? MDB_CREATE : 0, &dbi);
+    if (rc == 0) {
+      by_status_ = dbi;
+      has_by_status_ = true;
+    } else if (rc != MDB_NOTFOUND) {
+      mdb_txn_abort(txn);
+      return rc;
+    }
+  }
   std::string key = "schema", val = schema_version;
   MDB_val k = as_val(key), v;
   if (mdb_get(txn, meta_, &k, &v) == MDB_NOTFOUND) {
@@ -130,11 +145,15 @@ int store::open_databases(bool create, std::string& bad_schema) {
       mdb_txn_abort(txn);
       return rc;
     }
-  } else if (auto found = as_string(v); found == text_schema || found == migrating_schema) {
-    // Readable as it is (the decoders read both encodings); the first write
-    // migrates it (see `migrate`).
+    indexed_ = true;
+  } else if (auto found = as_string(v); found == text_schema || found == migrating_schema
+                                        || found == binary_schema || found == indexing_schema) {
+    // Readable as it is (the decoders read both encodings, listings walk
+    // the records); the first write migrates it (see `migrate`).
     needs_migration_ = true;
-  } else if (found != schema_version) {
+  } else if (found == schema_version) {
+    indexed_ = has_by_status_.load();
+  } else {
     bad_schema = found;
     mdb_txn_abort(txn);
     return -1;
@@ -149,7 +168,7 @@ int store::open_env(size_t map_bytes) {
     env_ = nullptr;
     return rc;
   }
-  // 15 named databases today; headroom for a few more without a new binary
+  // 16 named databases today; headroom for a few more without a new binary
   // refusing to open a home another version created.
   mdb_env_set_maxdbs(env_, 32);
   mdb_env_set_maxreaders(env_, 510);

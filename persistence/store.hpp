@@ -3,7 +3,7 @@
 // The LMDB store under a canopy home. Knows records, not actors.
 //
 // Layout (named databases in one environment):
-//   meta        "schema" → version ("2"), "seq" → last event seq (8 bytes, big endian),
+//   meta        "schema" → version ("3"), "seq" → last event seq (8 bytes, big endian),
 //               "epoch" → last lease epoch issued (8 bytes, big endian),
 //               "lease" \0 root id → tree_lease (epoch, pid, start: 8 bytes each,
 //               big endian), for every tree ever leased
@@ -23,6 +23,24 @@
 //               with an `agent` that is not yet terminal
 //   subtrees    root id \0 target id → subtree_stop (a compact snapshot not yet
 //               materialised; see below)
+//   by_status   status, kind (root or child), id → "" for every execution, and
+//               in `meta` "count" \0 status → how many (store_index.hpp)
+//
+// The status index (schema 3). Listings with a status, and every listing of
+// roots, walk `by_status` newest first from the cursor, so a page costs
+// O(page), whatever the history holds; `status_counts` reads six counters.
+// The commit, the materialisation and deletions keep index and counts in the
+// transaction that changes the record. A covered execution of a compact
+// snapshot stays indexed and counted under its stored status until it is
+// materialised (the store writer does it once idle); a listing of children
+// with a status therefore walks `executions` while any compact snapshot is
+// stored. A schema-2 home opens as it is (read only: listings walk
+// `executions`, counts are counted) and its first write builds the index
+// (schema "2>3" meanwhile, refused by a schema-2 binary) in bounded
+// transactions that resume where a crash left them; then the schema is "3".
+// A schema-2 process that opened the home before and still writes it would
+// leave its changes out of the index: stop the older release's processes
+// before running this one.
 //
 // The compact snapshot. A batch's `subtree_stop` for target X
 // says, in one record, that every execution below X stored not terminal
@@ -38,7 +56,7 @@
 // under it), or X's record, first materialises the subtree_stop in the same
 // transaction (per-node records and events at the reserved seqs, `live` and
 // `agent_runs` entries removed, the record deleted); `materialize` does it on
-// demand. Schema stays "2": `subtrees` is created by this release's first
+// demand. The compact snapshot came without a schema change: `subtrees` is created by this release's first
 // write in a home that lacks it (or when the home is created), and reads as
 // empty while absent (a home no release with compact snapshots wrote to).
 // The price of not bumping it: a binary from before the compact snapshot
@@ -67,9 +85,9 @@
 // ('{' is JSON text). Its first write (`commit`, or `migrate` at once)
 // migrates it: the schema becomes "1>2" (a schema-1 binary refuses it from
 // then on), every text record of every database is rewritten in bounded
-// write transactions under the writers' lock, and the schema becomes "2"
-// last. A crash midway leaves "1>2" and the next writer runs it again
-// (rewritten records are skipped). A schema-1 process still writing the home
+// write transactions under the writers' lock, and the schema becomes "2>3"
+// (the status index is built next, see above). A crash midway leaves "1>2"
+// and the next writer runs it again (rewritten records are skipped). A schema-1 process still writing the home
 // meanwhile may leave text records behind: they read alike.
 // Opening stays read-only, so read commands never wait to migrate.
 //
@@ -86,6 +104,7 @@
 // that dies releases it. Reads never take it: they work while another process
 // writes or holds the lock. Opening an existing home only reads.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -365,15 +384,22 @@ public:
   /// @returns the lease of tree `root_id` (zeros when it never had one).
   caf::expected<tree_lease> lease(const std::string& root_id) const;
 
+  /// @returns how many executions are stored with each status, indexed by
+  ///          `execution_status` (covered executions of a compact snapshot
+  ///          under their stored status): six counters of a schema-3 home,
+  ///          O(1); a home not migrated yet is counted record by record.
+  ///          Thread-safe.
+  caf::expected<std::array<uint64_t, 6>> status_counts() const;
+
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;
 
-  /// @returns the stored schema version: "2", or "1" / "1>2" for a home of
-  ///          the previous release not (fully) migrated yet.
+  /// @returns the stored schema version: "3", or "1", "1>2", "2" or "2>3"
+  ///          for a home of an earlier release not (fully) migrated yet.
   caf::expected<std::string> schema() const;
 
-  /// True until this process has seen the home at schema 2 (set on open for
-  /// a schema-1 home, cleared by `migrate`).
+  /// True until this process has seen the home at schema 3 (set on open for
+  /// a home of an earlier schema, cleared by `migrate`).
   bool needs_migration() const { return needs_migration_; }
 
   // -- writes (one thread at a time) ---------------------------------------------
@@ -405,9 +431,11 @@ public:
   caf::expected<materialize_outcome> materialize(const std::string& root_id,
                                                  const std::function<bool()>& give_way = {});
 
-  /// Migrates a schema-1 home to schema 2 (see the top of this header) when
-  /// `needs_migration()`; `commit` calls it before its first write. Each
-  /// transaction takes the writers' lock like `commit`.
+  /// Migrates a home of an earlier schema to schema 3 (see the top of this
+  /// header) when `needs_migration()`: schema-1 records are rewritten, then
+  /// the status index and counts are built. `commit` and `materialize` call
+  /// it before their first write. Each transaction takes the writers' lock
+  /// like `commit`.
   /// @returns nothing (also when another process migrated it meanwhile), or
   ///          the errors of `commit`; a failed migration resumes on the next call.
   /// Threading: as `commit`.
@@ -509,6 +537,22 @@ private:
   unsigned meta_ = 0, executions_ = 0, steps_ = 0, children_ = 0, graphs_ = 0, events_ = 0,
            live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0, agents_ = 0,
            history_ = 0, agent_runs_ = 0;
+  /// The `by_status` database, once this process opened or created it, and
+  /// whether the home was at schema 3 then (the index may be read).
+  unsigned by_status_ = 0;
+  std::atomic<bool> has_by_status_{false};
+  std::atomic<bool> indexed_{false};
+  /// Opens (creating when absent) `by_status` in this process.
+  caf::error open_status_index();
+  /// Rewrites a schema-1 home's text records; the schema becomes "2>3".
+  caf::error rewrite_text_records();
+  /// Builds the status index and counts of a home at schema "2>3" from
+  /// where the last run left it, in bounded transactions; the schema
+  /// becomes "3" with the last (store_migration.cpp).
+  caf::error build_status_index();
+  /// `list` over the status index (store_list.cpp); `f` needs it.
+  caf::error list_indexed(MDB_txn* txn, const execution_filter& f,
+                          std::vector<execution_record>& out) const;
   /// The `subtrees` database, once it exists (`has_subtrees_`); see
   /// `subtree_dbs`.
   mutable unsigned subtrees_ = 0;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -110,8 +111,21 @@ caf::error store::commit(write_batch& batch) {
   if (!has_subtrees_)
     creating.lock();
   MDB_dbi created_subtrees = 0;
+  // An attempt assigns the claims' outcomes (and the epochs acquires draw)
+  // into the batch; one that fills the map is run again, from the claims
+  // as they were given.
+  std::vector<std::pair<uint64_t, lease_outcome>> claims;
+  for_each_batch(batch, [&claims](write_batch& b) {
+    claims.emplace_back(b.lease.epoch, b.lease.outcome);
+    return true;
+  });
   auto err = write_once(
     [&](MDB_txn* txn) {
+      size_t i = 0;
+      for_each_batch(batch, [&claims, &i](write_batch& b) {
+        std::tie(b.lease.epoch, b.lease.outcome) = claims[i++];
+        return true;
+      });
       // One attempt, phase by phase (store_commit_txn.hpp).
       store_detail::commit_txn t{*this, txn, generated};
       if (int rc = t.begin(created_subtrees); rc != 0)

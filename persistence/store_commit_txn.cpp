@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "persistence/duration.hpp"
 #include "persistence/records_into.hpp"
 #include "persistence/store_detail.hpp"
+#include "persistence/store_index.hpp"
 #include "persistence/store_lmdb.hpp"
 
 namespace canopy::store_detail {
@@ -280,6 +282,14 @@ void commit_txn::put_executions(const write_batch& b) {
   for (auto& x : b.executions) {
     if (any_pending_ && is_terminal(x.status))
       settle_.insert(x.id);
+    if (d_.indexed && rc_ == 0) {
+      // The index follows the stored status (store_index.hpp).
+      std::optional<execution_status> old;
+      if (auto rec = load_execution(txn_, s_.executions_, x.id))
+        old = rec->status;
+      rc_ = store_index::reindex(txn_, d_.by_status, d_.meta, x.id, x.parent_id.empty(),
+                                 old ? &*old : nullptr, &x.status);
+    }
     put(s_.executions_, x.id, encode(x));
     if (is_terminal(x.status))
       del(s_.live_, x.id);
@@ -373,8 +383,14 @@ void commit_txn::delete_execution(const std::string& id) {
   execution_record rec;
   MDB_val v;
   if (mdb_get(txn_, s_.executions_, &k, &v) == 0) {
-    if (auto r = decode_execution(as_view(v)))
+    bool decoded = false;
+    if (auto r = decode_execution(as_view(v))) {
       rec = std::move(*r);
+      decoded = true;
+    }
+    if (decoded && d_.indexed && rc_ == 0)
+      rc_ = store_index::reindex(txn_, d_.by_status, d_.meta, id, rec.parent_id.empty(),
+                                 &rec.status, nullptr);
     del(s_.executions_, id);
     if (!rec.parent_id.empty())
       del(s_.children_, pair_key(rec.parent_id, id));

@@ -17,12 +17,16 @@
 
 namespace canopy::store_lmdb {
 
-/// Schema 2: binary records (records.hpp). Schema 1: JSON text records (the
-/// release before). While a schema-1 home is being migrated its schema reads
-/// `migrating_schema`, which a schema-1 binary refuses like any other.
-constexpr const char* schema_version = "2";
+/// Schema 3: binary records (records.hpp) and the status index with its
+/// counts (store_index.hpp). Schema 2: binary records without the index;
+/// schema 1: JSON text records. While a home is being migrated its schema
+/// reads `migrating_schema` (1 to 2) or `indexing_schema` (2 to 3), which the
+/// binaries of the releases before refuse like any other.
+constexpr const char* schema_version = "3";
+constexpr const char* binary_schema = "2";
 constexpr const char* text_schema = "1";
 constexpr const char* migrating_schema = "1>2";
+constexpr const char* indexing_schema = "2>3";
 
 /// The `meta` key of the schema version.
 inline const std::string schema_key = "schema";

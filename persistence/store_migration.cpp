@@ -1,5 +1,6 @@
-// Migrating a schema-1 home (JSON text records) to schema 2 (binary
-// records): see the top of store.hpp.
+// Migrating a home of an earlier schema to schema 3: schema-1 JSON text
+// records are rewritten in the binary encoding (schema 2), then the status
+// index and counts are built (schema 3). See the top of store.hpp.
 
 #include "persistence/store.hpp"
 
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "persistence/store_index.hpp"
 #include "persistence/store_lmdb.hpp"
 
 namespace canopy {
@@ -36,33 +38,158 @@ std::optional<std::string> reencode(std::string_view text, Decode decode) {
 /// for a bounded time (a few ms), so other writers keep their turns.
 constexpr size_t migration_chunk = 2000;
 
+/// The `meta` key of the first execution id the index build has not
+/// visited yet (absent: from the first).
+const std::string index_from_key = "index_from";
+
+/// Empties the status index and its counts, to build them from scratch.
+/// @returns an LMDB code.
+int reset_status_index(MDB_txn* txn, unsigned by_status, unsigned meta) {
+  int rc = mdb_drop(txn, by_status, 0);
+  for (size_t i = 0; rc == 0 && i < 6; ++i) {
+    auto key = store_index::count_key(static_cast<execution_status>(i));
+    MDB_val k = as_val(key);
+    rc = mdb_del(txn, meta, &k, nullptr);
+    rc = rc == MDB_NOTFOUND ? 0 : rc;
+  }
+  MDB_val k = as_val(index_from_key);
+  if (rc == 0 && (rc = mdb_del(txn, meta, &k, nullptr)) == MDB_NOTFOUND)
+    rc = 0;
+  return rc;
+}
+
+/// Sets the schema to `to` when it reads `from`, emptying the status index
+/// when `to` is "2>3". @returns an LMDB code.
+int advance_schema(MDB_txn* txn, unsigned meta, unsigned by_status, const char* from,
+                   const char* to) {
+  MDB_val k = as_val(schema_key), v;
+  int rc = mdb_get(txn, meta, &k, &v);
+  if (rc != 0 || as_string(v) != from)
+    return rc;
+  if (std::string{to} == indexing_schema && (rc = reset_status_index(txn, by_status, meta)) != 0)
+    return rc;
+  std::string next = to;
+  v = as_val(next);
+  return mdb_put(txn, meta, &k, &v, 0);
+}
+
 } // namespace
+
+caf::error store::open_status_index() {
+  if (has_by_status_)
+    return caf::none;
+  // No other transaction of this process may open a database meanwhile.
+  std::lock_guard<std::mutex> guard{dbi_mtx_};
+  MDB_dbi dbi = 0;
+  auto err = write_once(
+    [&](MDB_txn* txn) { return mdb_dbi_open(txn, "by_status", MDB_CREATE, &dbi); },
+    "creating the status index");
+  if (err)
+    return err;
+  by_status_ = dbi;
+  has_by_status_ = true;
+  return caf::none;
+}
+
+caf::error store::build_status_index() {
+  for (bool done = false; !done;) {
+    auto err = write_once([&](MDB_txn* txn) {
+      MDB_val sk = as_val(schema_key), sv;
+      int rc = mdb_get(txn, meta_, &sk, &sv);
+      if (rc != 0)
+        return rc;
+      done = as_string(sv) != indexing_schema; // another process finished it
+      if (done)
+        return 0;
+      std::string from;
+      MDB_val fk = as_val(index_from_key), fv;
+      if (mdb_get(txn, meta_, &fk, &fv) == 0)
+        from = as_string(fv);
+      MDB_cursor* cur;
+      if ((rc = mdb_cursor_open(txn, executions_, &cur)) != 0)
+        return rc;
+      MDB_val k = as_val(from), v;
+      rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
+      std::vector<std::pair<std::string, execution_record>> chunk;
+      for (size_t n = 0; rc == 0 && n < migration_chunk;
+           ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+        if (auto rec = decode_execution(as_view(v)))
+          chunk.emplace_back(as_string(k), std::move(*rec));
+      std::string next = rc == 0 ? as_string(k) : std::string{};
+      mdb_cursor_close(cur);
+      if (rc != 0 && rc != MDB_NOTFOUND)
+        return rc;
+      done = rc == MDB_NOTFOUND;
+      store_index::status_counts added{};
+      for (auto& [id, rec] : chunk) {
+        auto key = store_index::status_key(rec.status, rec.parent_id.empty(), id);
+        std::string empty;
+        MDB_val ik = as_val(key), iv = as_val(empty);
+        if ((rc = mdb_put(txn, by_status_, &ik, &iv, 0)) != 0)
+          return rc;
+        ++added[static_cast<size_t>(rec.status)];
+      }
+      for (size_t i = 0; i < added.size(); ++i)
+        if ((rc = store_index::add_count(txn, meta_, static_cast<execution_status>(i),
+                                         static_cast<int64_t>(added[i])))
+            != 0)
+          return rc;
+      if (!done) {
+        fv = as_val(next);
+        return mdb_put(txn, meta_, &fk, &fv, 0);
+      }
+      // The new schema last, with the end of the build.
+      if ((rc = mdb_del(txn, meta_, &fk, nullptr)) != 0 && rc != MDB_NOTFOUND)
+        return rc;
+      std::string version = schema_version;
+      sv = as_val(version);
+      return mdb_put(txn, meta_, &sk, &sv, 0);
+    }, "building the status index");
+    if (err)
+      return err;
+  }
+  return caf::none;
+}
 
 
 caf::error store::migrate() {
   if (!needs_migration_)
     return caf::none;
-  // 1. Mark the home as migrating (a schema-1 binary refuses it from now
-  //    on), unless another process finished the migration meanwhile.
-  bool done = false;
+  if (auto err = open_status_index())
+    return err;
+  // 1. Mark a schema-1 home as migrating (a schema-1 binary refuses it from
+  //    now on), a schema-2 one as being indexed (a schema-2 binary refuses
+  //    it), unless another process finished the migration meanwhile.
+  std::string found;
   auto err = write_once([&](MDB_txn* txn) {
     MDB_val k = as_val(schema_key), v;
     int rc = mdb_get(txn, meta_, &k, &v);
     if (rc != 0)
       return rc;
-    done = as_string(v) == schema_version;
-    if (done)
-      return 0;
-    std::string marker = migrating_schema;
-    MDB_val mv = as_val(marker);
-    return mdb_put(txn, meta_, &k, &mv, 0);
+    found = as_string(v);
+    if (found == text_schema)
+      return advance_schema(txn, meta_, by_status_, text_schema, migrating_schema);
+    if (found == binary_schema)
+      return advance_schema(txn, meta_, by_status_, binary_schema, indexing_schema);
+    return 0;
   }, "migrating the store");
   if (err)
     return err;
-  if (done) {
-    needs_migration_ = false;
-    return caf::none;
-  }
+  if (found == text_schema || found == migrating_schema)
+    if ((err = rewrite_text_records()))
+      return err;
+  // 3. The status index and counts; the schema becomes "3" with its last
+  //    transaction.
+  if (found != schema_version)
+    if ((err = build_status_index()))
+      return err;
+  indexed_ = true;
+  needs_migration_ = false;
+  return caf::none;
+}
+
+caf::error store::rewrite_text_records() {
+  caf::error err;
   // 2. Rewrite every text record, database by database, in chunks of
   //    `migration_chunk` records per transaction. Binary records (written by
   //    an earlier, interrupted run of this migration) are skipped.
@@ -112,18 +239,12 @@ caf::error store::migrate() {
       from = std::move(next);
     }
   }
-  // 3. The new schema last: a crash before this line leaves the marker, and
-  //    the next writer runs the migration again from the start.
-  err = write_once([&](MDB_txn* txn) {
-    MDB_val k = as_val(schema_key);
-    std::string version = schema_version;
-    MDB_val v = as_val(version);
-    return mdb_put(txn, meta_, &k, &v, 0);
+  // The index next: a crash before this line leaves "1>2", and the next
+  // writer rewrites the records again from the start (rewritten ones are
+  // skipped).
+  return write_once([&](MDB_txn* txn) {
+    return advance_schema(txn, meta_, by_status_, migrating_schema, indexing_schema);
   }, "migrating the store");
-  if (err)
-    return err;
-  needs_migration_ = false;
-  return caf::none;
 }
 
 } // namespace canopy

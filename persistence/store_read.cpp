@@ -18,14 +18,6 @@ namespace canopy {
 using namespace store_lmdb;
 using namespace store_detail;
 
-namespace {
-
-/// `execution_filter::created_after`: how much older than the bound an id's
-/// time may be before the walk stops (an id's time precedes its record's
-/// `created_at` by the few instructions between them).
-constexpr int64_t created_after_margin_ms = 60'000;
-
-} // namespace
 
 // -- reads ---------------------------------------------------------------------------
 
@@ -62,6 +54,10 @@ store_subtree::dbs store::subtree_handles() const {
   d.live = live_;
   d.agent_runs = agent_runs_;
   d.has_subtrees = has_subtrees_;
+  d.meta = meta_;
+  d.indexed = indexed_ && has_by_status_;
+  if (d.indexed)
+    d.by_status = by_status_;
   if (d.has_subtrees)
     d.subtrees = subtrees_;
   return d;
@@ -139,62 +135,6 @@ caf::expected<std::set<std::string>> store::subtree_ids(const std::string& id) c
 caf::expected<stored_graph> store::graph(const std::string& id) const {
   return get_record<stored_graph>(graphs_, id, "no graph for execution '" + id + "'",
                                   decode_graph);
-}
-
-caf::expected<std::vector<execution_record>> store::list(const execution_filter& f) const {
-  auto d = subtree_dbs();
-  std::vector<execution_record> out;
-  auto err = read([&](MDB_txn* txn) -> caf::error {
-    // Roots are never covered (a root target is written as it is).
-    std::optional<store_subtree::resolver> resolve;
-    if (!f.roots_only && d.has_subtrees)
-      resolve.emplace(txn, d);
-    MDB_cursor* cur;
-    if (int rc = mdb_cursor_open(txn, executions_, &cur); rc != 0)
-      return lmdb_error("mdb_cursor_open", rc);
-    MDB_val k, v;
-    // Ids are time-ordered: walk backwards for newest first, from the
-    // cursor when one is given.
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
-    if (!f.before.empty()) {
-      k = as_val(f.before);
-      rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-      rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
-    }
-    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
-      if (f.created_after != 0) {
-        // Every older id is older still: past the margin, nothing qualifies.
-        auto id_ms = execution_id_ms(as_view(k));
-        if (id_ms >= 0 && id_ms + created_after_margin_ms < f.created_after)
-          break;
-      }
-      auto rec = decode_execution(as_view(v));
-      if (!rec) {
-        mdb_cursor_close(cur);
-        return rec.error();
-      }
-      if (f.roots_only && !rec->parent_id.empty())
-        continue;
-      if (f.owner && rec->owner != *f.owner)
-        continue;
-      if (resolve)
-        resolve->resolve(*rec);
-      if (f.status && rec->status != *f.status)
-        continue;
-      if (!f.graph.empty() && rec->graph != f.graph)
-        continue;
-      if (rec->created_at < f.created_after)
-        continue;
-      out.push_back(std::move(*rec));
-      if (f.limit != 0 && out.size() >= f.limit)
-        break;
-    }
-    mdb_cursor_close(cur);
-    return caf::none;
-  });
-  if (err)
-    return err;
-  return out;
 }
 
 caf::expected<std::vector<event_record>>

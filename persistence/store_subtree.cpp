@@ -5,6 +5,7 @@
 
 #include <iterator>
 
+#include "persistence/store_index.hpp"
 #include "persistence/store_lmdb.hpp"
 
 namespace canopy::store_subtree {
@@ -324,6 +325,12 @@ int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::
     if (rc != 0)
       return; // given way or failed: nothing of it is committed
     for (auto& x : execs) {
+      if (d.indexed && rc == 0) {
+        // Covered executions were indexed under their stored status.
+        if (auto stored = load_execution(txn, d, x.id))
+          rc = store_index::reindex(txn, d.by_status, d.meta, x.id, x.parent_id.empty(),
+                                    &stored->status, &x.status);
+      }
       put(d.executions, x.id, encode(x));
       del(d.live, x.id);
       if (!x.agent.empty())

@@ -41,6 +41,10 @@ inline constexpr const char* compact_type = "subtree.stopped";
 struct dbs {
   unsigned executions = 0, steps = 0, children = 0, events = 0, live = 0, agent_runs = 0;
   unsigned subtrees = 0;
+  /// The status index and `meta` (its counts), kept by materialisation when
+  /// `indexed` (store_index.hpp).
+  unsigned by_status = 0, meta = 0;
+  bool indexed = false;
   /// False while the `subtrees` database does not exist (a home written
   /// before it): there is no subtree_stop then.
   bool has_subtrees = false;

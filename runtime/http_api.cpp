@@ -437,7 +437,10 @@ void api_server::get_metrics(call& c) {
   auto usage = db_.usage();
   if (!usage)
     return reply(c.res, from_error(usage.error()));
-  auto body = metrics_.render(rt_.live_executions(), usage->used_bytes(),
+  auto executions = db_.status_counts();
+  if (!executions)
+    return reply(c.res, from_error(executions.error()));
+  auto body = metrics_.render(rt_.live_executions(), *executions, usage->used_bytes(),
                               current_log_status().dropped);
   if (heap_figures h; tcmalloc_figures(h))
     body += "# HELP canopy_heap_bytes The server's heap in use (allocated and not freed)\n"

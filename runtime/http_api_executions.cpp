@@ -286,12 +286,8 @@ void api_server::delete_execution(call& c) {
   auto rec = owned(c, c.capture);
   if (!rec)
     return;
-  auto ids = db_.subtree_ids(rec->id);
-  if (!ids)
-    return reply(c.res, from_error(ids.error()));
   if (auto err = rt_.delete_tree(rec->id))
     return reply(c.res, from_error(err));
-  metrics_.forget({ids->begin(), ids->end()});
   spdlog::info("event=execution.deleted user={} execution={}", c.user, rec->id);
   c.res.status = 204;
 }

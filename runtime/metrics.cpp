@@ -66,20 +66,6 @@ metrics::metrics()
     commit_latency_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
 }
 
-caf::error metrics::load(const store& db) {
-  execution_filter all;
-  all.roots_only = false;
-  auto recs = db.list(all);
-  if (!recs)
-    return recs.error();
-  std::lock_guard<std::mutex> guard{mtx_};
-  for (auto& r : *recs) {
-    status_of_[r.id] = r.status;
-    ++by_status_[static_cast<size_t>(r.status)];
-  }
-  return caf::none;
-}
-
 void metrics::on_event(const event_record& e, const store& db) {
   if (e.type == "stop.handled" && e.data.is_object() && e.data.contains("stop_id")
       && e.data["stop_id"].is_string()) {
@@ -99,26 +85,7 @@ void metrics::on_event(const event_record& e, const store& db) {
   } else if (e.type.compare(0, 6, "agent.") == 0) {
     if (auto i = agent_events_.find(e.type); i != agent_events_.end())
       ++i->second;
-  } else if (e.type.compare(0, 10, "execution.") == 0) {
-    execution_status s;
-    if (!from_string(e.status, s))
-      return;
-    auto [i, added] = status_of_.emplace(e.execution_id, s);
-    if (!added) {
-      --by_status_[static_cast<size_t>(i->second)];
-      i->second = s;
-    }
-    ++by_status_[static_cast<size_t>(s)];
   }
-}
-
-void metrics::forget(const std::vector<std::string>& ids) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  for (auto& id : ids)
-    if (auto i = status_of_.find(id); i != status_of_.end()) {
-      --by_status_[static_cast<size_t>(i->second)];
-      status_of_.erase(i);
-    }
 }
 
 void metrics::count_pruned(size_t trees) {
@@ -152,16 +119,16 @@ void metrics::count_request(const std::string& method, const std::string& route,
               + std::to_string(code)];
 }
 
-std::string metrics::render(size_t live_actors, uint64_t store_bytes,
-                            uint64_t log_dropped) const {
+std::string metrics::render(size_t live_actors, const std::array<uint64_t, 6>& executions,
+                            uint64_t store_bytes, uint64_t log_dropped) const {
   std::lock_guard<std::mutex> guard{mtx_};
   std::string out;
   out += "# HELP canopy_executions Executions in the store by status.\n"
          "# TYPE canopy_executions gauge\n";
-  for (size_t i = 0; i < by_status_.size(); ++i)
+  for (size_t i = 0; i < executions.size(); ++i)
     out += std::string{"canopy_executions{status=\""}
            + to_string(static_cast<execution_status>(i)) + "\"} "
-           + std::to_string(by_status_[i]) + "\n";
+           + std::to_string(executions[i]) + "\n";
   out += "# HELP canopy_steps_started_total Step attempts started.\n"
          "# TYPE canopy_steps_started_total counter\n"
          "canopy_steps_started_total "

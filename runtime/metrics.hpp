@@ -11,7 +11,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "persistence/records.hpp"
@@ -40,11 +39,7 @@ class metrics {
 public:
   metrics();
 
-  /// Counts the status of every execution already in `db` (at start).
-  /// @returns a store error, or nothing.
-  caf::error load(const store& db);
-
-  /// Updates execution and step counters from a committed event; a
+  /// Updates the step and agent counters from a committed event; a
   /// `stop.handled` event observes its request's latency (read from `db`).
   void on_event(const event_record& e, const store& db);
 
@@ -61,10 +56,6 @@ public:
   /// `unknown`, a code outside 100-599 as 0.
   void count_request(const std::string& method, const std::string& route, int code);
 
-  /// Forgets the deleted executions `ids` (a DELETE or a prune): they no
-  /// longer count in `canopy_executions`.
-  void forget(const std::vector<std::string>& ids);
-
   /// Counts root trees deleted by the server's retention.
   void count_pruned(size_t trees);
 
@@ -72,14 +63,15 @@ public:
   void count_fenced();
 
   /// @returns the Prometheus text exposition (format 0.0.4), with the
-  /// store's bytes in use (`store_usage::used_bytes`) and the log lines lost
-  /// so far (`log_status::dropped`, runtime/logging.hpp).
-  std::string render(size_t live_actors, uint64_t store_bytes, uint64_t log_dropped) const;
+  /// executions stored per status (`store::status_counts`, kept by the
+  /// store: nothing here grows with the history), the store's bytes in use
+  /// (`store_usage::used_bytes`) and the log lines lost so far
+  /// (`log_status::dropped`, runtime/logging.hpp).
+  std::string render(size_t live_actors, const std::array<uint64_t, 6>& executions,
+                     uint64_t store_bytes, uint64_t log_dropped) const;
 
 private:
   mutable std::mutex mtx_;
-  std::unordered_map<std::string, execution_status> status_of_;
-  std::array<uint64_t, 6> by_status_{};
   uint64_t steps_started_ = 0;
   uint64_t steps_completed_ = 0;
   uint64_t steps_failed_ = 0;

@@ -33,7 +33,6 @@ void pruner::run() {
     if (!result) {
       spdlog::warn("event=retention.prune error=\"{}\"", message_of(result.error()));
     } else {
-      metrics_.forget(result->ids);
       metrics_.count_pruned(result->trees);
       if (result->trees > 0)
         spdlog::info("event=retention.pruned trees={} executions={} commits={}", result->trees,

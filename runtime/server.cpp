@@ -107,10 +107,6 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   }
   for (auto& id : (*rt)->recovered())
     spdlog::warn("event=execution.interrupted execution={}", id);
-  if (auto err = m->load(*(*rt)->db())) {
-    spdlog::error("event=store.read error=\"{}\"", message_of(err));
-    return fatal(5);
-  }
   notifier events;
   auto db = (*rt)->db();
   auto sub = (*rt)->subscribe([m, db, &events](const event_record& e) {

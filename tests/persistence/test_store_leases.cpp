@@ -212,3 +212,30 @@ TEST_CASE("a stop request's event comes before the events of the halt in its bat
   for (size_t i = 1; i < handed.size(); ++i)
     CHECK(handed[i].seq > handed[i - 1].seq);
 }
+
+TEST_CASE("a commit that outgrows the map takes every tree it acquires, as recovery does",
+          "[persistence][store][lease]") {
+  home_guard home{temp_home()};
+  auto db = open_store(home.path, 1u << 20);
+  auto map_before = db->map_size();
+  // One nested batch per tree, each taking its tree over, more than the
+  // map holds: the attempt that fills it runs again from the claims given.
+  write_batch all;
+  std::vector<std::string> roots;
+  for (int i = 0; i < 2000; ++i) {
+    roots.push_back(make_execution_id());
+    auto b = claiming(roots.back(), 0, true);
+    auto x = make_exec(roots.back(), "g", execution_status::stopped);
+    x.inputs = {{"text", std::string(1024, 'x')}};
+    b.executions.push_back(x);
+    all.nested.push_back(std::move(b));
+  }
+  commit_ok(*db, all);
+  CHECK(db->map_size() > map_before);
+  for (size_t i = 0; i < roots.size(); ++i) {
+    INFO(i);
+    CHECK(all.nested[i].lease.outcome == lease_outcome::acquired);
+    CHECK(get(db->lease(roots[i])).epoch == all.nested[i].lease.epoch);
+    CHECK(get(db->execution(roots[i])).status == execution_status::stopped);
+  }
+}
