@@ -169,6 +169,10 @@ struct lease_claim {
   uint64_t epoch = 0;
   bool acquire = false; ///< take the tree over (a start, a resume, recovery)
   tree_lease owner;     ///< acquiring: the new owner (epoch assigned at commit)
+  /// Acquiring, when not 0: the seq of the last event of the tree's log as
+  /// the writer read it. The claim is fenced when the log has grown since:
+  /// recovery takes over only a tree that nobody wrote after it looked.
+  uint64_t log_end = 0;
   /// The writer's last write of the tree (its root's final record): the
   /// store writer forgets the epoch it holds once it is committed.
   bool last = false;

@@ -13,7 +13,9 @@
 //   graphs      execution id → stored graph
 //   events      root id \0 seq (8 bytes, big endian) → event record
 //   live        execution id → "" for every execution not yet terminal
-//   stops       stop id → stop request (the stop registry)
+//   stops       stop id → stop request (the stop registry); a request is
+//               deleted with the log that holds its `stop.requested` event
+//               (its target's tree), so retention takes it too
 //   pending     target execution id \0 stop id → "" while the request is not handled
 //   counters    scope execution id → tree counters (merged by maximum)
 //   registry    owner \0 graph name \0 version (4 bytes, big endian) → registered graph
@@ -394,6 +396,10 @@ public:
   /// @returns the highest seq in the event log (0 when empty).
   caf::expected<uint64_t> last_seq() const;
 
+  /// @returns the seq of the last event in the log of tree `root_id` (0: no
+  ///          event), or an LMDB error. Thread-safe.
+  caf::expected<uint64_t> tree_last_seq(const std::string& root_id) const;
+
   /// @returns the stored schema version: "3", or "1", "1>2", "2" or "2>3"
   ///          for a home of an earlier release not (fully) migrated yet.
   caf::expected<std::string> schema() const;
@@ -500,6 +506,9 @@ private:
   caf::expected<std::vector<T>> read_log(unsigned dbi, const std::string& prefix, uint64_t after,
                                          size_t limit, Decode decode) const;
   caf::error grow();
+  /// Doubles the map once its used pages pass three quarters of it, so that
+  /// a large commit seldom fills the map and has to run a second time.
+  caf::error grow_ahead();
   /// Creates and opens `env_` on `home_` with the map size `map_bytes` (a
   /// larger existing map wins). @returns an LMDB code.
   int open_env(size_t map_bytes);

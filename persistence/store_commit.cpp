@@ -50,6 +50,22 @@ caf::error store::grow() {
   return caf::none;
 }
 
+caf::error store::grow_ahead() {
+  {
+    std::shared_lock<std::shared_mutex> guard{resize_mtx_};
+    if (env_ == nullptr)
+      return unusable();
+    MDB_envinfo info;
+    MDB_stat st;
+    mdb_env_info(env_, &info);
+    mdb_env_stat(env_, &st);
+    size_t used = (info.me_last_pgno + 1) * static_cast<size_t>(st.ms_psize);
+    if (used <= info.me_mapsize / 4 * 3)
+      return caf::none;
+  }
+  return grow();
+}
+
 caf::error store::write_once(const std::function<int(MDB_txn*)>& f, const char* what) {
   if (auto err = lock_writers())
     return err;
@@ -57,6 +73,8 @@ caf::error store::write_once(const std::function<int(MDB_txn*)>& f, const char* 
     store* self;
     ~unlock_at_exit() { self->unlock_writers(); }
   } unlock{this};
+  if (auto err = grow_ahead())
+    return err;
   for (;;) {
     int rc;
     {

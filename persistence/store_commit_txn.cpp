@@ -134,6 +134,15 @@ bool commit_txn::claim(write_batch& b) {
       c.outcome = lease_outcome::fenced;
       return false;
     }
+    if (c.log_end != 0) {
+      uint64_t end = 0;
+      if ((rc_ = last_log_seq(txn_, s_.events_, c.root, end)) != 0)
+        return false;
+      if (end != c.log_end) {
+        c.outcome = lease_outcome::fenced; // written since it was read
+        return false;
+      }
+    }
     if (!epoch_read_) {
       MDB_val k = as_val(epoch_meta_key), v;
       if (mdb_get(txn_, s_.meta_, &k, &v) == 0 && v.mv_size == 8)
@@ -405,7 +414,8 @@ void commit_txn::delete_execution(const std::string& id) {
     stored_epoch_.erase(id);
   }
   del_prefix(s_.steps_, id + '\0');
-  del_prefix(s_.events_, id + '\0');
+  // Its log goes, and with it the stop requests its events name.
+  del_prefix(s_.events_, id + '\0', [&](std::string_view event) { delete_stop_of(event); });
   // Its events in another root's log go after the whole batch, with one
   // scan of that log per commit (`delete_events_of_deleted`).
   if (!rec.root_id.empty() && rec.root_id != id)
@@ -445,6 +455,7 @@ void commit_txn::delete_events_of(const std::string& root,
     auto ex = decode_event_execution(as_view(v));
     auto i = ex ? ids.find(*ex) : ids.end();
     if (i != ids.end() && event_seq <= i->second) {
+      delete_stop_of(as_view(v));
       if ((rc_ = mdb_cursor_del(cur, 0)) != 0)
         break;
       r = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
@@ -453,6 +464,31 @@ void commit_txn::delete_events_of(const std::string& root,
     }
   }
   mdb_cursor_close(cur);
+}
+
+void commit_txn::delete_stop_of(std::string_view event) {
+  // Only a `stop.requested` event names a request of its own (its
+  // `stop.handled` names the same one): a substring test spares decoding
+  // every other event of the tree.
+  static constexpr std::string_view requested = "stop.requested";
+  if (rc_ != 0 || event.find(requested) == std::string_view::npos)
+    return;
+  auto e = decode_event(event);
+  if (!e || e->type != requested || !e->data.is_object())
+    return;
+  auto id = e->data.find("stop_id");
+  if (id == e->data.end() || !id->is_string())
+    return;
+  auto stop_id = id->get<std::string>();
+  for (auto [dbi, key] : {std::pair<unsigned, std::string>{s_.stops_, stop_id},
+                          {s_.pending_, pair_key(e->execution_id, stop_id)}}) {
+    MDB_val k = as_val(key);
+    int r = mdb_del(txn_, dbi, &k, nullptr);
+    if (r != 0 && r != MDB_NOTFOUND) {
+      rc_ = r;
+      return;
+    }
+  }
 }
 
 // -- writes that keep the first failure ----------------------------------------------
@@ -483,7 +519,8 @@ void commit_txn::del(unsigned dbi, const std::string& key) {
     rc_ = r;
 }
 
-void commit_txn::del_prefix(unsigned dbi, const std::string& prefix) {
+void commit_txn::del_prefix(unsigned dbi, const std::string& prefix,
+                            const std::function<void(std::string_view)>& each) {
   MDB_cursor* cur;
   if (rc_ != 0 || (rc_ = mdb_cursor_open(txn_, dbi, &cur)) != 0)
     return;
@@ -491,7 +528,9 @@ void commit_txn::del_prefix(unsigned dbi, const std::string& prefix) {
   int r = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
   while (r == 0 && k.mv_size >= prefix.size()
          && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0) {
-    if ((rc_ = mdb_cursor_del(cur, 0)) != 0)
+    if (each)
+      each(as_view(v));
+    if (rc_ != 0 || (rc_ = mdb_cursor_del(cur, 0)) != 0)
       break;
     r = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
     if (r != 0)

@@ -20,8 +20,10 @@
 #include <lmdb.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -115,6 +117,10 @@ private:
   /// (id → the last seq assigned when it was deleted) up to that seq.
   void delete_events_of(const std::string& root, const std::map<std::string, uint64_t>& ids);
 
+  /// Deletes the stop request a deleted `stop.requested` event names (its
+  /// record and any `pending` entry): a request goes with its target's log.
+  void delete_stop_of(std::string_view event);
+
   // -- writes that keep the first failure in `rc_` ---------------------------
 
   void put(unsigned dbi, const std::string& key, const std::string& val, unsigned flags = 0);
@@ -126,8 +132,10 @@ private:
   /// Deletes `key` from `dbi`; a key that is not there is no error.
   void del(unsigned dbi, const std::string& key);
 
-  /// Deletes every key of `dbi` that starts with `prefix`.
-  void del_prefix(unsigned dbi, const std::string& prefix);
+  /// Deletes every key of `dbi` that starts with `prefix`, handing each
+  /// value to `each` (if set) before it goes.
+  void del_prefix(unsigned dbi, const std::string& prefix,
+                  const std::function<void(std::string_view)>& each = {});
 
   // -- state of the attempt --------------------------------------------------
 

@@ -109,4 +109,25 @@ void scan_prefix(MDB_txn* txn, unsigned dbi, const std::string& prefix, const st
   mdb_cursor_close(cur);
 }
 
+/// The seq of the last event in the log of tree `root` (keys `root \0 seq`
+/// of the events database `dbi`): 0 when the log is empty. @returns an LMDB
+/// code (0 on success) with the seq in `out`.
+inline int last_log_seq(MDB_txn* txn, unsigned dbi, const std::string& root, uint64_t& out) {
+  out = 0;
+  MDB_cursor* cur;
+  if (int rc = mdb_cursor_open(txn, dbi, &cur); rc != 0)
+    return rc;
+  auto prefix = root + '\0';
+  auto past = prefix + std::string(8, '\xff');
+  MDB_val k = as_val(past), v;
+  int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV)
+               : rc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST) : rc;
+  if (rc == 0 && k.mv_size == prefix.size() + 8
+      && std::memcmp(k.mv_data, prefix.data(), prefix.size()) == 0)
+    out = seq_of(k);
+  mdb_cursor_close(cur);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 } // namespace canopy::store_lmdb

@@ -63,6 +63,18 @@ store_subtree::dbs store::subtree_handles() const {
   return d;
 }
 
+caf::expected<uint64_t> store::tree_last_seq(const std::string& root_id) const {
+  uint64_t out = 0;
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    if (int rc = store_lmdb::last_log_seq(txn, events_, root_id, out); rc != 0)
+      return store_lmdb::lmdb_error("last_log_seq", rc);
+    return caf::none;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 size_t store::map_size() const {
   std::shared_lock<std::shared_mutex> guard{resize_mtx_};
   if (env_ == nullptr)

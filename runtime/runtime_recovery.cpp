@@ -42,6 +42,7 @@ bool alive(int64_t pid, uint64_t start) {
 /// The live executions of one tree and its lease as read.
 struct live_tree {
   tree_lease lease;
+  uint64_t log_end = 0; ///< the last seq of its log before its records were read
   std::vector<execution_record> live;
 };
 
@@ -79,7 +80,11 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
   // tree after the lease was read has taken it over first, which changes
   // the epoch, and the compare-and-set below fences this batch. Records
   // read before the check could miss what a dying owner wrote last (a step
-  // it completed would be reset and run again).
+  // it completed would be reset and run again). The end of the tree's log,
+  // read after the check and before the records, closes what the epoch
+  // cannot see: an owner judged dead that still wrote (a pid check is only
+  // as good as /proc at that instant) changes the log, and the takeover is
+  // refused; the next reader that opens the home tries again.
   auto first = db.live();
   if (!first)
     return first.error();
@@ -99,6 +104,15 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
       i->second.live.clear();
       ++i;
     }
+  }
+  // Where each tree's log ends, before its records are read: the takeover
+  // below is refused if anything was written to the tree after this point,
+  // whoever wrote it (the epoch alone does not change on an owner's writes).
+  for (auto& [root, t] : trees) {
+    auto end = db.tree_last_seq(root);
+    if (!end)
+      return end.error();
+    t.log_end = *end;
   }
   if (!trees.empty()) {
     auto again = db.live();
@@ -123,6 +137,7 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
     batch.lease.root = root;
     batch.lease.acquire = true;
     batch.lease.epoch = t.lease.epoch;
+    batch.lease.log_end = t.log_end;
     batch.lease.owner.pid = ::getpid();
     batch.lease.owner.start = process_start_time(::getpid());
     std::vector<step_record> running;

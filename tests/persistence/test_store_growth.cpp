@@ -102,6 +102,33 @@ TEST_CASE("the map grows when full and keeps every record readable",
   CHECK(get(db->graph(ids.back())).document["i"] == executions - 1);
 }
 
+TEST_CASE("the map doubles before a commit once three quarters of it are used, not after a "
+          "commit fills it",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  constexpr size_t initial = 1u << 20;
+  auto db = open_store(dir.path, initial);
+  auto start_size = db->map_size();
+  // Fill to just past three quarters with commits that each fit easily.
+  const std::string blob(8 * 1024, 'x');
+  int i = 0;
+  auto file_bytes = [&] { return get(db->usage()).file_bytes; };
+  while (file_bytes() <= start_size / 4 * 3) {
+    REQUIRE(db->map_size() == start_size); // no commit so far needed more room
+    write_batch b;
+    b.graphs.emplace_back("g" + std::to_string(i++),
+                          stored_graph{json{{"blob", blob}}, "/", json::object()});
+    commit_ok(*db, b);
+  }
+  REQUIRE(file_bytes() < start_size); // the map is not full
+  // The next commit, however small, finds the map three quarters used.
+  write_batch b;
+  b.graphs.emplace_back("small", stored_graph{json{{"x", 1}}, "/", json::object()});
+  commit_ok(*db, b);
+  CHECK(db->map_size() == 2 * start_size);
+  CHECK(get(db->graph("small")).document["x"] == 1);
+}
+
 TEST_CASE("two processes committing to one home get unique, increasing seqs",
           "[persistence][store]") {
   test::temp_dir dir;

@@ -423,6 +423,54 @@ TEST_CASE("deleted_trees removes a settled root's whole tree and leaves a live o
   }
 }
 
+TEST_CASE("a deleted tree takes the stop requests of its executions with it",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  auto db = open_store(dir.path);
+  write_batch b;
+  b.executions.push_back(make_exec("r", "g", execution_status::running));
+  b.executions.push_back(make_exec("c", "g", execution_status::running, "r", "r"));
+  b.executions.push_back(make_exec("q", "g", execution_status::running));
+  commit_ok(*db, b);
+  // A request on the child, one on the root, one on another tree.
+  write_batch asks;
+  for (auto [stop_id, target] : {std::pair<const char*, const char*>{"s-child", "c"},
+                                 {"s-root", "r"},
+                                 {"s-other", "q"}}) {
+    stop_record req;
+    req.id = stop_id;
+    req.target = target;
+    req.requested_at = 1;
+    req.who = "test";
+    asks.stops.push_back(req);
+  }
+  commit_ok(*db, asks);
+  // The tree settles (its requests are answered), then goes.
+  write_batch end;
+  for (auto id : {"c", "r"}) {
+    auto x = get(db->execution(id));
+    x.status = execution_status::stopped;
+    end.executions.push_back(x);
+  }
+  commit_ok(*db, end);
+  REQUIRE(get(db->stop("s-child")).handled);
+  REQUIRE(get(db->stop("s-root")).handled);
+  write_batch del;
+  del.deleted_trees.push_back("r");
+  commit_ok(*db, del);
+  for (auto id : {"s-child", "s-root"}) {
+    INFO(id);
+    auto gone = db->stop(id);
+    REQUIRE_FALSE(gone);
+    CHECK(is_errc(gone.error(), persistence_errc::not_found));
+  }
+  // The other tree's request is untouched, still pending.
+  auto kept = get(db->stop("s-other"));
+  CHECK_FALSE(kept.handled);
+  REQUIRE(get(db->pending_stops()).size() == 1);
+  CHECK(get(db->pending_stops()).front().id == "s-other");
+}
+
 TEST_CASE("deleting a planned child leaves none of its events in its root's log",
           "[persistence][store]") {
   test::temp_dir dir;

@@ -143,6 +143,45 @@ TEST_CASE("taking a tree over fails when its epoch changed since it was read",
   CHECK(get(db->lease("r1")).pid == 200);
 }
 
+TEST_CASE("taking a tree over with the end of its log fails when its owner wrote to it since, "
+          "though its epoch did not change",
+          "[persistence][store][lease]") {
+  home_guard home{temp_home()};
+  auto db = open_store(home.path);
+  auto e = start_tree(*db, "r1");
+  {
+    auto b = claiming("r1", e, false);
+    b.events.push_back(make_event("r1", "r1", "execution.queued"));
+    commit_ok(*db, b);
+  }
+  // What a recovery reads, in order: the lease, then where the log ends.
+  auto end = get(db->tree_last_seq("r1"));
+  REQUIRE(end > 0);
+  CHECK(get(db->tree_last_seq("r1x")) == 0); // an id that extends it has no log
+  // Meanwhile its owner writes as ever, holding the same epoch.
+  {
+    auto b = claiming("r1", e, false);
+    b.executions.push_back(make_exec("r1", "g", execution_status::running));
+    b.events.push_back(make_event("r1", "r1", "execution.started"));
+    commit_ok(*db, b);
+    REQUIRE(b.lease.outcome == lease_outcome::held);
+  }
+  auto late = claiming("r1", e, true, 99);
+  late.lease.log_end = end;
+  late.executions.push_back(make_exec("r1", "g", execution_status::stopped));
+  commit_ok(*db, late);
+  CHECK(late.lease.outcome == lease_outcome::fenced);
+  CHECK(get(db->execution("r1")).status == execution_status::running);
+  CHECK(get(db->lease("r1")).epoch == e);
+  // Read again, the takeover goes through.
+  auto again = claiming("r1", e, true, 99);
+  again.lease.log_end = get(db->tree_last_seq("r1"));
+  again.executions.push_back(make_exec("r1", "g", execution_status::stopped));
+  commit_ok(*db, again);
+  CHECK(again.lease.outcome == lease_outcome::acquired);
+  CHECK(get(db->execution("r1")).status == execution_status::stopped);
+}
+
 TEST_CASE("a held claim of epoch 0 stands for an acquire earlier in the same commit",
           "[persistence][store][lease]") {
   home_guard home{temp_home()};
