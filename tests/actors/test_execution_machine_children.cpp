@@ -37,50 +37,50 @@ TEST_CASE("a child that completes completes its step with the child's outputs",
   CHECK(*f.m->results().result_of("c") == json{{"v", 1}});
 }
 
+namespace {
+
+/// A parent resumed after it stopped with its `graph` step `c` pending and
+/// the step's child `k1` stored as `child` (status and outputs) says.
+std::unique_ptr<machine_fixture> resumed_with_child(execution_status status, json outputs) {
+  step_record pending;
+  pending.step = "c";
+  pending.status = step_status::pending;
+  pending.reason = "requested";
+  pending.attempt = 1;
+  pending.child_id = "k1";
+  auto f = std::make_unique<machine_fixture>(one_child, false, std::vector<step_record>{pending});
+  execution_record child;
+  child.id = "k1";
+  child.status = status;
+  child.outputs = std::move(outputs);
+  f->resolver.stored_children.emplace(child.id, child);
+  f->m->start(++f->now);
+  return f;
+}
+
+} // namespace
+
 TEST_CASE("a resumed graph step whose child completed meanwhile takes the child's outputs "
           "without running it again",
           "[actors][machine]") {
   // The parent stopped after its child completed but before it took the
   // child's result: the step was reset to pending with the child's id.
-  step_record pending;
-  pending.step = "c";
-  pending.status = step_status::pending;
-  pending.reason = "requested";
-  pending.attempt = 1;
-  pending.child_id = "k1";
-  machine_fixture f{one_child, false, {pending}};
-  execution_record child;
-  child.id = "k1";
-  child.status = execution_status::completed;
-  child.outputs = json{{"v", 2}};
-  f.resolver.stored_children.emplace(child.id, child);
-  f.m->start(++f.now);
-  auto xs = f.settle(f.fx());
+  auto f = resumed_with_child(execution_status::completed, json{{"v", 2}});
+  auto xs = f->settle(f->fx());
   CHECK(count<fx::spawn_child>(xs) == 0);
-  CHECK(f.step("c").phase == step_phase::completed);
-  REQUIRE(f.m->results().result_of("c") != nullptr);
-  CHECK(*f.m->results().result_of("c") == json{{"v", 2}});
-  CHECK(f.m->record().status == execution_status::completed);
+  CHECK(f->step("c").phase == step_phase::completed);
+  REQUIRE(f->m->results().result_of("c") != nullptr);
+  CHECK(*f->m->results().result_of("c") == json{{"v", 2}});
+  CHECK(f->m->record().status == execution_status::completed);
 }
 
 TEST_CASE("a resumed graph step whose child stopped resumes the child under its id",
           "[actors][machine]") {
-  step_record pending;
-  pending.step = "c";
-  pending.status = step_status::pending;
-  pending.reason = "requested";
-  pending.attempt = 1;
-  pending.child_id = "k1";
-  machine_fixture f{one_child, false, {pending}};
-  execution_record child;
-  child.id = "k1";
-  child.status = execution_status::stopped;
-  f.resolver.stored_children.emplace(child.id, child);
-  f.m->start(++f.now);
-  auto xs = f.fx();
+  auto f = resumed_with_child(execution_status::stopped, nullptr);
+  auto xs = f->fx();
   REQUIRE(first<fx::spawn_child>(xs));
   CHECK(first<fx::spawn_child>(xs)->record.id == "k1");
-  CHECK(f.step("c").phase == step_phase::running_child);
+  CHECK(f->step("c").phase == step_phase::running_child);
 }
 
 TEST_CASE("a child's first record is written before the child is spawned, so that the "
