@@ -1,6 +1,6 @@
 #pragma once
 
-// TLS on the cluster port (SPEC §10): the PEM files of a node's
+// TLS on the cluster port: the PEM files of a node's
 // `cluster.tls`, their check at start, and which hosts count as loopback.
 // Plain data and libssl only: no CAF here (actors/cluster.cpp hands the files
 // to CAF's openssl module).

@@ -1,6 +1,6 @@
 #pragma once
 
-// The cluster transport a node may start with (SPEC §10): TLS
+// The cluster transport a node may start with: TLS
 // files that load, and no cleartext cluster traffic off the loopback
 // interface unless the configuration says so (`"tls": false`).
 

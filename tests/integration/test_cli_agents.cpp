@@ -1,4 +1,4 @@
-// `canopy agent ...` (SPEC §6, §9, §13 rules 13-16 and 21), driven as
+// `canopy agent ...` (agents, their turns and histories), driven as
 // a user drives it: real `canopy` processes on a real store in a temp home,
 // real subprocess steps. Every wait is an event wait (a file, an output, an
 // exit) with a generous deadline, never a fixed sleep.

@@ -1,4 +1,4 @@
-// Steps placed across a cluster (SPEC §4, §5, §10, §13 rule 22): a real `canopy serve --cluster` supervisor and real `canopy
+// Steps placed across a cluster: a real `canopy serve --cluster` supervisor and real `canopy
 // worker --join` processes on loopback run `tool` steps; a stop crosses to
 // the workers; a SIGKILLed worker's step returns to `pending`/`node_lost`
 // and runs on the other worker; a SIGKILLed supervisor's worker kills its

@@ -1,4 +1,4 @@
-// TLS on the cluster port (SPEC §10): a real `canopy serve
+// TLS on the cluster port: a real `canopy serve
 // --cluster` supervisor and real `canopy worker` processes with certificates
 // made at test time by the `openssl` command (a CA per test, certificates it
 // signs). What crosses the port is read by a relay in the middle (as a
