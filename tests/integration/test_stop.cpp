@@ -1,5 +1,6 @@
-// Acceptance tests: cascading stop and resume, limits and recovery. Real `canopy` processes on a real store in a temp home per
-// test, real subprocess steps. Every wait is an event wait (an output line, an
+// Acceptance tests: cascading stop and resume, limits and recovery. Real
+// `canopy` processes on a real store in a temp home per test, real
+// subprocess steps. Every wait is an event wait (an output line, an
 // exit, a down, a process that disappears) with a generous deadline, never a
 // sleep; the one exception is the deadline test, where wall-clock time passing
 // while the execution is stopped is the scenario itself.
