@@ -32,12 +32,16 @@ using clock_type = std::chrono::steady_clock;
 // -- thread pool ------------------------------------------------------------------
 
 /// A task queue that starts a thread whenever a job finds no idle one, up to
-/// `max_threads`; a thread idle for `idle_exit` ends. shutdown() runs the
-/// queued jobs, then waits for every thread.
+/// `max_threads`; a thread idle for `idle_exit` ends unless it is one of the
+/// `warm` ones, started with the pool. shutdown() runs the queued jobs, then
+/// waits for every thread.
 class elastic_pool : public httplib::TaskQueue {
 public:
-  elastic_pool(size_t max_threads, size_t stack_bytes)
-    : max_threads_(max_threads), stack_bytes_(stack_bytes) {
+  elastic_pool(size_t max_threads, size_t warm, size_t stack_bytes)
+    : max_threads_(max_threads), warm_(std::min(warm, max_threads)), stack_bytes_(stack_bytes) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (size_t i = 0; i < warm_ && start_thread(); ++i)
+      ++threads_;
   }
 
   ~elastic_pool() override {
@@ -109,12 +113,13 @@ private:
   }
 
   void work() {
+    pthread_setname_np(pthread_self(), "canopy-http"); // what ps, top and gdb show
     std::unique_lock<std::mutex> lock{mtx_};
     for (;;) {
       ++idle_;
       bool woke = cv_.wait_for(lock, idle_exit, [this] { return !jobs_.empty() || closing_; });
       --idle_;
-      if (jobs_.empty() && (closing_ || !woke))
+      if (jobs_.empty() && (closing_ || (!woke && threads_ > warm_)))
         break;
       if (jobs_.empty())
         continue;
@@ -130,6 +135,7 @@ private:
   }
 
   const size_t max_threads_;
+  const size_t warm_;
   const size_t stack_bytes_;
   std::mutex mtx_;
   std::condition_variable cv_;
@@ -442,7 +448,8 @@ bool is_loopback_exempt(const std::string& address) {
 
 http_listener::http_listener(http_limits limits, tls_server_context tls)
   : limits_(limits), tls_(std::move(tls)) {
-  new_task_queue = [this] { return new elastic_pool(limits_.max_threads, limits_.stack_bytes); };
+  new_task_queue = [this] { return new elastic_pool(limits_.max_threads, limits_.warm_threads,
+                                                      limits_.stack_bytes); };
   set_keep_alive_max_count(limits_.keep_alive_requests);
 }
 

@@ -4,9 +4,12 @@
 // writing, with the connection handling replaced so that slow or numerous
 // clients cannot starve the others.
 //
-// - One thread per open connection, started on demand (no fixed pool),
-//   up to `max_threads`; idle threads end after a few seconds. Connections
-//   beyond the cap wait, accepted, until a thread frees up.
+// - One thread per open connection, started on demand, up to `max_threads`;
+//   idle threads end after a few seconds, except `warm_threads` that start
+//   with the listener and stay, so that a request after a long idle does not
+//   pay for a thread's start (its stack and allocator cache faulted in, a
+//   few milliseconds on a busy machine). Connections beyond the cap wait,
+//   accepted, until a thread frees up.
 // - Every request must arrive within deadlines that a trickle of bytes does
 //   not extend: the request line and headers within `header_deadline` (and
 //   at most `max_header_bytes`), the whole request within `request_deadline`,
@@ -45,6 +48,7 @@ namespace canopy {
 /// Bounds of the connection model (see the file comment).
 struct http_limits {
   size_t max_threads = 2048;
+  size_t warm_threads = 4;
   size_t per_address = 128;
   size_t stack_bytes = size_t{8} << 20;
   std::chrono::milliseconds header_deadline{10000};

@@ -16,11 +16,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -493,6 +495,47 @@ TEST_CASE("with 500 partial-header connections open from 127.0.0.1, /healthz ans
   }
   CHECK(answered == 0);
   CHECK(srv.running());
+}
+
+/// How many of `pid`'s threads are HTTP connection threads (named
+/// `canopy-http`).
+size_t http_threads(pid_t pid) {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec))
+    n += read_file(task.path() / "comm") == "canopy-http\n" ? 1 : 0;
+  return n;
+}
+
+/// Polls `http_threads(pid)` until it equals `n` or `limit` passes.
+/// @returns the last count.
+size_t await_http_threads(pid_t pid, size_t n, std::chrono::seconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  size_t now = http_threads(pid);
+  while (now != n && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+    now = http_threads(pid);
+  }
+  return now;
+}
+
+TEST_CASE("the server keeps four warm HTTP threads: a burst of 100 connections starts more, "
+          "and once they close the pool shrinks back to the four",
+          "[integration][http]") {
+  server_process srv;
+  REQUIRE(await_http_threads(srv.pid(), 4, 10s) == 4);
+  auto fds = partial_connections(srv.port(), 100, "127.0.0.1");
+  REQUIRE(fds.size() == 100);
+  // A thread per open connection: the four warm ones and 96 more.
+  CHECK(await_http_threads(srv.pid(), 100, 20s) == 100);
+  for (int fd : fds)
+    ::close(fd);
+  // The 96 end after their idle time (5 s); the warm four stay.
+  CHECK(await_http_threads(srv.pid(), 4, 30s) == 4);
+  int status = 0;
+  timed_healthz(srv.port(), status);
+  CHECK(status == 200);
+  CHECK(http_threads(srv.pid()) == 4);
 }
 
 TEST_CASE("one client address holds at most 128 connections, the rest answer 503, and "
