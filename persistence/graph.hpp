@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "persistence/condition.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/json_text.hpp"
 
@@ -70,6 +71,11 @@ struct step_def {
   /// parent graph's file). Null for a registered graph name (`target` holds it).
   std::shared_ptr<const graph> child;
   std::vector<std::string> needs;
+  /// The condition under which it runs (persistence/condition.hpp); null:
+  /// always, once its needs allow.
+  json when;
+  /// How it treats skipped needs.
+  after_rule after = after_rule::all_completed;
   json with = json::object();
   json message; ///< `agent` only; null otherwise
   std::map<std::string, std::string> env;

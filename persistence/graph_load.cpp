@@ -221,7 +221,12 @@ private:
   }
 
   static void load_field(step_def& def, const std::string& key, const json& val) {
-    if (key == "message") {
+    if (key == "when") {
+      def.when = val;
+    } else if (key == "after") {
+      if (!from_string(string_of(val), def.after))
+        throw corrupt_graph("step '" + def.id + "': unknown after '" + string_of(val) + "'");
+    } else if (key == "message") {
       def.message = val;
     } else if (key == "env") {
       for (auto it = val.begin(); it != val.end(); ++it)

@@ -32,9 +32,10 @@ std::vector<std::string> concat(const std::vector<std::string>& a,
 
 const std::vector<std::string> kind_keys{"run", "tool", "graph", "plan", "agent", "fn"};
 
-const std::vector<std::string> step_field_keys{"needs",   "with",        "message", "env",
-                                               "stdin",   "cwd",         "timeout", "retries",
-                                               "retry_delay", "cost",    "grace"};
+const std::vector<std::string> step_field_keys{"needs",   "when",    "after",       "with",
+                                               "message", "env",     "stdin",       "cwd",
+                                               "timeout", "retries", "retry_delay", "cost",
+                                               "grace"};
 
 const std::vector<std::string> grace_keys{"interrupt", "terminate"};
 
@@ -94,6 +95,22 @@ void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent)
           fail(path + "/needs/" + std::to_string(i), "expected a step id, " + got(x));
       }
     }
+  }
+  if (auto it = v.find("when"); it != v.end()) {
+    def.when = *it;
+    check_condition(
+      *it, path + "/when", [this](std::string p, std::string m) { fail(p, std::move(m)); },
+      [&w, &path](std::string p, const std::string* text) {
+        w.texts.emplace_back(p.substr(path.size()), text);
+      });
+  }
+  if (auto it = v.find("after"); it != v.end()) {
+    if (!it->is_string() || !from_string(it->get<std::string>(), def.after))
+      fail(path + "/after", "expected \"all_completed\" or \"any_completed\", "
+                              + (it->is_string() ? "got \"" + it->get<std::string>() + "\""
+                                                 : got(*it)));
+    else if (!v.contains("needs"))
+      fail(path + "/after", "'after' says how a step treats its needs: this step has none");
   }
   if (auto it = v.find("with"); it != v.end()) {
     if (!it->is_object()) {

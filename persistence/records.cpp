@@ -8,7 +8,7 @@ namespace canopy {
 namespace {
 
 const char* execution_names[] = {"queued", "running", "stopping", "stopped", "completed", "failed"};
-const char* step_names[] = {"pending", "queued", "running", "completed", "failed"};
+const char* step_names[] = {"pending", "queued", "running", "completed", "failed", "skipped"};
 const char* busy_names[] = {"cancel_previous", "queue", "reject"};
 
 template <class T, size_t N>

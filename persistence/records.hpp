@@ -22,7 +22,9 @@ using json = nlohmann::json;
 enum class execution_status : uint8_t { queued, running, stopping, stopped, completed, failed };
 
 /// Step status (SPEC §3).
-enum class step_status : uint8_t { pending, queued, running, completed, failed };
+/// `skipped`: its condition (`when`) was false, or needs it relies on were
+/// skipped; final, like `completed` and `failed`, and it never started.
+enum class step_status : uint8_t { pending, queued, running, completed, failed, skipped };
 
 const char* to_string(execution_status x);
 const char* to_string(step_status x);

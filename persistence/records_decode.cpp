@@ -178,7 +178,7 @@ caf::expected<step_record> decode_step(std::string_view bytes) {
           break;
         case 's':
           if (k == "step") return x.step = r.str(), 2u;
-          if (k == "status") return x.status = enum_at<step_status>(r, 5), 4u;
+          if (k == "status") return x.status = enum_at<step_status>(r, 6), 4u;
           if (k == "started") return x.started_at = r.integer(), 0u;
           break;
       }

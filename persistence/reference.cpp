@@ -159,6 +159,8 @@ caf::expected<json> lookup(const reference& ref, const reference_scope& scope) {
     case reference::steps:
       break;
   }
+  if (scope.steps != nullptr && scope.steps->skipped(ref.name))
+    return json{}; // a skipped step's result, at any path
   const json* cur = scope.steps != nullptr ? scope.steps->result_of(ref.name) : nullptr;
   if (cur == nullptr)
     return bad("step '" + ref.name + "' has no result");

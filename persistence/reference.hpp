@@ -52,6 +52,12 @@ public:
   virtual ~step_results() = default;
   /// @returns the result of step `step` once it completed, else null.
   virtual const json* result_of(const std::string& step) const = 0;
+  /// @returns true when step `step` was skipped (its condition was false):
+  /// every reference to it resolves to null.
+  virtual bool skipped(const std::string& step) const {
+    (void)step;
+    return false;
+  }
 };
 
 /// `step_results` over a JSON object (step id → result), which must outlive it.

@@ -18,6 +18,8 @@ step_status status_of(step_phase p) {
       return step_status::completed;
     case step_phase::failed:
       return step_status::failed;
+    case step_phase::skipped:
+      return step_status::skipped;
     default:
       return step_status::running;
   }
@@ -38,7 +40,8 @@ const char* to_string(step_phase x) {
   constexpr const char* names[] = {"idle",         "retry_wait",    "waiting_turn",
                                    "waiting_slot", "placing",       "running_fn",
                                    "running_sleep", "running_runner", "running_child",
-                                   "halted",       "completed",     "failed"};
+                                   "halted",       "completed",     "failed",
+                                   "skipped"};
   return names[static_cast<size_t>(x)];
 }
 
@@ -92,7 +95,8 @@ execution_machine::execution_machine(std::shared_ptr<const machine_env> env, mac
     for (auto& e : edges)
       dep_targets_[fill[e.first]++] = e.second;
   }
-  // Resume: completed steps keep their results and never run again.
+  // Resume: completed steps keep their results and never run again;
+  // skipped steps stay skipped.
   for (auto& r : init.steps) {
     auto i = g.index.find(r.step);
     if (i == g.index.end())
@@ -106,17 +110,21 @@ execution_machine::execution_machine(std::shared_ptr<const machine_env> env, mac
     if (r.status == step_status::completed) {
       s.phase = step_phase::completed;
       s.result = std::move(r.result);
+    } else if (r.status == step_status::skipped) {
+      s.phase = step_phase::skipped; // final: never decided again
+      from_string(r.reason, s.reason);
+      ++skipped_;
     }
   }
   for (size_t i = 0; i < n; ++i)
-    if (steps_[i].phase == step_phase::completed) {
+    if (is_settled(steps_[i].phase)) {
       ++durable_completed_;
       if (any_needs)
         for (auto k = dep_offsets_[i]; k < dep_offsets_[i + 1]; ++k)
           --steps_[dep_targets_[k]].remaining;
     }
   for (size_t i = n; i-- > 0;)
-    if (steps_[i].phase != step_phase::completed && steps_[i].remaining == 0)
+    if (!is_settled(steps_[i].phase) && steps_[i].remaining == 0)
       ready_.push_back(static_cast<uint32_t>(i));
 }
 

@@ -10,12 +10,15 @@
 // Phases. The execution: created → (admitting) → running → halting →
 // finishing → done, or running → finishing → done when every step completed.
 // Each step: idle → (waiting_turn | waiting_slot | placing | running_*) →
-// completed | failed, back to idle (retry_wait) on a retried failure, back to
+// completed | failed, or idle → skipped once its needs are settled and its
+// `after` or `when` says so (persistence/condition.hpp); back to idle
+// (retry_wait) on a retried failure, back to
 // idle through `reset_to_pending` when a stop, a failure elsewhere, a lost node
 // or a stopped child ends its attempt.
 //
-// Durability: a step's `completed` record rides on a write; its dependents
-// start only once the write is acknowledged (`write_acknowledged`). The final
+// Durability: a step's `completed` (or `skipped`) record rides on a write;
+// its dependents are decided only once the write is acknowledged
+// (`write_acknowledged`). The final
 // record is written before the machine reports to its parent and quits.
 //
 // Threading: one thread at a time (the actor's). The halt token and limit
@@ -66,6 +69,7 @@ enum class step_phase : uint8_t {
   halted,         ///< its worker ended during a halt: reset in the snapshot
   completed,
   failed,
+  skipped,        ///< its condition was false or its needs were skipped: never started
 };
 
 /// The record status of a step in `p`.
@@ -73,6 +77,11 @@ step_status status_of(step_phase p);
 
 /// True when a step in `p` counts as running or queued (a stop resets it).
 bool is_active(step_phase p);
+
+/// True when a step in `p` is settled for its dependents: completed or skipped.
+inline bool is_settled(step_phase p) {
+  return p == step_phase::completed || p == step_phase::skipped;
+}
 
 const char* to_string(exec_phase x);
 const char* to_string(step_phase x);
@@ -283,6 +292,8 @@ public:
   const step_results& results() const { return *this; }
   /// @returns the result of step `step` once it completed, else null.
   const json* result_of(const std::string& step) const override;
+  /// @returns true when step `step` was skipped.
+  bool skipped(const std::string& step) const override;
   const std::shared_ptr<halt_token>& token() const { return token_; }
   const std::shared_ptr<limit_scope>& scope() const { return scope_; }
   /// True when a message about (idx, attempt) is current.
@@ -325,6 +336,12 @@ private:
   void release_slots(uint32_t idx);
   void mark_running(uint32_t idx, step_phase phase, int64_t now);
   void complete_step(uint32_t idx, json result, int64_t now);
+  /// Decides a step whose needs are settled: @returns the reason it is
+  /// skipped (`none`: it runs); `error` is set when its `when` cannot be
+  /// evaluated (a reference that does not resolve or is not a boolean).
+  step_reason skip_reason(uint32_t idx, std::string& error) const;
+  /// Ends step `idx` `skipped` with `reason`; it never started.
+  void skip_step(uint32_t idx, step_reason reason, int64_t now);
   void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now);
   void planned(uint32_t idx, json result, const std::string& error, int64_t now);
   void start_planner(uint32_t idx, int64_t now);
@@ -368,7 +385,8 @@ private:
   std::vector<uint32_t> dep_offsets_;
   std::vector<uint32_t> dep_targets_;
   std::vector<uint32_t> ready_;
-  size_t durable_completed_ = 0;
+  size_t durable_completed_ = 0; ///< completed or skipped, and committed
+  uint32_t skipped_ = 0;         ///< steps skipped so far (stored ones too)
   uint32_t next_ticket_ = 1;
   std::unique_ptr<write_batch> batch_;       ///< allocated when a record is added
   std::vector<uint32_t> batch_completed_;    ///< steps whose completion rides on `batch_`

@@ -29,6 +29,11 @@ const json* execution_machine::result_of(const std::string& step) const {
   return &steps_[i->second].result;
 }
 
+bool execution_machine::skipped(const std::string& step) const {
+  auto i = g_->index.find(step);
+  return i != g_->index.end() && steps_[i->second].phase == step_phase::skipped;
+}
+
 step_record execution_machine::step_record_of(uint32_t idx) const {
   auto& s = steps_[idx];
   auto& def = g_->steps[idx];

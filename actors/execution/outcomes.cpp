@@ -9,7 +9,8 @@ namespace {
 constexpr const char* reason_names[] = {
   "",          "requested",   "parent_stopped", "child_stopped", "sibling_failed",
   "budget_exceeded", "deadline", "max_steps",   "max_depth",     "interrupted",
-  "node_lost", "shutdown",    "retry",          "step_failed",
+  "node_lost", "shutdown",    "retry",          "step_failed",   "condition_false",
+  "needs_skipped",
 };
 
 } // namespace

@@ -27,6 +27,8 @@ enum class step_reason : uint8_t {
   shutdown,        ///< the node shuts down
   retry,           ///< the attempt failed and will be retried
   step_failed,     ///< an execution's reason when a step failed
+  condition_false, ///< a step was skipped: its `when` was false
+  needs_skipped,   ///< a step was skipped: needs it relies on were skipped (`after`)
 };
 
 /// Stop reasons are step reasons (the same vocabulary).

@@ -122,6 +122,11 @@ export class ExecState {
         s.reason = e.reason || null;
         s.ended_at = e.time;
         break;
+      case "step.skipped":
+        s.reason = e.reason || null;
+        s.started_at = null;
+        s.ended_at = e.time;
+        break;
     }
     this.dirtySteps.add(e.execution_id + "\u0000" + e.step);
   }

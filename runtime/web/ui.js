@@ -40,6 +40,7 @@ export const STATUS_ICON = {
   completed: "\u2713",   // check
   failed: "\u2717",      // cross
   pending: "\u25CB",     // circle
+  skipped: "\u21B7",     // arrow jumping over
   unknown: "?",
 };
 

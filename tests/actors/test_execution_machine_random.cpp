@@ -1,7 +1,7 @@
 // The execution machine under random interleavings: steps finishing and
 // failing, graceful and forced stops at any point, children settling, downs,
-// timeouts, retries, limits and runners' signals, with invariants checked
-// after every input.
+// timeouts, retries, limits, runners' signals and conditional steps, with
+// invariants checked after every input.
 
 #include <csignal>
 #include <deque>
@@ -21,7 +21,13 @@ const json random_graph = {
     {"b", {{"fn", "sleep"}, {"with", {{"ms", 5}}}, {"timeout", "1s"}}},
     {"c", {{"graph", {{"steps", {{"x", {{"fn", "noop"}}}}}}}}},
     {"d", {{"fn", "noop"}, {"needs", {"a"}}}},
-    {"e", {{"run", {"true"}}, {"needs", {"c", "b"}}}}}}};
+    {"e", {{"run", {"true"}}, {"needs", {"c", "b"}}}},
+    // Conditional: g is skipped (its condition is false), k with it (it
+    // needs g); h runs once d completed (after any_completed).
+    {"f", {{"fn", "echo"}, {"with", {{"go", false}}}}},
+    {"g", {{"run", {"true"}}, {"needs", {"f"}}, {"when", "${steps.f.go}"}}},
+    {"k", {{"fn", "noop"}, {"needs", {"g"}}}},
+    {"h", {{"run", {"true"}}, {"needs", {"g", "d"}}, {"after", "any_completed"}}}}}};
 
 /// Everything in flight around one machine, as its shell and the world see it.
 struct world {
@@ -42,11 +48,13 @@ struct world {
   bool compact = false;       ///< it ended in a compact report (no record of its own)
   size_t signals_written = 0; ///< `step.signalled` events written
   std::vector<bool> completed;
+  std::vector<bool> skipped;
 
   world(uint32_t seed, bool parent, uint64_t max_steps)
     : f(random_graph, parent, {}, max_steps), rng(seed) {
     f.env->has_admission = !parent && seed % 3 == 0;
     completed.assign(f.m->size(), false);
+    skipped.assign(f.m->size(), false);
   }
 
   size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
@@ -116,6 +124,8 @@ struct world {
     for (auto& e : xs) {
       if (auto w = effect_as<fx::write>(e)) {
         count_terminal(w->batch);
+        for (auto& ev : w->batch.events) // a skipped step never starts
+          REQUIRE((ev.type != "step.started" || (ev.step != "g" && ev.step != "k")));
         snapshots += w->then == after_write::report ? 1 : 0;
         writes.push_back(std::move(*w));
       } else if (auto a = std::get_if<fx::acquire_slot>(&e)) {
@@ -123,12 +133,14 @@ struct world {
           tickets.push_back(a->ticket);
       } else if (auto r = effect_as<fx::spawn_runner>(e)) {
         REQUIRE_FALSE(completed[r->idx]);
+        REQUIRE_FALSE(skipped[r->idx]);
         runners.insert(r->idx);
       } else if (auto c = effect_as<fx::spawn_child>(e)) {
         REQUIRE_FALSE(completed[c->idx]);
         children.insert(c->idx);
       } else if (auto s = std::get_if<fx::start_fn>(&e)) {
         REQUIRE_FALSE(completed[s->idx]);
+        REQUIRE_FALSE(skipped[s->idx]);
       } else if (auto t = std::get_if<fx::timer>(&e)) {
         timers.push_back(*t);
       } else if (auto x = std::get_if<fx::send_exit>(&e)) {
@@ -152,12 +164,19 @@ struct world {
         quit = true;
       }
     }
-    // A completed step stays completed.
+    // A completed step stays completed, a skipped one skipped; only the
+    // steps whose condition is false (or that need them) are ever skipped.
     for (uint32_t i = 0; i < f.m->size(); ++i) {
       if (completed[i])
         REQUIRE(f.m->step(i).phase == step_phase::completed);
+      if (skipped[i])
+        REQUIRE(f.m->step(i).phase == step_phase::skipped);
       completed[i] = f.m->step(i).phase == step_phase::completed;
+      skipped[i] = f.m->step(i).phase == step_phase::skipped;
+      if (skipped[i])
+        REQUIRE((i == f.idx("g") || i == f.idx("k")));
     }
+
   }
 
   /// One random input.
@@ -347,7 +366,11 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
     auto status = w.f.m->record().status;
     REQUIRE((status == execution_status::completed || status == execution_status::failed
              || status == execution_status::stopped));
-    if (status != execution_status::completed) {
+    if (status == execution_status::completed) {
+      REQUIRE(w.f.step("g").phase == step_phase::skipped);
+      REQUIRE(w.f.step("k").phase == step_phase::skipped);
+      REQUIRE(w.f.step("h").phase == step_phase::completed);
+    } else {
       // After a stop settles nothing runs, and one snapshot was written.
       for (uint32_t i = 0; i < w.f.m->size(); ++i)
         REQUIRE_FALSE(is_active(w.f.m->step(i).phase));

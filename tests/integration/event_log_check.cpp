@@ -91,7 +91,7 @@ private:
       status_event(x);
     else if (type_ == "stop.requested" || type_ == "stop.handled")
       stop_event(x, e);
-    else if (type_ == "step.completed")
+    else if (type_ == "step.completed" || type_ == "step.skipped")
       completed_.emplace(std::make_pair(id_, step_), seq_);
     else if (type_ == "step.started")
       step_started();
@@ -198,7 +198,8 @@ private:
   void step_started() {
     auto c = completed_.find({id_, step_});
     if (c != completed_.end())
-      note(here() + " starts a step recorded completed at seq " + std::to_string(c->second));
+      note(here() + " starts a step recorded completed or skipped at seq "
+           + std::to_string(c->second));
   }
 
   // -- output ---------------------------------------------------------------------------

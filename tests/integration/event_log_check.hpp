@@ -14,7 +14,8 @@
 //      the same `data.stop_id`, and an execution stopping or stopped with
 //      reason `requested` follows a `stop.requested` of it written since its
 //      latest `execution.started` / `execution.resumed`;
-//   4. a step recorded completed is never started again (across resumes);
+//   4. a step recorded completed is never started again (across resumes),
+//      and a step recorded skipped never starts;
 //   5. each execution's status events follow the status rules: `queued` first,
 //      `started` once (again only if it never started before a stop),
 //      `stopping` only while it runs, a terminal event only while it runs

@@ -120,15 +120,26 @@ TEST_CASE("the event-log checker finds seqs out of order, events after the end a
   }
 }
 
-TEST_CASE("the event-log checker finds a completed step started again and illegal status "
-          "sequences",
+TEST_CASE("the event-log checker finds a completed or skipped step started and illegal "
+          "status sequences",
           "[integration]") {
   SECTION("a step completed before a resume is started after it") {
     auto b = stopped_and_resumed();
     b.events.pop_back();
     b.add("step.started", "r", "a");
     CHECK(mentions(event_log_violations(b.events),
-                   "seq 15: step.started of r step a starts a step recorded completed at seq 4"));
+                   "seq 15: step.started of r step a starts a step recorded completed or "
+                   "skipped at seq 4"));
+  }
+  SECTION("a skipped step is started") {
+    log_builder b;
+    b.add("execution.queued").add("execution.started").add("step.skipped", "r", "b",
+                                                            "condition_false");
+    CHECK(event_log_violations(b.events).empty());
+    b.add("step.started", "r", "b");
+    CHECK(mentions(event_log_violations(b.events),
+                   "seq 4: step.started of r step b starts a step recorded completed or skipped "
+                   "at seq 3"));
   }
   SECTION("started twice without an end and a resume between") {
     log_builder b;
