@@ -72,7 +72,7 @@ step_record stored(const std::string& step, step_status status, json result = nu
 
 } // namespace
 
-TEST_CASE("a false condition skips its step and the other branch runs; a join after "
+TEST_CASE("a false condition skips its step and the other branch runs, and a join after "
           "any_completed runs and reads the skipped step as null",
           "[actors][machine][conditions]") {
   for (bool approved : {true, false}) {
@@ -182,7 +182,7 @@ TEST_CASE("a dependent of a skipped step is decided only once the skip is writte
   CHECK(g.step("c").phase == step_phase::skipped);
 }
 
-TEST_CASE("a stop between the decision's step and the branch leaves the branch pending; "
+TEST_CASE("a stop between the decision's step and the branch leaves the branch pending, and "
           "resumed, the branch is decided from the stored result",
           "[actors][machine][conditions]") {
   // First run: review completes, its write is not yet acknowledged when the
@@ -209,7 +209,7 @@ TEST_CASE("a stop between the decision's step and the branch leaves the branch p
   CHECK(r.step("notify").phase == step_phase::completed);
 }
 
-TEST_CASE("a stored skipped step stays skipped on resume and never starts; its dependents "
+TEST_CASE("a stored skipped step stays skipped on resume and never starts, and its dependents "
           "are decided from it",
           "[actors][machine][conditions]") {
   // Stored: review approved nothing, publish skipped; a changed input could

@@ -88,6 +88,8 @@ void check_same(const graph& a, const graph& b, const std::string& where) {
     CHECK(x.argv == y.argv);
     CHECK(x.target == y.target);
     CHECK(x.needs == y.needs);
+    CHECK(x.when == y.when);
+    CHECK(x.after == y.after);
     CHECK(x.with == y.with);
     CHECK(x.message == y.message);
     CHECK(x.env == y.env);
@@ -148,8 +150,10 @@ json every_feature(const test::temp_dir& dir) {
                   "retries": 3, "retry_delay": "250ms", "cost": 1.5,
                   "grace": {"interrupt": "3s", "terminate": "1500ms"}},
       "a_tool": {"tool": "writer", "with": {"p": "${steps.z_first.stdout}"},
-                 "needs": ["z_first", "z_first"], "grace": {}},
-      "b_plan_tool": {"plan": "planner", "needs": ["a_tool"]},
+                 "needs": ["z_first", "z_first"], "grace": {}, "after": "any_completed",
+                 "when": "${steps.z_first.json.ok}"},
+      "b_plan_tool": {"plan": "planner", "needs": ["a_tool"],
+                      "when": {"not": {"in": ["${steps.a_tool.json.k}", [1, "x", null]]}}},
       "c_plan_argv": {"plan": ["./plan.sh", "${steps.a_tool.stdout}"], "needs": ["a_tool", "z_first"]},
       "d_agent": {"agent": "helper", "message": {"text": "${steps.z_first.stdout}", "k": [1, 2]},
                   "needs": ["z_first"]},
