@@ -6,8 +6,11 @@
 #include <catch2/catch.hpp>
 
 #include "tests/integration/helpers.hpp"
+#include "tests/integration/server_process.hpp"
+#include "tests/integration/server_test_helpers.hpp"
 
 using namespace canopy::test;
+using namespace canopy::test::server_test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -139,4 +142,38 @@ TEST_CASE("a when that references a step its step does not need is rejected befo
   }
   if (has_store(home.path)) // nothing stored
     CHECK(run_canopy(home.path, {"ls", "--json", "--all"}).out_json() == json::array());
+}
+
+TEST_CASE("over HTTP a skipped step is in the execution document and on the event stream, "
+          "and a when that does not resolve is a 400 at its path",
+          "[integration][server][conditions]") {
+  server_process srv;
+  auto c = srv.client(alice_token);
+  json doc = {{"name", "branch"},
+              {"inputs", {"mode"}},
+              {"steps",
+               {{"a", {{"fn", "echo"}, {"with", {{"mode", "${inputs.mode}"}}}}},
+                {"fast", {{"fn", "noop"}, {"needs", {"a"}},
+                          {"when", {{"equals", {"${steps.a.mode}", "fast"}}}}}},
+                {"slow", {{"fn", "noop"}, {"needs", {"a"}},
+                          {"when", {{"in", {"${steps.a.mode}", {"slow", "careful"}}}}}}},
+                {"then", {{"fn", "noop"}, {"needs", {"slow"}}}}}}};
+  register_graph(c, doc);
+  auto id = start(c, "branch", {{"mode", "fast"}})["id"].get<std::string>();
+  auto done = wait_status(c, id, "completed"); // answers are checked against the OpenAPI document
+  REQUIRE(done["status"] == "completed");
+  CHECK(done["steps"]["fast"]["status"] == "completed");
+  CHECK(done["steps"]["slow"]["status"] == "skipped");
+  CHECK(done["steps"]["slow"]["reason"] == "condition_false");
+  CHECK(done["steps"]["then"]["status"] == "skipped");
+  CHECK(done["steps"]["then"]["reason"] == "needs_skipped");
+  auto stream = read_sse(c, "/v1/executions/" + id + "/events");
+  CHECK(has_event(stream, "step.skipped", "slow"));
+  CHECK(has_event(stream, "step.skipped", "then"));
+  CHECK_FALSE(has_event(stream, "step.started", "slow"));
+
+  auto bad = doc;
+  bad["name"] = "bad_branch";
+  bad["steps"]["then"]["when"] = "${steps.fast.ok}";
+  check_error(post_json(c, "/v1/graphs", bad), 400, "invalid_graph", "/steps/then/when");
 }
