@@ -176,17 +176,22 @@ const T* first(const std::vector<effect>& xs) {
   return nullptr;
 }
 
-/// Every event type written by the writes in `xs`, in order.
-inline std::vector<std::string> event_types(const std::vector<effect>& xs) {
-  std::vector<std::string> out;
+/// Every event written by the writes in `xs`, in order.
+inline std::vector<event_record> written_events(const std::vector<effect>& xs) {
+  std::vector<event_record> out;
   for (auto& e : xs)
     if (auto w = effect_as<fx::write>(e)) {
       auto b = w->batch;
-      std::vector<event_record> evs;
-      b.take_events(evs);
-      for (auto& ev : evs)
-        out.push_back(ev.type);
+      b.take_events(out);
     }
+  return out;
+}
+
+/// Every event type written by the writes in `xs`, in order.
+inline std::vector<std::string> event_types(const std::vector<effect>& xs) {
+  std::vector<std::string> out;
+  for (auto& ev : written_events(xs))
+    out.push_back(ev.type);
   return out;
 }
 

@@ -32,29 +32,17 @@ json branch(bool approved) {
 /// The (step, reason) of every `step.skipped` event written in `xs`.
 std::vector<std::pair<std::string, std::string>> skips(const std::vector<effect>& xs) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (auto& e : xs)
-    if (auto w = effect_as<fx::write>(e)) {
-      auto b = w->batch;
-      std::vector<event_record> evs;
-      b.take_events(evs);
-      for (auto& ev : evs)
-        if (ev.type == "step.skipped")
-          out.emplace_back(ev.step, ev.reason);
-    }
+  for (auto& ev : written_events(xs))
+    if (ev.type == "step.skipped")
+      out.emplace_back(ev.step, ev.reason);
   return out;
 }
 
 /// How many `step.started` events of `step` the writes in `xs` hold.
 size_t starts_of(const std::vector<effect>& xs, const std::string& step) {
   size_t n = 0;
-  for (auto& e : xs)
-    if (auto w = effect_as<fx::write>(e)) {
-      auto b = w->batch;
-      std::vector<event_record> evs;
-      b.take_events(evs);
-      for (auto& ev : evs)
-        n += ev.type == "step.started" && ev.step == step ? 1 : 0;
-    }
+  for (auto& ev : written_events(xs))
+    n += ev.type == "step.started" && ev.step == step ? 1 : 0;
   return n;
 }
 
@@ -124,7 +112,7 @@ TEST_CASE("after any_completed skips a step only when every one of its needs was
                 {"join", {{"fn", "noop"}, {"needs", {"x", "y"}}, {"after", "any_completed"}}}}}};
   machine_fixture f{doc, true};
   f.m->start(++f.now);
-  auto seen = f.settle(f.fx());
+  f.settle(f.fx());
   CHECK(f.step("join").phase == step_phase::skipped);
   CHECK(f.step("join").reason == step_reason::needs_skipped);
   CHECK(f.m->record().status == execution_status::completed);
@@ -192,7 +180,7 @@ TEST_CASE("a stop between the decision's step and the branch leaves the branch p
   auto xs = f.fx();
   CHECK(f.step("review").phase == step_phase::completed);
   f.m->stop(step_reason::requested, stop_mode::graceful, "s1", false, ++f.now);
-  auto seen = f.settle(std::move(xs));
+  f.settle(std::move(xs));
   CHECK(f.step("publish").phase == step_phase::idle);
   CHECK(f.step("revise").phase == step_phase::idle);
   // Resumed from the store: review completed, the rest pending.
