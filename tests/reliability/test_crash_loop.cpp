@@ -141,6 +141,10 @@ TEST_CASE("the orphan check finds a process by the mark in its environment, also
   REQUIRE(wait_for_output(*p, [](const std::string& out) { return out.find('\n') != std::string::npos; }));
   auto child = std::stol(p->out().data);
   REQUIRE(eventually([&] { return pgid_of(child) == child; })); // setsid() done
+  // ... and its exec of `sleep`: while a process execs, /proc/PID/environ
+  // reads empty, and the orphan check would miss it.
+  auto comm = "/proc/" + std::to_string(child) + "/comm";
+  REQUIRE(eventually([&] { return read_file(comm) == "sleep\n"; }));
   REQUIRE(eventually([&] { return marked_processes("orphan-check-1").size() == 2; }));
   CHECK(marked_processes("orphan-check").empty()); // an exact mark by default
   CHECK(marked_processes("orphan-check", true).size() == 2);
