@@ -104,44 +104,6 @@ struct checker {
   }
 };
 
-caf::expected<json> value_of(const json& ref, const reference_scope& scope) {
-  return resolve(ref, scope);
-}
-
-caf::expected<bool> evaluate(const json& when, const reference_scope& scope) {
-  if (when.is_string()) {
-    auto v = value_of(when, scope);
-    if (!v)
-      return std::move(v.error());
-    if (!v->is_boolean())
-      return make_error(persistence_errc::bad_reference,
-                        "when: reference " + when.get<std::string>() + " is "
-                          + a_type(*v)
-                          + ", expected a boolean");
-    return v->get<bool>();
-  }
-  if (!when.is_object() || when.size() != 1)
-    return make_error(persistence_errc::bad_reference, "when: not a condition");
-  auto it = when.begin();
-  if (it.key() == "not") {
-    auto inner = evaluate(it.value(), scope);
-    if (!inner)
-      return inner;
-    return !*inner;
-  }
-  auto& arg = it.value();
-  if (!arg.is_array() || arg.size() != 2)
-    return make_error(persistence_errc::bad_reference, "when: not a condition");
-  auto v = value_of(arg[0], scope);
-  if (!v)
-    return std::move(v.error());
-  if (it.key() == "equals")
-    return *v == arg[1];
-  if (it.key() == "in" && arg[1].is_array())
-    return std::find(arg[1].begin(), arg[1].end(), *v) != arg[1].end();
-  return make_error(persistence_errc::bad_reference, "when: not a condition");
-}
-
 } // namespace
 
 // -- after ----------------------------------------------------------------------
@@ -169,7 +131,36 @@ void check_condition(const json& when, const std::string& path,
 }
 
 caf::expected<bool> evaluate_condition(const json& when, const reference_scope& scope) {
-  return evaluate(when, scope);
+  if (when.is_string()) {
+    auto v = resolve(when, scope);
+    if (!v)
+      return std::move(v.error());
+    if (!v->is_boolean())
+      return make_error(persistence_errc::bad_reference,
+                        "when: reference " + when.get<std::string>() + " is " + a_type(*v)
+                          + ", expected a boolean");
+    return v->get<bool>();
+  }
+  if (!when.is_object() || when.size() != 1)
+    return make_error(persistence_errc::bad_reference, "when: not a condition");
+  auto it = when.begin();
+  if (it.key() == "not") {
+    auto inner = evaluate_condition(it.value(), scope);
+    if (!inner)
+      return inner;
+    return !*inner;
+  }
+  auto& arg = it.value();
+  if (!arg.is_array() || arg.size() != 2)
+    return make_error(persistence_errc::bad_reference, "when: not a condition");
+  auto v = resolve(arg[0], scope);
+  if (!v)
+    return std::move(v.error());
+  if (it.key() == "equals")
+    return *v == arg[1];
+  if (it.key() == "in" && arg[1].is_array())
+    return std::find(arg[1].begin(), arg[1].end(), *v) != arg[1].end();
+  return make_error(persistence_errc::bad_reference, "when: not a condition");
 }
 
 } // namespace canopy

@@ -11,6 +11,8 @@ namespace canopy {
 
 step_reason execution_machine::skip_reason(uint32_t idx, std::string& error) const {
   auto& def = g_->steps[idx];
+  // Its needs matter only when one of them may have been skipped, or when
+  // its rule asks for a completed one: most steps pass both tests at once.
   if (!def.needs.empty() && (skipped_ > 0 || def.after == after_rule::any_completed)) {
     size_t completed = 0;
     size_t skipped = 0;

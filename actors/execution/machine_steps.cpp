@@ -95,20 +95,17 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
   auto& s = steps_[idx];
   if (token_->any())
     return false;
-  if (!def.when.is_null()
-      || (!def.needs.empty() && (skipped_ > 0 || def.after == after_rule::any_completed))) {
-    std::string error;
-    auto why = skip_reason(idx, error);
-    if (!error.empty()) {
-      ++s.attempt;
-      s.started_at = now;
-      fail_attempt(idx, error, nullptr, now);
-      return true;
-    }
-    if (why != step_reason::none) {
-      skip_step(idx, why, now);
-      return true;
-    }
+  std::string error;
+  auto why = skip_reason(idx, error);
+  if (!error.empty()) {
+    ++s.attempt;
+    s.started_at = now;
+    fail_attempt(idx, error, nullptr, now);
+    return true;
+  }
+  if (why != step_reason::none) {
+    skip_step(idx, why, now);
+    return true;
   }
   if (auto refused = scope_->charge(def.cost)) {
     blocked_ = true;

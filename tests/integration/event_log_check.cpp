@@ -92,7 +92,7 @@ private:
     else if (type_ == "stop.requested" || type_ == "stop.handled")
       stop_event(x, e);
     else if (type_ == "step.completed" || type_ == "step.skipped")
-      completed_.emplace(std::make_pair(id_, step_), seq_);
+      settled_.emplace(std::make_pair(id_, step_), seq_);
     else if (type_ == "step.started")
       step_started();
   }
@@ -196,8 +196,8 @@ private:
   // -- 4. completed steps stay completed ------------------------------------------------
 
   void step_started() {
-    auto c = completed_.find({id_, step_});
-    if (c != completed_.end())
+    auto c = settled_.find({id_, step_});
+    if (c != settled_.end())
       note(here() + " starts a step recorded completed or skipped at seq "
            + std::to_string(c->second));
   }
@@ -217,7 +217,7 @@ private:
 
   std::vector<std::string> out_;
   std::map<std::string, execution_state> executions_;
-  std::map<std::pair<std::string, std::string>, uint64_t> completed_;
+  std::map<std::pair<std::string, std::string>, uint64_t> settled_;
   std::map<std::string, std::pair<uint64_t, std::string>> requests_; ///< stop id → seq, target
   uint64_t last_seq_ = 0;
   uint64_t seq_ = 0;
