@@ -107,8 +107,23 @@ const char* to_string(step_kind x) {
     case step_kind::plan: return "plan";
     case step_kind::agent: return "agent";
     case step_kind::fn: return "fn";
+    case step_kind::wait: return "wait";
   }
   return "unknown";
+}
+
+const char* to_string(wait_timeout x) {
+  return x == wait_timeout::use_default ? "default" : "fail";
+}
+
+bool from_string(const std::string& s, wait_timeout& x) {
+  if (s == "fail")
+    x = wait_timeout::fail;
+  else if (s == "default")
+    x = wait_timeout::use_default;
+  else
+    return false;
+  return true;
 }
 
 const step_def* graph::find(const std::string& id) const {

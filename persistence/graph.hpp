@@ -37,7 +37,7 @@ constexpr uint64_t default_max_steps = 100000;
 // -- model ---------------------------------------------------------------------
 
 /// The kind of a step: exactly one kind key per step.
-enum class step_kind : uint8_t { run, tool, graph, plan, agent, fn };
+enum class step_kind : uint8_t { run, tool, graph, plan, agent, fn, wait };
 
 /// Returns the kind key, e.g. `"run"`.
 const char* to_string(step_kind x);
@@ -54,6 +54,34 @@ struct graph_limits {
   std::optional<uint64_t> max_steps;
   std::optional<double> budget;
   std::optional<millis> deadline;
+};
+
+/// What a `wait` step does when its `timeout` passes without a signal.
+enum class wait_timeout : uint8_t {
+  fail,        ///< the step fails
+  use_default, ///< the step completes with `wait_def::default_value`
+};
+
+/// Returns the graph spelling: `"fail"` or `"default"`.
+const char* to_string(wait_timeout x);
+
+/// Parses a graph spelling (`"fail"`, `"default"`). @returns false for anything else.
+bool from_string(const std::string& s, wait_timeout& x);
+
+/// A `wait` step's definition: what it waits for and until when.
+struct wait_def {
+  std::string signal; ///< the signal name it consumes
+  /// Shown to who answers; may hold ${...} references (empty: none).
+  std::string prompt;
+  /// What a value must satisfy (persistence/value_schema.hpp); null: any JSON value.
+  json schema;
+  json options = json::object(); ///< button label → value (each satisfies `schema`)
+  std::optional<millis> timeout; ///< none: waits until the graph's deadline, if any
+  wait_timeout on_timeout = wait_timeout::fail; ///< what happens when `timeout` passes
+  /// The value when the timeout passes and on_timeout is use_default; else null.
+  json default_value;
+  /// Server users who may answer; empty: the execution's owner.
+  std::vector<std::string> approvers;
 };
 
 struct graph;
@@ -89,6 +117,7 @@ struct step_def {
   /// True when the step had a `grace` key: a tool's default grace periods
   /// apply only to steps without one.
   bool grace_set = false;
+  std::shared_ptr<const wait_def> wait; ///< `wait` steps only; null otherwise
 };
 
 /// A validated graph. Immutable once parsed; share it as `shared_ptr<const graph>`.

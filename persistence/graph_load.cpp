@@ -214,6 +214,9 @@ private:
       } else if (key == "graph") {
         def.kind = step_kind::graph;
         load_child(g, def, val, errors);
+      } else if (key == "wait") {
+        def.kind = step_kind::wait;
+        def.wait = load_wait(def.id, val);
       } else {
         load_field(def, key, val);
       }
@@ -256,6 +259,37 @@ private:
     } else {
       throw corrupt_graph("step '" + def.id + "': unknown key '" + key + "'");
     }
+  }
+
+  /// A `wait` step's object, as `parse_graph` reads it (graph_parse_wait.cpp).
+  static std::shared_ptr<const wait_def> load_wait(const std::string& id, const json& v) {
+    auto def = std::make_shared<wait_def>();
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      auto& key = it.key();
+      const json& val = it.value();
+      if (key == "signal") {
+        def->signal = string_of(val);
+      } else if (key == "prompt") {
+        def->prompt = string_of(val);
+      } else if (key == "schema") {
+        def->schema = val;
+      } else if (key == "options") {
+        def->options = val;
+      } else if (key == "timeout") {
+        def->timeout = duration_of(val);
+      } else if (key == "on_timeout") {
+        if (!from_string(string_of(val), def->on_timeout))
+          throw corrupt_graph("step '" + id + "': unknown on_timeout '" + string_of(val) + "'");
+      } else if (key == "default") {
+        def->default_value = val;
+      } else if (key == "approvers") {
+        for (auto& x : val)
+          def->approvers.push_back(string_of(x));
+      } else {
+        throw corrupt_graph("step '" + id + "': unknown wait key '" + key + "'");
+      }
+    }
+    return def;
   }
 
   static std::string step_path(const std::string& id, const std::string& key) {

@@ -1,5 +1,6 @@
 // The graph parser's steps: one step's fields, its kind (run, tool, plan,
-// agent, fn) and its child graph (inline, a file, or a registered name).
+// agent, fn; wait in graph_parse_wait.cpp) and its child graph (inline, a
+// file, or a registered name).
 
 #include "persistence/graph_parser.hpp"
 
@@ -30,7 +31,8 @@ std::vector<std::string> concat(const std::vector<std::string>& a,
   return out;
 }
 
-const std::vector<std::string> kind_keys{"run", "tool", "graph", "plan", "agent", "fn"};
+const std::vector<std::string> kind_keys{"run",   "tool", "graph", "plan",
+                                         "agent", "fn",   "wait"};
 
 const std::vector<std::string> step_field_keys{"needs",   "when",    "after",       "with",
                                                "message", "env",     "stdin",       "cwd",
@@ -75,12 +77,16 @@ void graph_parser::parse_step(const std::string& id, const json& v) {
   else if (kinds.size() > 1)
     fail(path, "step '" + id + "' has " + std::to_string(kinds.size()) + " kinds ("
                  + join(kinds) + "); expected exactly one");
-  parse_step_fields(w, v, contains(kinds, "agent"));
+  bool is_wait = kinds.size() == 1 && kinds.front() == "wait";
+  if (is_wait)
+    refuse_wait_fields(w, v);
+  parse_step_fields(w, v, contains(kinds, "agent"), is_wait);
   if (kinds.size() == 1)
     parse_kind(w, kinds.front(), v.at(kinds.front()));
 }
 
-void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent) {
+void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent,
+                                     bool deps_only) {
   const auto& path = w.path;
   auto& def = w.def;
   if (auto it = v.find("needs"); it != v.end()) {
@@ -112,6 +118,8 @@ void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent)
     else if (!v.contains("needs"))
       fail(path + "/after", "'after' says how a step treats its needs: this step has none");
   }
+  if (deps_only)
+    return; // a wait step: `refuse_wait_fields` reported the other fields
   if (auto it = v.find("with"); it != v.end()) {
     if (!it->is_object()) {
       fail(path + "/with", "expected an object, " + got(*it));
@@ -260,6 +268,9 @@ void graph_parser::parse_kind(step_work& w, const std::string& key, const json& 
     def.kind = step_kind::agent;
     if (auto name = non_empty_string(v, path, "an agent name"))
       def.target = *name;
+  } else if (key == "wait") {
+    def.kind = step_kind::wait;
+    parse_wait(w, v, path);
   } else if (key == "fn") {
     def.kind = step_kind::fn;
     if (auto name = non_empty_string(v, path, "a function name")) {

@@ -1,7 +1,8 @@
 #pragma once
 
 // Internal to persistence/: the graph parser's class, which graph.cpp runs and
-// graph_parser.cpp, graph_parse_steps.cpp and graph_check.cpp define by topic.
+// graph_parser.cpp, graph_parse_steps.cpp, graph_parse_wait.cpp and
+// graph_check.cpp define by topic.
 
 #include <cstddef>
 #include <cstdint>
@@ -116,7 +117,9 @@ private:
 
   void parse_step(const std::string& id, const json& v);
 
-  void parse_step_fields(step_work& w, const json& v, bool is_agent);
+  /// Reads the step fields of `v`; for a `wait` step (`deps_only`) only
+  /// `needs`, `when` and `after`: `refuse_wait_fields` reports the others.
+  void parse_step_fields(step_work& w, const json& v, bool is_agent, bool deps_only);
 
 
   void collect_texts(step_work& w, const json& v, const std::string& path);
@@ -131,6 +134,20 @@ private:
   bool parse_argv(step_work& w, const json& v, const std::string& path);
 
   void check_tool(const std::string& name, const std::string& path);
+
+  // -- wait steps (graph_parse_wait.cpp) ----------------------------------------
+
+  /// Reads a `wait` object at `path` into `w.def.wait`; its prompt joins
+  /// `w.texts`.
+  void parse_wait(step_work& w, const json& v, const std::string& path);
+
+  /// Reports each step field of the `wait` step `v` that it cannot have
+  /// (`timeout`, `retries`, `with`...): only `needs`, `when` and `after`.
+  void refuse_wait_fields(const step_work& w, const json& v);
+
+  /// Reports each error of `validate_value(schema, value)` at `path` plus
+  /// the error's pointer.
+  void check_value(const json& schema, const json& value, const std::string& path);
 
   // -- child graphs (graph_parse_steps.cpp) -------------------------------------
 

@@ -360,7 +360,8 @@ TEST_CASE("a step with no kind is rejected at its path", "[persistence][graph]")
   REQUIRE(errors.size() == 1);
   CHECK(errors[0].path == "/steps/a");
   CHECK(errors[0].message
-        == "step 'a' has no kind (expected exactly one of run, tool, graph, plan, agent, fn)");
+        == "step 'a' has no kind (expected exactly one of run, tool, graph, plan, agent, fn, "
+           "wait)");
 }
 
 TEST_CASE("a step with two kinds is rejected at its path", "[persistence][graph]") {
