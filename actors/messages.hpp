@@ -50,6 +50,12 @@ using pump_atom = caf::atom_constant<caf::atom("pump")>;         ///< execution:
 using idle_atom = caf::atom_constant<caf::atom("idle")>;         ///< writer: idle-time work
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;       ///< timer: drop ended receivers' timers
 using gate_atom = caf::atom_constant<caf::atom("gate")>;         ///< execution: the start gate let it in
+using arm_atom = caf::atom_constant<caf::atom("arm")>;           ///< signal desk: a wait is armed
+using disarm_atom = caf::atom_constant<caf::atom("disarm")>;     ///< signal desk: a wait ended
+using armed_atom = caf::atom_constant<caf::atom("armed")>;       ///< execution: no buffered signal for its wait
+using offer_atom = caf::atom_constant<caf::atom("offer")>;       ///< execution: a signal for its wait
+using deliver_atom = caf::atom_constant<caf::atom("deliver")>;   ///< signal desk: a signal was stored
+using due_atom = caf::atom_constant<caf::atom("due")>;           ///< execution: a wait's deadline passed
 
 /// Committed events, shared by every subscriber that receives them.
 using event_list = std::shared_ptr<const std::vector<event_record>>;
@@ -74,6 +80,7 @@ typename Inspector::result_type inspect(Inspector& f, stop_record& x) {
 // and the execution actors live in the process that owns the store.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::write_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::signal_record)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::step_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::agent_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<canopy::event_record>)

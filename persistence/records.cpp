@@ -8,7 +8,9 @@ namespace canopy {
 namespace {
 
 const char* execution_names[] = {"queued", "running", "stopping", "stopped", "completed", "failed"};
-const char* step_names[] = {"pending", "queued", "running", "completed", "failed", "skipped"};
+const char* step_names[] = {"pending", "queued",  "running", "completed",
+                            "failed",  "skipped", "waiting"};
+const char* signal_state_names[] = {"buffered", "consumed"};
 const char* busy_names[] = {"cancel_previous", "queue", "reject"};
 
 template <class T, size_t N>
@@ -58,6 +60,10 @@ const char* to_string(execution_status x) {
 
 const char* to_string(step_status x) {
   return step_names[static_cast<size_t>(x)];
+}
+
+const char* to_string(signal_state x) {
+  return signal_state_names[static_cast<size_t>(x)];
 }
 
 bool from_string(const std::string& s, execution_status& x) {
@@ -150,6 +156,8 @@ json to_json(const step_record& x) {
   put_int(j, "pid", x.pid);
   put_int(j, "started", x.started_at);
   put_int(j, "ended", x.ended_at);
+  put_int(j, "deadline", x.deadline);
+  put_str(j, "prompt", x.prompt);
   return j;
 }
 
@@ -172,6 +180,8 @@ caf::expected<step_record> step_from_json(const json& j) {
     get_to(j, "pstart", x.pid_start);
     get_to(j, "started", x.started_at);
     get_to(j, "ended", x.ended_at);
+    get_to(j, "deadline", x.deadline);
+    get_to(j, "prompt", x.prompt);
     return x;
   });
 }
@@ -272,6 +282,27 @@ json stop_document(const stop_record& x) {
           {"requested_at", to_rfc3339(x.requested_at)},
           {"handled_at", x.handled_at == 0 ? json(nullptr) : json(to_rfc3339(x.handled_at))},
           {"who", x.who}};
+}
+
+json signal_document(const signal_record& x) {
+  json j = {{"id", x.id},
+            {"execution_id", x.target},
+            {"name", x.name},
+            {"step", x.step.empty() ? json(nullptr) : json(x.step)},
+            {"who", x.who},
+            {"received_at", to_rfc3339(x.received_at)},
+            {"status", to_string(x.state)},
+            {"consumed_by", nullptr},
+            {"consumed_at", nullptr}};
+  if (x.failure)
+    j["fail"] = {{"message", x.message}};
+  else
+    j["value"] = x.value;
+  if (x.state == signal_state::consumed) {
+    j["consumed_by"] = {{"execution_id", x.wait_execution}, {"step", x.wait_step}};
+    j["consumed_at"] = to_rfc3339(x.consumed_at);
+  }
+  return j;
 }
 
 caf::expected<tree_counters> counters_from_json(const json& j) {

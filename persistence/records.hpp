@@ -24,10 +24,19 @@ enum class execution_status : uint8_t { queued, running, stopping, stopped, comp
 /// Step status (SPEC §3).
 /// `skipped`: its condition (`when`) was false, or needs it relies on were
 /// skipped; final, like `completed` and `failed`, and it never started.
-enum class step_status : uint8_t { pending, queued, running, completed, failed, skipped };
+/// `waiting`: a `wait` step armed for its signal; it holds no process and no
+/// slot, and a stop sets it back to `pending` at once.
+enum class step_status : uint8_t { pending, queued, running, completed, failed, skipped,
+                                   waiting };
 
 const char* to_string(execution_status x);
 const char* to_string(step_status x);
+
+/// True for `running`, `queued` and `waiting`: what a stop, a crash's
+/// recovery or a compact snapshot sets back to `pending`.
+inline bool is_active(step_status x) {
+  return x == step_status::running || x == step_status::queued || x == step_status::waiting;
+}
 
 /// Parses a status name; @returns false for an unknown name.
 bool from_string(const std::string& s, execution_status& x);
@@ -91,6 +100,14 @@ struct step_record {
   uint64_t pid_start = 0;   ///< its leader's start time (/proc), to spot pid reuse
   int64_t started_at = 0;
   int64_t ended_at = 0;
+  /// A `wait` step's absolute deadline (ms since the epoch, the owner's
+  /// clock), set when it was first armed and kept while it is `waiting` or
+  /// `pending` after a stop, so a resume re-arms it with the same one; 0:
+  /// none.
+  int64_t deadline = 0;
+  /// A `wait` step's prompt, its references resolved when it was armed;
+  /// empty for other steps.
+  std::string prompt;
 };
 
 /// One entry of the event log (SPEC §8). `seq` is assigned at commit.
@@ -117,6 +134,37 @@ struct stop_record {
   int64_t requested_at = 0;
   int64_t handled_at = 0;
   std::string who;          ///< requester, e.g. "cli:pid 4242" or "user:alice"
+};
+
+/// What became of a signal.
+enum class signal_state : uint8_t {
+  buffered, ///< stored, not taken yet: the next wait armed for its name takes it
+  consumed, ///< a wait took it, in the transaction that ended that wait
+};
+
+const char* to_string(signal_state x);
+
+/// A signal sent to a tree's `wait` steps (a person's answer, a webhook).
+/// Stored before it is answered, with its tree: deleted with the tree's log.
+struct signal_record {
+  std::string id;          ///< time-ordered, like execution ids
+  std::string root_id;     ///< the tree that keeps it
+  std::string target;      ///< the execution it was sent to (the root, or one of its tree)
+  std::string name;        ///< the signal name a wait declares
+  json value;              ///< the value sent; null when `failure`
+  bool failure = false;    ///< the sender fails the wait with `message`
+  std::string message;     ///< the failure's message, or a note
+  std::string step;        ///< non-empty: only the wait at this step path takes it
+  std::string who;         ///< the sender: "user:alice", or "cli:pid 42"
+  std::string key;         ///< the sender's Idempotency-Key; empty: none
+  /// Of name, value, failure, message and step: a request with the same key
+  /// and another fingerprint is a conflict.
+  std::string fingerprint;
+  int64_t received_at = 0;
+  signal_state state = signal_state::buffered;
+  std::string wait_execution; ///< consumed: the execution of the wait that took it
+  std::string wait_step;      ///< consumed: that wait's step id
+  int64_t consumed_at = 0;
 };
 
 /// A compact snapshot: execution `target` stopped (or failed)
@@ -271,6 +319,7 @@ std::string encode(const registered_graph& x);
 std::string encode(const agent_record& x);
 std::string encode(const history_entry& x);
 std::string encode(const subtree_stop& x);
+std::string encode(const signal_record& x);
 
 /// Encodes a stored graph from its parts without copying them (the document
 /// of a large graph is megabytes); the same bytes as `encode(stored_graph)`.
@@ -294,6 +343,8 @@ caf::expected<agent_record> decode_agent(std::string_view bytes);
 caf::expected<history_entry> decode_history(std::string_view bytes);
 /// Binary only: no schema-1 home holds one.
 caf::expected<subtree_stop> decode_subtree_stop(std::string_view bytes);
+/// Binary only: no schema-1 home holds one.
+caf::expected<signal_record> decode_signal(std::string_view bytes);
 
 /// The `execution_id` of a stored event, without decoding the rest.
 /// @returns it, or `persistence_errc::corrupt_record`.
@@ -335,6 +386,12 @@ caf::expected<history_entry> history_from_json(const json& j);
 
 /// Renders a stop request as the SPEC describes it.
 json stop_document(const stop_record& x);
+
+/// Renders a signal: `{id, execution_id, name, value | fail, step, who,
+/// received_at, status, consumed_by: {execution_id, step} | null,
+/// consumed_at}` (RFC 3339 times; the idempotency key and fingerprint stay
+/// inside).
+json signal_document(const signal_record& x);
 
 /// Renders a history entry as SPEC §13 rule 21 describes it:
 /// `{role, content, execution_id, time}` (RFC 3339 time).

@@ -160,6 +160,9 @@ caf::expected<step_record> decode_step(std::string_view bytes) {
         case 'c':
           if (k == "child") return x.child_id = r.str(), 0u;
           break;
+        case 'd':
+          if (k == "deadline") return x.deadline = r.integer(), 0u;
+          break;
         case 'e':
           if (k == "ex") return x.execution_id = r.str(), 1u;
           if (k == "error") return x.error = r.value(), 0u;
@@ -171,6 +174,7 @@ caf::expected<step_record> decode_step(std::string_view bytes) {
         case 'p':
           if (k == "pid") return x.pid = r.integer(), 0u;
           if (k == "pstart") return x.pid_start = r.uinteger(), 0u;
+          if (k == "prompt") return x.prompt = r.str(), 0u;
           break;
         case 'r':
           if (k == "result") return x.result = r.value(), 0u;
@@ -178,7 +182,7 @@ caf::expected<step_record> decode_step(std::string_view bytes) {
           break;
         case 's':
           if (k == "step") return x.step = r.str(), 2u;
-          if (k == "status") return x.status = enum_at<step_status>(r, 6), 4u;
+          if (k == "status") return x.status = enum_at<step_status>(r, 7), 4u;
           if (k == "started") return x.started_at = r.integer(), 0u;
           break;
       }
@@ -259,6 +263,29 @@ caf::expected<stop_record> decode_stop(std::string_view bytes) {
       if (k == "requested") return x.requested_at = r.integer(), 0u;
       if (k == "handled_at") return x.handled_at = r.integer(), 0u;
       if (k == "who") return x.who = r.str(), 0u;
+      return unknown;
+    });
+}
+
+caf::expected<signal_record> decode_signal(std::string_view bytes) {
+  return decode_binary<signal_record>(
+    "signal", bytes, 7, [](msgpack::reader& r, std::string_view k, signal_record& x) {
+      if (k == "id") return x.id = r.str(), 1u;
+      if (k == "root") return x.root_id = r.str(), 2u;
+      if (k == "target") return x.target = r.str(), 0u;
+      if (k == "name") return x.name = r.str(), 4u;
+      if (k == "value") return x.value = r.value(), 0u;
+      if (k == "failure") return x.failure = r.boolean(), 0u;
+      if (k == "message") return x.message = r.str(), 0u;
+      if (k == "step") return x.step = r.str(), 0u;
+      if (k == "who") return x.who = r.str(), 0u;
+      if (k == "key") return x.key = r.str(), 0u;
+      if (k == "fp") return x.fingerprint = r.str(), 0u;
+      if (k == "received") return x.received_at = r.integer(), 0u;
+      if (k == "state") return x.state = enum_at<signal_state>(r, 2), 0u;
+      if (k == "wex") return x.wait_execution = r.str(), 0u;
+      if (k == "wstep") return x.wait_step = r.str(), 0u;
+      if (k == "consumed") return x.consumed_at = r.integer(), 0u;
       return unknown;
     });
 }

@@ -144,6 +144,8 @@ void write_step(record_writer& w, const step_record& x) {
   w.unum_if("pstart", x.pid_start);
   w.num_if("started", x.started_at);
   w.num_if("ended", x.ended_at);
+  w.num_if("deadline", x.deadline);
+  w.str_if("prompt", x.prompt);
 }
 
 void write_event(record_writer& w, const event_record& x) {
@@ -212,6 +214,28 @@ std::string encode(const stop_record& x) {
   w.num("requested", x.requested_at);
   w.num_if("handled_at", x.handled_at);
   w.str_if("who", x.who);
+  return w.finish();
+}
+
+std::string encode(const signal_record& x) {
+  record_writer w;
+  w.str("id", x.id);
+  w.str("root", x.root_id);
+  w.str_if("target", x.target);
+  w.str("name", x.name);
+  w.value_if("value", x.value);
+  if (x.failure)
+    w.field("failure").boolean(true);
+  w.str_if("message", x.message);
+  w.str_if("step", x.step);
+  w.str_if("who", x.who);
+  w.str_if("key", x.key);
+  w.str_if("fp", x.fingerprint);
+  w.num("received", x.received_at);
+  w.num_if("state", static_cast<int64_t>(x.state));
+  w.str_if("wex", x.wait_execution);
+  w.str_if("wstep", x.wait_step);
+  w.num_if("consumed", x.consumed_at);
   return w.finish();
 }
 

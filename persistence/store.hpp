@@ -6,7 +6,9 @@
 //   meta        "schema" → version ("3"), "seq" → last event seq (8 bytes, big endian),
 //               "epoch" → last lease epoch issued (8 bytes, big endian),
 //               "lease" \0 root id → tree_lease (epoch, pid, start: 8 bytes each,
-//               big endian), for every tree ever leased
+//               big endian), for every tree ever leased,
+//               "signal" \0 root id \0 signal id → signal record, for the
+//               signals sent to a tree's waits (deleted with the tree)
 //   executions  id → execution record
 //   steps       execution id \0 step id → step record
 //   children    parent id \0 child id → ""
@@ -166,6 +168,10 @@ struct write_batch {
   /// a nested batch) once committed. `handled`, `result` and
   /// `handled_at` of the records given here are ignored.
   std::vector<stop_record> stops;
+  /// Signals to store, or to store again (keyed by root and id): a new one
+  /// (`buffered`), or one a wait took (`consumed`, in the batch that ends
+  /// that wait).
+  std::vector<signal_record> signals;
   /// Executions whose pending stop requests are to be checked against their
   /// stored status (and answered when it is terminal): for requests left
   /// pending by an older release. Those of executions this batch ends, and
@@ -198,7 +204,7 @@ struct write_batch {
   bool empty() const {
     return executions.empty() && steps.empty() && graphs.empty() && encoded_graphs.empty()
            && events.empty() && deleted_executions.empty() && deleted_trees.empty()
-           && stops.empty()
+           && stops.empty() && signals.empty()
            && counters.empty() && registered.empty() && agents.empty() && history.empty()
            && settle_stops.empty() && subtree_stops.empty() && nested.empty();
   }
@@ -332,6 +338,10 @@ public:
 
   /// @returns every stop request not yet handled, oldest first.
   caf::expected<std::vector<stop_record>> pending_stops() const;
+
+  /// @returns the signals tree `root_id` keeps, oldest first (by id);
+  ///          empty for a tree without any (or no such tree).
+  caf::expected<std::vector<signal_record>> signals(const std::string& root_id) const;
 
   /// @returns the counters of scope `id` (zeros when none were stored).
   caf::expected<tree_counters> counters(const std::string& id) const;

@@ -211,6 +211,8 @@ void commit_txn::put_records(write_batch& b) {
   for (auto& x : b.encoded_graphs)
     put(s_.graphs_, x.first, x.second);
   put_stop_requests(b);
+  for (auto& x : b.signals)
+    put(s_.meta_, signal_prefix(x.root_id) + x.id, encode(x));
   for (auto& id : b.settle_stops)
     settle_.insert(id);
   put_counters(b);
@@ -411,6 +413,7 @@ void commit_txn::delete_execution(const std::string& id) {
   if (rec.root_id.empty() || rec.root_id == id) {
     del_prefix(d_.subtrees, id + '\0');
     del(s_.meta_, lease_key(id));
+    del_prefix(s_.meta_, signal_prefix(id));
     stored_epoch_.erase(id);
   }
   del_prefix(s_.steps_, id + '\0');

@@ -109,6 +109,15 @@ inline std::string lease_key(const std::string& root) {
   return k;
 }
 
+/// The `meta` prefix of tree `root`'s signals (`signal` \0 root \0).
+inline std::string signal_prefix(const std::string& root) {
+  std::string k = "signal";
+  k += '\0';
+  k += root;
+  k += '\0';
+  return k;
+}
+
 inline std::string encode_lease(const tree_lease& l) {
   return seq_key(l.epoch) + seq_key(static_cast<uint64_t>(l.pid)) + seq_key(l.start);
 }

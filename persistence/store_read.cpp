@@ -288,6 +288,27 @@ caf::expected<std::vector<stop_record>> store::pending_stops() const {
   return out;
 }
 
+caf::expected<std::vector<signal_record>> store::signals(const std::string& root_id) const {
+  std::vector<signal_record> out;
+  auto prefix = signal_prefix(root_id);
+  auto err = read([&](MDB_txn* txn) -> caf::error {
+    caf::error bad;
+    scan_prefix(txn, meta_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
+      auto rec = decode_signal(as_view(v));
+      if (!rec) {
+        bad = rec.error();
+        return false;
+      }
+      out.push_back(std::move(*rec));
+      return true;
+    });
+    return bad;
+  });
+  if (err)
+    return err;
+  return out;
+}
+
 caf::expected<tree_counters> store::counters(const std::string& id) const {
   auto x = get_record<tree_counters>(counters_, id, "", decode_counters);
   if (!x && x.error().category() == persistence_category

@@ -114,7 +114,7 @@ void resolve_execution(execution_record& rec, const std::string& reason, int64_t
 }
 
 bool resolve_step(step_record& rec, const std::string& reason, int64_t time) {
-  if (rec.status != step_status::running && rec.status != step_status::queued)
+  if (!is_active(rec.status))
     return false;
   rec.status = step_status::pending;
   rec.reason = reason;
@@ -271,8 +271,7 @@ void resolver::resolve_steps(const std::string& id, std::vector<step_record>& st
     return;
   bool active_step = false;
   for (auto& s : steps)
-    active_step = active_step || s.status == step_status::running
-                  || s.status == step_status::queued;
+    active_step = active_step || is_active(s.status);
   if (!active_step)
     return;
   auto rec = load_execution(txn_, d_, id);

@@ -63,7 +63,7 @@ void write_batch::take_events(std::vector<event_record>& out) {
 
 size_t write_batch::weight() const {
   size_t n = executions.size() + steps.size() + graphs.size() + events.size()
-             + deleted_executions.size() + deleted_trees.size() + stops.size()
+             + deleted_executions.size() + deleted_trees.size() + stops.size() + signals.size()
              + settle_stops.size() + counters.size() + registered.size() + agents.size()
              + history.size() + subtree_stops.size();
   for (auto& g : encoded_graphs)

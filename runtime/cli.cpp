@@ -146,6 +146,9 @@ int cli_main(int argc, char** argv) {
   agent_commands agents;
   add_agent_commands(app, agents, add_remote);
 
+  signal_commands signals;
+  add_signal_commands(app, signals, add_remote);
+
   prune_options po;
   add_prune_command(app, po);
 
@@ -225,6 +228,8 @@ int cli_main(int argc, char** argv) {
                      : cmd_events(g, id, follow_live, as_json);
   if (logs.cmd->parsed())
     return on_server ? remote_logs(remote, logs) : cmd_logs(g, logs);
+  if (auto rc = run_signal_command(signals, g, remote))
+    return *rc;
   if (auto rc = run_agent_command(agents, g, remote))
     return *rc;
   if (serve->parsed())

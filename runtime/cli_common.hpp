@@ -300,6 +300,36 @@ void add_agent_commands(CLI::App& app, agent_commands& cmds,
 std::optional<int> run_agent_command(const agent_commands& cmds, const global_options& g,
                                      const remote_options& r);
 
+// -- signals and waits (cli_signals.cpp) -------------------------------------------------
+
+/// The options of `canopy signal`, `approve`, `reject` and `waits`.
+struct signal_commands {
+  CLI::App* signal = nullptr;
+  CLI::App* approve = nullptr;
+  CLI::App* reject = nullptr;
+  CLI::App* waits = nullptr;
+  std::string id;
+  std::string name;
+  std::string value;   ///< `--value JSON`
+  std::string fail;    ///< `--fail MESSAGE`
+  std::string step;    ///< `--step PATH`
+  std::string key;     ///< `--key K` (Idempotency-Key)
+  std::string message; ///< approve/reject `--message M`
+  double wait_s = 5;   ///< how long to wait for a wait to take it
+  bool json = false;
+};
+
+/// Adds `canopy signal|approve|reject|waits` to `app`; `add_remote` adds
+/// `--server` and `--token` to each.
+void add_signal_commands(CLI::App& app, signal_commands& cmds,
+                         const std::function<void(CLI::App*)>& add_remote);
+
+/// Runs the signal subcommand that was parsed, on the local home or, when
+/// `r.server` is set, on a server.
+/// @returns its exit code, or nullopt when none was parsed.
+std::optional<int> run_signal_command(const signal_commands& cmds, const global_options& g,
+                                      const remote_options& r);
+
 // -- prune (cli_prune.cpp) -------------------------------------------------------------
 
 struct prune_options {

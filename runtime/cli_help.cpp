@@ -20,6 +20,8 @@ const std::map<std::string, std::string>& headings() {
     {"logs", "Inspect"},     {"agent", "Agents"},     {"serve", "Nodes"},
     {"worker", "Nodes"},     {"graph", "Graphs"},     {"validate", "Graphs"},
     {"prune", "Maintenance"}, {"completion", "About"}, {"version", "About"},
+    {"waits", "Waits"},      {"signal", "Waits"},     {"approve", "Waits"},
+    {"reject", "Waits"},
   };
   return table;
 }

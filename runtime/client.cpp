@@ -222,11 +222,13 @@ caf::expected<api_answer> api_client::finish(int status, const std::string& body
 
 caf::expected<std::pair<int, std::string>>
 api_client::exchange(const std::string& method, const std::string& target, const json* body,
-                     millis extra_wait) const {
+                     millis extra_wait, const std::string& key) const {
   auto c = connect(opts_);
   set_socket_options(c, opts_.connect_timeout, opts_.read_timeout + extra_wait);
   httplib::Headers h = {{"Authorization", "Bearer " + opts_.token},
                         {"Accept", "application/json"}};
+  if (!key.empty())
+    h.emplace("Idempotency-Key", key);
   auto res = method == "GET" ? c.Get(target, h)
                              : c.Post(target, h, body ? body->dump() : std::string{"{}"},
                                       "application/json");

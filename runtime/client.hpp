@@ -177,6 +177,17 @@ public:
   caf::expected<api_answer> post(const std::string& target, const nlohmann::json& body,
                                  millis extra_wait = millis{0}) const;
 
+  /// `POST /v1/executions/{id}/signals/{name}` with `body` (`{"value"}` or
+  /// `{"fail"}`), `?step=` when `step` is set, and the `Idempotency-Key`
+  /// header when `key` is. @returns the 200 (consumed) or 202 (buffered)
+  /// answer; a refusal is an error (`error_of_answer`).
+  caf::expected<api_answer> signal(const std::string& id, const std::string& name,
+                                   const nlohmann::json& body, const std::string& step,
+                                   const std::string& key) const;
+
+  /// `GET /v1/waits`: the waits this client's user may answer.
+  caf::expected<std::vector<nlohmann::json>> waits() const;
+
   /// `GET /v1/executions/{id}/tree`: the execution with its descendants.
   caf::expected<nlohmann::json> tree(const std::string& id) const;
 
@@ -259,7 +270,8 @@ private:
   caf::expected<std::pair<int, std::string>> exchange(const std::string& method,
                                                       const std::string& target,
                                                       const nlohmann::json* body,
-                                                      millis extra_wait) const;
+                                                      millis extra_wait,
+                                                      const std::string& key = {}) const;
   caf::expected<api_answer> finish(int status, const std::string& body) const;
   caf::error unreachable(const std::string& why) const;
   /// Every item of the listing at `path`, following `next` cursors; `what`

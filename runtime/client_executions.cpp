@@ -86,4 +86,28 @@ caf::expected<stop_answer> api_client::stop(const std::string& id, bool force,
   return out;
 }
 
+caf::expected<api_answer> api_client::signal(const std::string& id, const std::string& name,
+                                             const json& body, const std::string& step,
+                                             const std::string& key) const {
+  auto target = "/v1/executions/" + url_encode(id) + "/signals/" + url_encode(name);
+  if (!step.empty())
+    target += "?step=" + url_encode(step);
+  auto a = exchange("POST", target, &body, millis{0}, key);
+  if (!a)
+    return a.error();
+  return finish(a->first, a->second);
+}
+
+caf::expected<std::vector<json>> api_client::waits() const {
+  auto a = get("/v1/waits");
+  if (!a)
+    return a.error();
+  if (!a->body.is_object() || !a->body.contains("items") || !a->body["items"].is_array())
+    return unexpected("the waits answer has no items: " + a->body.dump());
+  std::vector<json> out;
+  for (auto& x : a->body["items"])
+    out.push_back(x);
+  return out;
+}
+
 } // namespace canopy

@@ -25,6 +25,10 @@ json step_document(const step_record& s) {
             {"reason", str_or_null(s.reason)}};
   if (!s.child_id.empty())
     j["child_id"] = s.child_id;
+  if (s.deadline != 0)
+    j["deadline"] = to_rfc3339(s.deadline);
+  if (!s.prompt.empty())
+    j["prompt"] = s.prompt;
   if (s.pid != 0)
     j["pid"] = s.pid;
   return j;
@@ -33,7 +37,7 @@ json step_document(const step_record& s) {
 /// The kind key of a graph document's step (`run`, `tool`, ...), or null.
 json kind_of(const json& def) {
   if (def.is_object())
-    for (auto* k : {"run", "tool", "graph", "plan", "agent", "fn"})
+    for (auto* k : {"run", "tool", "graph", "plan", "agent", "fn", "wait"})
       if (def.contains(k))
         return k;
   return nullptr;
@@ -108,6 +112,11 @@ caf::expected<json> load_document(const store& db, const std::string& id,
       auto def = defs.find(kv.key());
       kv.value()["kind"] = def != defs.end() ? kind_of(*def) : json(nullptr);
       kv.value()["needs"] = def != defs.end() ? needs_of(*def) : json::array();
+      // A wait step names its signal (what `canopy signal` must send).
+      if (def != defs.end() && def->is_object())
+        if (auto w = def->find("wait"); w != def->end() && w->is_object()
+                                        && w->contains("signal") && (*w)["signal"].is_string())
+          kv.value()["signal"] = (*w)["signal"];
     }
     doc["steps"] = std::move(out);
   }

@@ -165,6 +165,9 @@ api_server::api_server(const node_config& cfg, runtime& rt, metrics& m, notifier
   add("POST", "/v1/executions/{id}/stop", true, &api_server::stop_execution);
   add("POST", "/v1/executions/{id}/resume", true, &api_server::resume_execution);
   add("GET", "/v1/executions/{id}/events", true, &api_server::get_events);
+  add("POST", "/v1/executions/{id}/signals/{name}", true, &api_server::post_signal);
+  add("GET", "/v1/executions/{id}/signals", true, &api_server::list_signals);
+  add("GET", "/v1/waits", true, &api_server::list_waits);
   add("POST", "/v1/agents", true, &api_server::post_agent);
   add("GET", "/v1/agents", true, &api_server::list_agents);
   add("GET", "/v1/agents/{name}", true, &api_server::get_agent);
@@ -313,7 +316,7 @@ void api_server::dispatch(const httplib::Request& req, httplib::Response& res) {
     return reply(res, not_found("no route " + req.method + " " + req.path));
   }
   auto& [auth, fn] = handlers_[m.index];
-  call c{req, res, {}, std::move(m.capture)};
+  call c{req, res, {}, std::move(m.capture), std::move(m.more)};
   if (auth) {
     http_error err;
     auto user = authenticate(req, err);

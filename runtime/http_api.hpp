@@ -152,6 +152,7 @@ struct call {
   httplib::Response& res;
   std::string user;
   std::string capture;
+  std::vector<std::string> more; ///< the route's `{...}` segments after the first
 };
 
 /// The routes and their handlers; one per server, its handlers called on
@@ -271,6 +272,18 @@ private:
   bool stop_body(call& c, stop_mode& mode, double& wait);
 
   void stop_execution(call& c);
+
+  // -- signals and waits (http_api_signals.cpp) --
+
+  /// `POST /v1/executions/{id}/signals/{name}`: `{"value": V}` or
+  /// `{"fail": {"message": M}}`, `?step=PATH`, header `Idempotency-Key`;
+  /// 200 with `consumed_by` once a wait took it, 202 `buffered`, or the
+  /// error of its outcome (persistence/signal_rules.hpp).
+  void post_signal(call& c);
+  /// `GET /v1/executions/{id}/signals`: the tree's signals (the audit).
+  void list_signals(call& c);
+  /// `GET /v1/waits`: the waits the user may answer, oldest armed first.
+  void list_waits(call& c);
 
   void stop_graph(call& c);
 

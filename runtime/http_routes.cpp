@@ -83,7 +83,8 @@ route_match route_table::match(std::string_view method, std::string_view path) c
     auto& r = routes_[index];
     if (r.segments.size() != count)
       continue;
-    std::string_view capture;
+    std::string_view captures[4];
+    size_t captured = 0;
     bool ok = true;
     size_t begin = 1;
     for (auto& seg : r.segments) {
@@ -93,8 +94,8 @@ route_match route_table::match(std::string_view method, std::string_view path) c
         ok = false;
         break;
       }
-      if (seg.placeholder)
-        capture = text;
+      if (seg.placeholder && captured < 4)
+        captures[captured++] = text;
       begin = end + 1;
     }
     if (!ok)
@@ -102,7 +103,10 @@ route_match route_table::match(std::string_view method, std::string_view path) c
     found.path_known = true;
     if (r.method == method || (method == "HEAD" && r.method == "GET")) {
       found.index = index;
-      found.capture = std::string{capture};
+      if (captured > 0)
+        found.capture = std::string{captures[0]};
+      for (size_t i = 1; i < captured; ++i)
+        found.more.emplace_back(captures[i]);
       return found;
     }
   }

@@ -24,13 +24,15 @@ const std::string& method_label(std::string_view method);
 /// bytes >= 0x7f written `\xHH`, cut at 256 bytes (then ending in `...`).
 std::string log_text(std::string_view s);
 
-/// A matched request: the route's index, and the text of its one `{...}`
-/// segment (empty when the route has none).
+/// A matched request: the route's index, and the text of its `{...}`
+/// segments.
 struct route_match {
   /// Index of the route in the order of route_table::add; npos when none.
   size_t index = npos;
-  /// The text of the `{...}` segment.
+  /// The text of the first `{...}` segment (empty when the route has none).
   std::string capture;
+  /// The text of every `{...}` segment after the first, in order.
+  std::vector<std::string> more;
   /// True when some route has this path, whatever its method (405, not 404).
   bool path_known = false;
   static constexpr size_t npos = static_cast<size_t>(-1);
@@ -38,8 +40,8 @@ struct route_match {
 };
 
 /// Routes: a method and a pattern each. Patterns are absolute paths whose
-/// segments are literals or one `{name}` placeholder, which matches exactly
-/// one non-empty segment. Not thread-safe to add; match() is const and may
+/// segments are literals or `{name}` placeholders, each of which matches
+/// exactly one non-empty segment. Not thread-safe to add; match() is const and may
 /// run on any number of threads at once.
 class route_table {
 public:

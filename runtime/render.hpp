@@ -146,6 +146,11 @@ private:
   std::map<std::string, exec_view> execs_;
 };
 
+/// What is left until a wait's deadline `deadline` (ms since the epoch) at
+/// `now`: "23h59m left", "4m10s left", "deadline passed", or "no
+/// deadline" for 0.
+std::string time_left(int64_t deadline, int64_t now);
+
 /// Renders a document from `load_document` as an indented tree: a step per
 /// line in graph order with its status, start and duration (running ones:
 /// so far, at `now`), and the last stderr lines under a failed step

@@ -164,6 +164,11 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
       row.extra += "  attempt " + std::to_string(s.value("attempt", 0));
     if (auto reason = text_of(s, "reason"); !reason.empty())
       row.extra += "  (" + reason + ")";
+    if (row.status == "waiting") {
+      // approve  waiting · approval · 23h59m left
+      row.extra += "  · " + text_of(s, "signal") + " · ";
+      row.extra += time_left(ms_of_rfc3339(s.value("deadline", nlohmann::json())), now);
+    }
     if (auto error = text_of(s, "error"); !error.empty())
       row.extra += "  error: " + error;
     auto c = child_by_step.find(name);
@@ -174,6 +179,15 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
     }
     out.push_back(std::move(row));
     auto below = indent + (last ? "   " : "│  ");
+    if (row.status == "waiting") {
+      show_row note;
+      note.note = true;
+      auto prompt = text_of(s, "prompt");
+      note.tree = below + "  " + (prompt.empty() ? std::string{} : cut(prompt, 200) + "  ")
+                  + "(canopy signal " + text_of(doc, "id") + " " + text_of(s, "signal")
+                  + " --value JSON)";
+      out.push_back(std::move(note));
+    }
     if (text_of(s, "status") == "failed")
       for (auto& line : stderr_tail(s, failed_step_stderr_lines)) {
         show_row note;
@@ -187,6 +201,12 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
 }
 
 } // namespace
+
+std::string time_left(int64_t deadline, int64_t now) {
+  if (deadline == 0)
+    return "no deadline";
+  return deadline <= now ? std::string{"deadline passed"} : human_duration(deadline - now) + " left";
+}
 
 std::string render_document(const nlohmann::json& doc, int64_t now) {
   std::string out = text_of(doc, "graph") + " " + text_of(doc, "id") + "  "

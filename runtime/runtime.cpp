@@ -22,6 +22,7 @@
 #include "actors/slot_pool.hpp"
 #include "actors/stop_protocol.hpp"
 #include "actors/scheduler.hpp"
+#include "actors/signal_desk.hpp"
 #include "actors/stop_watcher.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/timer.hpp"
@@ -153,6 +154,8 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     svc->cluster_timeout = c.timeout;
     svc->node_name = c.name;
   }
+  rt->desk_ = spawn_signal_desk(*rt->sys_, rt->db_);
+  svc->desk = rt->desk_;
   svc->machine = make_machine_env(*svc);
   rt->svc_ = std::move(svc);
   rt->watcher_ = spawn_stop_watcher(*rt->sys_, rt->svc_);
@@ -199,6 +202,7 @@ runtime::~runtime() {
     for (auto& kv : agents)
       self->send_exit(kv.second, caf::exit_reason::user_shutdown);
     self->send_exit(watcher_, caf::exit_reason::user_shutdown);
+    self->send_exit(desk_, caf::exit_reason::user_shutdown);
     if (cluster_)
       self->send_exit(cluster_, caf::exit_reason::user_shutdown);
     if (admission_)
@@ -211,6 +215,7 @@ runtime::~runtime() {
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
   }
   watcher_ = nullptr;
+  desk_ = nullptr;
   cluster_ = nullptr;
   timer_ = nullptr;
   keeper_ = nullptr;

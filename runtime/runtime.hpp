@@ -29,6 +29,7 @@
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/retention.hpp"
+#include "persistence/signal_rules.hpp"
 #include "persistence/store.hpp"
 #include "persistence/tools.hpp"
 
@@ -141,6 +142,15 @@ private:
 class runtime;
 struct execution_services;
 
+/// What became of a signal (`runtime::signal`).
+struct signal_answer {
+  signal_decision decision;
+  /// A wait took it (now, or before: a replay of a consumed one).
+  bool consumed = false;
+  std::string consumed_execution; ///< the execution of the wait that took it
+  std::string consumed_step;      ///< that wait's step id
+};
+
 /// A handle to a started execution. Cheap to copy; keeps the execution's actor
 /// alive while it runs.
 class execution_handle {
@@ -173,6 +183,25 @@ public:
   /// stored; `wait` (or `runtime::await_stop`) for the snapshot.
   /// @returns the ticket (`no_execution` when nothing runs), or a store error.
   caf::expected<stop_ticket> stop(stop_mode mode = stop_mode::graceful) const;
+
+  /// What `signal` sends besides its value.
+  struct signal_options {
+    std::string step;    ///< only the wait at this step path (`review/approve`)
+    std::string key;     ///< idempotency key: the same key and value send once
+    bool failure = false; ///< fail the wait (reason `rejected`) with `message`
+    std::string message;
+    millis wait{5'000};  ///< how long to wait for a wait here to take it
+  };
+
+  /// Sends `value` as signal `name` to this execution's waits
+  /// (`runtime::signal`, as the home's own user).
+  /// @returns the answer: the decision (`store`, `replay` or why not) and
+  ///          whether a wait took it; a store error.
+  caf::expected<signal_answer> signal(const std::string& name, json value,
+                                      const signal_options& opts) const;
+  caf::expected<signal_answer> signal(const std::string& name, json value) const {
+    return signal(name, std::move(value), signal_options{});
+  }
 
 private:
   friend class runtime;
@@ -308,6 +337,18 @@ public:
   caf::expected<stop_ticket> stop(const std::string& id, stop_mode mode = stop_mode::graceful,
                                   const std::string& who = "library");
 
+  /// Sends a signal to the waits of execution `req.target`'s tree (the rule
+  /// of persistence/signal_rules.hpp): a new one is committed with its
+  /// `signal.received` event, then handed to this process's signal desk,
+  /// which offers it to a wait armed for it here; a wait of a tree that
+  /// another process owns finds it within `signal_poll_interval`. Decisions
+  /// of this process are serialised. Blocks for at most the store's write
+  /// wait plus `wait`.
+  /// @returns the decision, with `consumed` set when a wait took the signal
+  ///          (its write committed) within `wait`; a store error.
+  ///          Threading: any non-actor thread.
+  caf::expected<signal_answer> signal(signal_request req, millis wait = millis{5'000});
+
   /// Waits up to `wait` for a stop to settle. @returns `stopped` or
   /// `no_execution` once its target settled, else `stopping`.
   /// Threading: any non-actor thread.
@@ -346,10 +387,12 @@ private:
   caf::actor timer_;
   caf::actor keeper_; ///< hands free heap back to the kernel (runtime/memory.hpp)
   caf::actor watcher_;
+  caf::actor desk_; ///< the signal desk (actors/signal_desk.hpp)
   caf::actor admission_;
   caf::actor cluster_;
   uint16_t cluster_port_ = 0;
   std::mutex roots_mtx_;
+  std::mutex signals_mtx_; ///< one signal decision and commit at a time
   std::vector<caf::actor> roots_;
   std::vector<std::string> recovered_;
   std::mutex register_mtx_;
@@ -373,6 +416,14 @@ caf::error check_inputs(const graph& g, const json& inputs);
 /// store writer of this process runs.
 /// @returns the ids recovered, or a store error.
 caf::expected<std::vector<std::string>> recover_interrupted(store& db);
+
+/// True when interrupted root `root`'s tree held nothing but waits when its
+/// owner died: every step recovery set back to `pending` (reason
+/// `interrupted`) is a `wait` step. Such a tree runs nothing until a signal
+/// or a deadline, so any node that starts on the home resumes it (a wait
+/// takes no process, slot or cost), without `--resume-interrupted`.
+/// Threading: any thread (reads only).
+bool only_waits_interrupted(const store& db, const std::string& root);
 
 
 

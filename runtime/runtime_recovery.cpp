@@ -189,4 +189,34 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
   return recovered;
 }
 
+bool only_waits_interrupted(const store& db, const std::string& root) {
+  auto ids = db.subtree_ids(root);
+  if (!ids)
+    return false;
+  size_t waits = 0;
+  for (auto& id : *ids) {
+    auto steps = db.steps(id);
+    if (!steps)
+      return false;
+    std::shared_ptr<const graph> g;
+    for (auto& s : *steps) {
+      if (s.status != step_status::pending || s.reason != "interrupted")
+        continue;
+      if (!g) {
+        auto sg = db.graph(id);
+        if (!sg)
+          return false;
+        g = load_stored_graph(std::move(sg->document), sg->base_dir, sg->files).value;
+        if (!g)
+          return false;
+      }
+      auto* def = g->find(s.step);
+      if (def == nullptr || def->kind != step_kind::wait)
+        return false;
+      ++waits;
+    }
+  }
+  return waits > 0;
+}
+
 } // namespace canopy

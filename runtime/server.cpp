@@ -116,17 +116,28 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                    e.root_id, e.status, e.reason);
     events.bump();
   });
-  if (opts.resume_interrupted) {
-    // Every root left interrupted, by this start's recovery or an earlier
-    // one; children resume with their roots.
-    execution_filter f;
-    f.status = execution_status::stopped;
-    auto stopped = db->list(f);
-    if (!stopped) {
-      spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
-      return fatal(5);
+  {
+    // With `--resume-interrupted`: every root left interrupted, by this
+    // start's recovery or an earlier one (children resume with their
+    // roots). Without: the roots this start recovered that held nothing but
+    // waits (they run nothing until a signal or a deadline).
+    std::vector<execution_record> roots;
+    if (opts.resume_interrupted) {
+      execution_filter f;
+      f.status = execution_status::stopped;
+      auto stopped = db->list(f);
+      if (!stopped) {
+        spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
+        return fatal(5);
+      }
+      roots = std::move(*stopped);
+    } else {
+      for (auto& id : (*rt)->recovered())
+        if (auto rec = db->execution(id); rec && rec->parent_id.empty()
+                                          && only_waits_interrupted(*db, id))
+          roots.push_back(std::move(*rec));
     }
-    for (auto& rec : *stopped) {
+    for (auto& rec : roots) {
       if (rec.reason != "interrupted")
         continue;
       auto& id = rec.id;
@@ -136,7 +147,8 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
       if (h)
         await_resumed(*db, *h, rec);
       if (h)
-        spdlog::info("event=execution.resume execution={} why=resume-interrupted", id);
+        spdlog::info("event=execution.resume execution={} why={}", id,
+                     opts.resume_interrupted ? "resume-interrupted" : "waits");
       else
         spdlog::error("event=execution.resume execution={} error=\"{}\"", id,
                       message_of(h.error()));

@@ -26,7 +26,7 @@ enum class after_write : uint8_t {
 };
 
 /// Timers the machine schedules; each comes back as the matching input.
-enum class timer_kind : uint8_t { retry, wake, timeout, deadline, abandon };
+enum class timer_kind : uint8_t { retry, wake, timeout, deadline, abandon, wait_due };
 
 namespace fx {
 
@@ -145,6 +145,18 @@ struct report {
   /// them into its `subtree_stop`.
   uint64_t stopped_events = 0;
 };
+/// Register step `idx`'s wait for signal `signal` with the signal desk,
+/// which offers it a buffered signal (`signal_offered`) or says there is
+/// none (`wait_armed`).
+struct arm_wait {
+  uint32_t idx;
+  int32_t attempt;
+  std::string signal;
+};
+/// Step `idx` no longer waits: the desk forgets it.
+struct disarm_wait {
+  uint32_t idx;
+};
 /// The execution is over.
 struct quit {};
 /// Feed `resume_pump` on a message of its own: the steps started so far
@@ -164,7 +176,8 @@ using effect = std::variant<fx::acquire_admission, fx::acquire_slot, fx::release
                             boxed<fx::spawn_runner>, fx::start_fn, fx::set_fn_stop, fx::timer,
                             boxed<fx::spawn_child>, fx::request_turn, fx::release_turn,
                             fx::send_exit, fx::drop_worker, fx::stop_owner, boxed<fx::write>,
-                            boxed<fx::report>, fx::quit, fx::yield>;
+                            boxed<fx::report>, fx::arm_wait, fx::disarm_wait, fx::quit,
+                            fx::yield>;
 
 /// True for the effects that travel boxed.
 template <class T>

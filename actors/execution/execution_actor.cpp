@@ -219,6 +219,16 @@ caf::behavior make_handlers() {
       self->state.m->timeout(step(idx), attempt, now_ms());
       run_effects(self);
     },
+    [=](armed_atom, uint64_t idx, int attempt) {
+      auto self = current_shell;
+      self->state.m->wait_armed(step(idx), attempt, now_ms());
+      run_effects(self);
+    },
+    [=](due_atom, uint64_t idx, int attempt) {
+      auto self = current_shell;
+      self->state.m->wait_due(step(idx), attempt, now_ms());
+      run_effects(self);
+    },
     [=](retry_atom, uint64_t idx, int attempt) {
       auto self = current_shell;
       self->state.m->retry_due(step(idx), attempt, now_ms());
@@ -254,6 +264,22 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
     auto batch = x.shared() ? x.get_as<write_batch>(2)
                             : std::move(x.get_mutable_as<write_batch>(2));
     st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms());
+    run_effects(self);
+    return caf::delegated<caf::message>{};
+  }
+  if (x.match_elements<offer_atom, uint64_t, int, signal_record>()) {
+    // (offer_atom, idx, attempt, signal) -> bool: true once the write that
+    // consumes it is committed; false at once when the wait does not take it.
+    auto& st = self->state;
+    auto rp = self->make_response_promise();
+    auto idx = static_cast<uint32_t>(x.get_as<uint64_t>(1));
+    if (!st.replies)
+      st.replies = std::make_unique<std::vector<caf::response_promise>>();
+    st.replies->push_back(rp);
+    if (!st.m->signal_offered(idx, x.get_as<int>(2), x.get_as<signal_record>(3), now_ms())) {
+      st.replies->pop_back();
+      rp.deliver(false);
+    }
     run_effects(self);
     return caf::delegated<caf::message>{};
   }
@@ -301,6 +327,7 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
   auto& st = self->state;
   st.svc = std::move(svc);
   st.parent = std::move(parent);
+  st.path = init.path;
   auto env = st.svc->machine ? st.svc->machine : make_machine_env(*st.svc);
   st.resolver.bind(self);
   st.m = std::make_unique<execution_machine>(

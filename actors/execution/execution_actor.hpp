@@ -134,6 +134,9 @@ struct execution_services {
   caf::actor cluster;
   /// The tools the cluster's members announce (null without a cluster).
   std::shared_ptr<member_tools> cluster_tools;
+  /// The signal desk (actors/signal_desk.hpp): matches signals with the
+  /// waits armed here. Null: waits end only by their deadline or a stop.
+  caf::actor desk;
   /// How long a worker may take to start a step placed on it (the cluster's
   /// timeout): past it the attempt counts as lost (`node_lost`) and is
   /// placed again.
@@ -171,6 +174,10 @@ struct execution_init {
   /// its `queued` batch instead (`make_queued_batch`).
   bool acquire_lease = false;
   uint64_t lease_epoch = 0;
+  /// Where it sits in its tree, as the step ids that lead to it joined by
+  /// `/` and ending in `/` (`review/` for the child of root step `review`;
+  /// empty for a root): a wait's step path is this plus its step id.
+  std::string path;
 };
 
 /// Spawns a root execution actor and registers it in the directory (with a

@@ -20,14 +20,15 @@ step_status status_of(step_phase p) {
       return step_status::failed;
     case step_phase::skipped:
       return step_status::skipped;
+    case step_phase::waiting:
+      return step_status::waiting;
     default:
       return step_status::running;
   }
 }
 
 bool is_active(step_phase p) {
-  auto s = status_of(p);
-  return s == step_status::running || s == step_status::queued;
+  return is_active(status_of(p));
 }
 
 const char* to_string(exec_phase x) {
@@ -41,12 +42,12 @@ const char* to_string(step_phase x) {
                                    "waiting_slot", "placing",       "running_fn",
                                    "running_sleep", "running_runner", "running_child",
                                    "halted",       "completed",     "failed",
-                                   "skipped"};
+                                   "skipped",      "waiting"};
   return names[static_cast<size_t>(x)];
 }
 
 bool reset_step_record(step_record& r, step_reason reason, int64_t now) {
-  if (r.status != step_status::running && r.status != step_status::queued)
+  if (!is_active(r.status))
     return false;
   r.status = step_status::pending;
   r.reason = to_string(reason);
@@ -107,6 +108,8 @@ execution_machine::execution_machine(std::shared_ptr<const machine_env> env, mac
     s.node = r.node;
     s.started_at = r.started_at;
     s.ended_at = r.ended_at;
+    if (r.status == step_status::pending || r.status == step_status::waiting)
+      s.deadline = r.deadline; // a stopped wait keeps its deadline
     if (r.status == step_status::completed) {
       s.phase = step_phase::completed;
       s.result = std::move(r.result);

@@ -70,6 +70,7 @@ enum class step_phase : uint8_t {
   completed,
   failed,
   skipped,        ///< its condition was false or its needs were skipped: never started
+  waiting,        ///< waiting: a `wait` step armed for its signal (no worker, no slot)
 };
 
 /// The record status of a step in `p`.
@@ -180,6 +181,10 @@ public:
     int64_t ended_at = 0;
     std::string node;     ///< empty: `local`
     std::string child_id; ///< the child execution of a graph, plan or agent step
+    /// A wait's absolute deadline (ms since the epoch; 0: none), kept across
+    /// a stop so that a resume re-arms it with the same one.
+    int64_t deadline = 0;
+    std::string prompt;   ///< a wait's prompt as rendered when it was armed
     json error;           ///< null or the failure message
     json result;          ///< a completed step's result, or a failed attempt's output
   };
@@ -266,6 +271,23 @@ public:
   /// A write of `completed` steps (and `then`) was acknowledged.
   void write_acknowledged(std::vector<uint32_t> completed, after_write then, int64_t now);
 
+  // -- waits (machine_waits.cpp) ------------------------------------------------------
+
+  /// No signal was buffered for step `idx`'s wait when it was armed: its
+  /// deadline timer starts now (a deadline already passed fires at once).
+  void wait_armed(uint32_t idx, int32_t attempt, int64_t now);
+  /// Signal `sig` is offered to step `idx`'s wait (the shell's signal desk
+  /// matched its name). The wait takes it when it is still waiting, the
+  /// execution runs, and `sig` was received before the deadline: the step
+  /// completes with `{value, timed_out: false, by, at}` (or fails, reason
+  /// `rejected`, for a failure signal) and the signal is marked consumed in
+  /// the same write, which answers the offer (`write::reply`).
+  /// @returns true when it took it; false: the desk keeps it buffered.
+  bool signal_offered(uint32_t idx, int32_t attempt, const signal_record& sig, int64_t now);
+  /// The deadline timer of step `idx`'s wait fired: `on_timeout` applies
+  /// (a clock that stepped back re-arms it for the rest).
+  void wait_due(uint32_t idx, int32_t attempt, int64_t now);
+
   // -- agents ---------------------------------------------------------------------------
 
   /// The agent answered. Appends `release_turn` when a granted turn is not used.
@@ -342,7 +364,14 @@ private:
   step_reason skip_reason(uint32_t idx, std::string& error) const;
   /// Ends step `idx` `skipped` with `reason`; it never started.
   void skip_step(uint32_t idx, step_reason reason, int64_t now);
-  void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now);
+  /// Ends step `idx`'s attempt failed (retried while `retries` allow);
+  /// a final failure records `why`.
+  void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now,
+                    step_reason why = step_reason::none);
+  /// Arms step `idx`'s wait (machine_waits.cpp).
+  void start_wait(uint32_t idx, int64_t now);
+  /// Tells the desk that step `idx` no longer waits, if it did.
+  void leave_waiting(uint32_t idx);
   void planned(uint32_t idx, json result, const std::string& error, int64_t now);
   void start_planner(uint32_t idx, int64_t now);
   /// Runs `c` as step `idx`'s child, adopts the result of a stored child that

@@ -127,6 +127,7 @@ bool execution_machine::reset_in_memory(uint32_t idx, step_reason reason, int64_
   auto& s = steps_[idx];
   if (!is_active(s.phase))
     return false;
+  leave_waiting(idx);
   release_slots(idx);
   s.phase = step_phase::idle;
   s.reason = reason;

@@ -51,6 +51,8 @@ step_record execution_machine::step_record_of(uint32_t idx) const {
   r.pid_start = s.pid_start;
   r.started_at = s.started_at;
   r.ended_at = s.ended_at;
+  r.deadline = s.deadline;
+  r.prompt = s.prompt;
   return r;
 }
 

@@ -145,6 +145,9 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
     case step_kind::plan:
       start_plan(idx, now);
       break;
+    case step_kind::wait:
+      start_wait(idx, now);
+      break;
     case step_kind::agent: {
       auto c = resolver_->agent_step(*this, idx);
       if (!c.graph)
@@ -339,6 +342,7 @@ void execution_machine::mark_running(uint32_t idx, step_phase phase, int64_t now
 }
 
 void execution_machine::complete_step(uint32_t idx, json result, int64_t now) {
+  leave_waiting(idx);
   release_slots(idx);
   auto& s = steps_[idx];
   auto& id = g_->steps[idx].id;
@@ -353,7 +357,8 @@ void execution_machine::complete_step(uint32_t idx, json result, int64_t now) {
 }
 
 void execution_machine::fail_attempt(uint32_t idx, const std::string& error, json result,
-                                     int64_t now) {
+                                     int64_t now, step_reason why) {
+  leave_waiting(idx);
   release_slots(idx);
   auto& s = steps_[idx];
   auto& def = g_->steps[idx];
@@ -371,8 +376,9 @@ void execution_machine::fail_attempt(uint32_t idx, const std::string& error, jso
     return;
   }
   s.phase = step_phase::failed;
-  s.reason = step_reason::none;
-  emit("step.failed", now, def.id, "failed", {}, {{"error", error}});
+  s.reason = why;
+  s.deadline = 0; // a new attempt (a resume) waits afresh
+  emit("step.failed", now, def.id, "failed", to_string(why), {{"error", error}});
   put_step(idx);
   if (phase_ < exec_phase::halting) {
     error_ = "step '" + def.id + "' failed: " + error;

@@ -29,6 +29,8 @@ enum class step_reason : uint8_t {
   step_failed,     ///< an execution's reason when a step failed
   condition_false, ///< a step was skipped: its `when` was false
   needs_skipped,   ///< a step was skipped: needs it relies on were skipped (`after`)
+  wait_timeout,    ///< a wait failed: its deadline passed (`on_timeout: fail`)
+  rejected,        ///< a wait failed: a failure signal answered it
 };
 
 /// Stop reasons are step reasons (the same vocabulary).

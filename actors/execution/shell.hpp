@@ -85,6 +85,9 @@ struct execution_shell_state {
   /// In-process stop requests' answers, for the next write that says
   /// `reply` (rare: allocated when one comes).
   std::unique_ptr<std::vector<caf::response_promise>> replies;
+  /// Its place in its tree (`execution_init::path`): a wait's step path
+  /// is this plus the step id.
+  std::string path;
   /// Why it quits: normal, or a compact stop's report (`make_compact_stop`).
   caf::error exit_reason;
   /// Its place at the start gate, from its start until its first write is

@@ -113,6 +113,8 @@ struct effect_runner {
         return later(self, delay, caf::make_message(deadline_atom::value));
       case timer_kind::abandon:
         return later(self, delay, caf::make_message(abandon_atom::value, idx, e.attempt));
+      case timer_kind::wait_due:
+        return later(self, delay, caf::make_message(due_atom::value, idx, e.attempt));
     }
   }
   void operator()(fx::spawn_child& e) {
@@ -123,6 +125,7 @@ struct effect_runner {
     child.steps = std::move(e.steps);
     child.token = std::make_shared<halt_token>(st.m->token());
     child.parent_scope = st.m->scope();
+    child.path = st.path + st.m->graph_def().steps[e.idx].id + "/";
     auto id = child.record.id;
     auto token = child.token;
     auto worker = self->spawn<caf::linked + caf::monitored>(execution_behavior, std::move(child),
@@ -209,6 +212,20 @@ struct effect_runner {
   template <class T>
   void operator()(boxed<T>& e) {
     (*this)(*e);
+  }
+  void operator()(fx::arm_wait& e) {
+    auto& m = *st().m;
+    if (!svc().desk) {
+      // Nothing here can deliver a signal: the wait would never end.
+      m.wait_armed(e.idx, e.attempt, now_ms());
+      return;
+    }
+    self->send(svc().desk, arm_atom::value, m.record().root_id, e.signal, m.record().id,
+               st().path + m.graph_def().steps[e.idx].id, uint64_t{e.idx}, e.attempt);
+  }
+  void operator()(fx::disarm_wait& e) {
+    if (svc().desk)
+      self->send(svc().desk, disarm_atom::value, st().m->record().id, uint64_t{e.idx});
   }
   void operator()(fx::quit&) {
     self->quit(std::move(st().exit_reason));

@@ -1,10 +1,12 @@
 // The execution machine under random interleavings: steps finishing and
 // failing, graceful and forced stops at any point, children settling, downs,
-// timeouts, retries, limits, runners' signals and conditional steps, with
-// invariants checked after every input.
+// timeouts, retries, limits, runners' signals, conditional steps and a wait
+// offered signals and reaching its deadline, with invariants checked after
+// every input.
 
 #include <csignal>
 #include <deque>
+#include <map>
 #include <random>
 #include <set>
 
@@ -27,7 +29,10 @@ const json random_graph = {
     {"f", {{"fn", "echo"}, {"with", {{"go", false}}}}},
     {"g", {{"run", {"true"}}, {"needs", {"f"}}, {"when", "${steps.f.go}"}}},
     {"k", {{"fn", "noop"}, {"needs", {"g"}}}},
-    {"h", {{"run", {"true"}}, {"needs", {"g", "d"}}, {"after", "any_completed"}}}}}};
+    {"h", {{"run", {"true"}}, {"needs", {"g", "d"}}, {"after", "any_completed"}}},
+    // A wait: offered signals (some too late), its deadline, stops.
+    {"w",
+     {{"wait", {{"signal", "go"}, {"timeout", "10ms"}, {"on_timeout", "default"}, {"default", 0}}}}}}}};
 
 /// Everything in flight around one machine, as its shell and the world see it.
 struct world {
@@ -47,6 +52,10 @@ struct world {
   uint64_t passed_on = 0;     ///< compact events in its subtree records and report
   bool compact = false;       ///< it ended in a compact report (no record of its own)
   size_t signals_written = 0; ///< `step.signalled` events written
+  std::map<uint32_t, int32_t> armed; ///< waits registered with the desk: idx → attempt
+  size_t offers_taken = 0;    ///< signals the wait took
+  size_t consumed_written = 0; ///< consumed signal records written
+  uint32_t next_signal = 0;
   std::vector<bool> completed;
   std::vector<bool> skipped;
 
@@ -126,6 +135,11 @@ struct world {
         count_terminal(w->batch);
         for (auto& ev : w->batch.events) // a skipped step never starts
           REQUIRE((ev.type != "step.started" || (ev.step != "g" && ev.step != "k")));
+        for (auto& sig : w->batch.signals) {
+          REQUIRE(sig.state == signal_state::consumed);
+          REQUIRE(sig.wait_step == "w");
+          ++consumed_written;
+        }
         snapshots += w->then == after_write::report ? 1 : 0;
         writes.push_back(std::move(*w));
       } else if (auto a = std::get_if<fx::acquire_slot>(&e)) {
@@ -143,6 +157,13 @@ struct world {
         REQUIRE_FALSE(skipped[s->idx]);
       } else if (auto t = std::get_if<fx::timer>(&e)) {
         timers.push_back(*t);
+      } else if (auto a = std::get_if<fx::arm_wait>(&e)) {
+        REQUIRE(a->idx == f.idx("w"));
+        REQUIRE(a->signal == "go");
+        armed[a->idx] = a->attempt;
+      } else if (auto d = std::get_if<fx::disarm_wait>(&e)) {
+        REQUIRE(armed.count(d->idx) == 1);
+        armed.erase(d->idx);
       } else if (auto x = std::get_if<fx::send_exit>(&e)) {
         exiting.insert(x->idx);
       } else if (std::holds_alternative<fx::acquire_admission>(e)) {
@@ -183,7 +204,7 @@ struct world {
   void input() {
     auto& m = *f.m;
     auto now = ++f.now;
-    switch (pick(15)) {
+    switch (pick(16)) {
       case 0:
       case 1:
         if (!writes.empty()) {
@@ -250,6 +271,7 @@ struct world {
             case timer_kind::timeout: m.timeout(t.idx, t.attempt, now); break;
             case timer_kind::deadline: m.deadline(now); break;
             case timer_kind::abandon: m.abandon_fn(t.idx, t.attempt, now); break;
+            case timer_kind::wait_due: m.wait_due(t.idx, t.attempt, now); break;
           }
         }
         break;
@@ -289,6 +311,29 @@ struct world {
         else
           signal(static_cast<uint32_t>(pick(m.size())), now);
         break;
+      case 14: {
+        // The desk: nothing buffered for an armed wait, or a signal offered
+        // (a stale attempt, one received after the deadline, or a good one).
+        auto w = f.idx("w");
+        auto attempt = m.step(w).attempt - static_cast<int32_t>(pick(5) == 0 ? 1 : 0);
+        if (pick(3) == 0) {
+          m.wait_armed(w, attempt, now);
+          break;
+        }
+        signal_record sig;
+        sig.id = "s" + std::to_string(++next_signal);
+        sig.name = "go";
+        sig.value = 1;
+        sig.received_at = pick(4) == 0 ? m.step(w).deadline + 1 : now;
+        bool waiting = m.step(w).phase == step_phase::waiting && attempt == m.step(w).attempt
+                       && m.phase() == exec_phase::running
+                       && (m.step(w).deadline == 0 || sig.received_at <= m.step(w).deadline);
+        bool taken = m.signal_offered(w, attempt, sig, now);
+        REQUIRE(taken == waiting);
+        offers_taken += taken ? 1 : 0;
+        REQUIRE(offers_taken <= 1); // a wait takes one signal, once
+        break;
+      }
       default:
         m.start(now);
         break;
@@ -366,7 +411,11 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
     auto status = w.f.m->record().status;
     REQUIRE((status == execution_status::completed || status == execution_status::failed
              || status == execution_status::stopped));
+    // A signal the wait took is written consumed once, with the step's end.
+    REQUIRE(w.consumed_written == w.offers_taken);
+    REQUIRE(w.armed.empty()); // nothing left registered with the desk
     if (status == execution_status::completed) {
+      REQUIRE(w.f.step("w").phase == step_phase::completed);
       REQUIRE(w.f.step("g").phase == step_phase::skipped);
       REQUIRE(w.f.step("k").phase == step_phase::skipped);
       REQUIRE(w.f.step("h").phase == step_phase::completed);

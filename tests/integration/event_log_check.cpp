@@ -95,6 +95,29 @@ private:
       settled_.emplace(std::make_pair(id_, step_), seq_);
     else if (type_ == "step.started")
       step_started();
+    else if (type_ == "signal.received" || type_ == "signal.consumed")
+      signal_event(e);
+  }
+
+  // -- 6. a signal is consumed once -------------------------------------------------------
+
+  void signal_event(const json& e) {
+    std::string sid;
+    if (auto d = e.find("data"); d != e.end() && d->is_object())
+      sid = text_of(*d, "signal_id");
+    if (type_ == "signal.received") {
+      signals_.emplace(sid, 0);
+      return;
+    }
+    auto s = signals_.find(sid);
+    if (sid.empty() || s == signals_.end())
+      note(here() + " consumes signal " + (sid.empty() ? std::string{"(no signal_id)"} : sid)
+           + ", which no earlier signal.received stored");
+    else if (s->second != 0)
+      note(here() + " consumes signal " + sid + " again (consumed at seq "
+           + std::to_string(s->second) + ")");
+    else
+      s->second = seq_;
   }
 
   // -- 2. nothing after the end ---------------------------------------------------------
@@ -104,6 +127,7 @@ private:
       return;
     bool allowed = type_ == "stop.requested" || type_ == "stop.handled"
                    || type_ == "agent.cancelled" || type_ == "execution.resumed"
+                   || type_ == "signal.received"
                    || (type_ == "execution.started" && !x.ever_started)
                    || (type_ == "agent.reply" && x.ended_by == "execution.completed");
     if (!allowed)
@@ -219,6 +243,7 @@ private:
   std::map<std::string, execution_state> executions_;
   std::map<std::pair<std::string, std::string>, uint64_t> settled_;
   std::map<std::string, std::pair<uint64_t, std::string>> requests_; ///< stop id → seq, target
+  std::map<std::string, uint64_t> signals_; ///< signal id → seq of its consumption (0: none yet)
   uint64_t last_seq_ = 0;
   uint64_t seq_ = 0;
   std::string type_, id_, step_, reason_;

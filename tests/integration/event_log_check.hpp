@@ -8,8 +8,9 @@
 //      `stopped`) nothing more is said about it until it is resumed, except
 //      `stop.requested` / `stop.handled` (a stop of a terminal execution is
 //      answered `no_execution`), the `agent.reply` its completion writes
-//      right after `execution.completed`, and the `agent.cancelled` a
-//      cancel writes with its stop request;
+//      right after `execution.completed`, the `agent.cancelled` a
+//      cancel writes with its stop request, and `signal.received` (a signal
+//      to a stopped or failed tree is kept for its resume);
 //   3. stops are causal: a `stop.handled` follows the `stop.requested` of
 //      the same `data.stop_id`, and an execution stopping or stopped with
 //      reason `requested` follows a `stop.requested` of it written since its
@@ -19,7 +20,10 @@
 //   5. each execution's status events follow the status rules: `queued` first,
 //      `started` once (again only if it never started before a stop),
 //      `stopping` only while it runs, a terminal event only while it runs
-//      (or stops, or waits queued), `resumed` only after `stopped`/`failed`.
+//      (or stops, or waits queued), `resumed` only after `stopped`/`failed`;
+//   6. a signal is consumed once, after it was received: each
+//      `signal.consumed` names (`data.signal_id`) a `signal.received` before
+//      it that no other `signal.consumed` named.
 //
 // Every invariant holds for any prefix of a valid log, so a log read while
 // the tree still runs is checked too; a log read from the middle (after a

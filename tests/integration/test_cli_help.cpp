@@ -69,9 +69,11 @@ TEST_CASE("bash completion offers commands, sub-commands, options and an option'
 
   auto top = complete(script, {"canopy", ""});
   for (auto c : {"run", "resume", "stop", "show", "ls", "logs", "events", "agent", "serve", "worker",
-                 "graph", "prune", "validate", "completion", "version"})
+                 "graph", "prune", "validate", "completion", "version", "signal", "approve",
+                 "reject", "waits"})
     CHECK(has(top, c));
-  CHECK(complete(script, {"canopy", "re"}) == std::vector<std::string>{"resume"});
+  CHECK(complete(script, {"canopy", "re"}) == std::vector<std::string>{"resume", "reject"});
+  CHECK(complete(script, {"canopy", "res"}) == std::vector<std::string>{"resume"});
   auto agent = complete(script, {"canopy", "agent", ""});
   CHECK(has(agent, "send"));
   CHECK(has(agent, "history"));

@@ -1,0 +1,382 @@
+#include "persistence/signal_rules.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "persistence/duration.hpp"
+#include "persistence/error.hpp"
+#include "persistence/graph.hpp"
+#include "persistence/reference.hpp"
+#include "persistence/suggest.hpp"
+#include "persistence/value_schema.hpp"
+
+namespace canopy {
+
+namespace {
+
+/// A wait step of the tree that a signal may reach.
+struct candidate {
+  std::string path;         ///< its step path in the tree
+  std::string execution_id; ///< empty: its execution does not exist yet
+  std::shared_ptr<const graph> g; ///< keeps `def` alive
+  const wait_def* def = nullptr;
+  step_status status = step_status::pending;
+  std::string reason;
+};
+
+bool unfinished(const candidate& c) {
+  return c.status != step_status::completed && c.status != step_status::failed
+         && c.status != step_status::skipped;
+}
+
+/// The tree's executions and their waits, read from `db`.
+class tree_waits {
+public:
+  tree_waits(const store& db, const execution_record& root) : db_(db) {
+    recs_.emplace(root.id, root);
+    if (auto ids = db.subtree_ids(root.id))
+      for (auto& id : *ids)
+        if (id != root.id)
+          if (auto r = db.execution(id))
+            recs_.emplace(id, std::move(*r));
+    for (auto& kv : recs_)
+      add_execution(kv.second);
+  }
+
+  const std::vector<candidate>& all() const { return waits_; }
+
+private:
+  std::string path_of(const execution_record& r) {
+    if (r.parent_id.empty())
+      return {};
+    auto p = recs_.find(r.parent_id);
+    return (p == recs_.end() ? std::string{} : path_of(p->second)) + r.parent_step + "/";
+  }
+
+  void add_execution(const execution_record& r) {
+    auto sg = db_.graph(r.id);
+    if (!sg)
+      return;
+    auto parsed = load_stored_graph(std::move(sg->document), sg->base_dir, sg->files);
+    if (!parsed.value)
+      return;
+    std::map<std::string, step_record> steps;
+    if (auto s = db_.steps(r.id))
+      for (auto& x : *s)
+        steps.emplace(x.step, std::move(x));
+    walk(parsed.value, path_of(r), r.id, &steps);
+  }
+
+  /// The waits of `g` at `prefix`; `steps` are the stored steps of its
+  /// execution `exec` (null for a child graph not created yet).
+  void walk(const std::shared_ptr<const graph>& g, const std::string& prefix,
+            const std::string& exec, const std::map<std::string, step_record>* steps) {
+    for (auto& def : g->steps) {
+      const step_record* rec = nullptr;
+      if (steps != nullptr)
+        if (auto i = steps->find(def.id); i != steps->end())
+          rec = &i->second;
+      if (def.wait) {
+        candidate c;
+        c.path = prefix + def.id;
+        c.execution_id = exec;
+        c.g = g;
+        c.def = def.wait.get();
+        if (rec != nullptr) {
+          c.status = rec->status;
+          c.reason = rec->reason;
+        }
+        waits_.push_back(std::move(c));
+      }
+      // A child graph whose execution exists is read from its own record.
+      if (def.child && (rec == nullptr || rec->child_id.empty()
+                        || recs_.count(rec->child_id) == 0))
+        walk(def.child, prefix + def.id + "/", {}, nullptr);
+    }
+  }
+
+  const store& db_;
+  std::map<std::string, execution_record> recs_;
+  std::vector<candidate> waits_;
+};
+
+signal_decision fail(signal_outcome o, std::string message) {
+  signal_decision d;
+  d.outcome = o;
+  d.message = std::move(message);
+  return d;
+}
+
+bool contains(const std::vector<std::string>& xs, const std::string& x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end();
+}
+
+/// True when `user` may answer wait `c` of a tree owned by `owner`.
+bool may_answer(const candidate& c, const std::string& user, const std::string& owner) {
+  if (user.empty())
+    return true; // the home's own user
+  return c.def->approvers.empty() ? owner == user : contains(c.def->approvers, user);
+}
+
+} // namespace
+
+const char* to_string(signal_outcome x) {
+  constexpr const char* names[] = {"store",         "replay",   "not_found", "unknown_signal",
+                                   "forbidden",     "invalid_value", "too_large", "ended",
+                                   "ambiguous",     "key_conflict"};
+  return names[static_cast<size_t>(x)];
+}
+
+caf::expected<std::vector<open_wait>> open_waits(const store& db,
+                                                 const std::optional<std::string>& user) {
+  auto live = db.live();
+  if (!live)
+    return live.error();
+  std::map<std::string, execution_record> recs;
+  for (auto& r : *live)
+    recs.emplace(r.id, r);
+  auto record = [&](const std::string& id) -> const execution_record* {
+    auto i = recs.find(id);
+    if (i == recs.end()) {
+      auto r = db.execution(id);
+      if (!r)
+        return nullptr;
+      i = recs.emplace(id, std::move(*r)).first;
+    }
+    return &i->second;
+  };
+  std::vector<open_wait> out;
+  for (auto& r : *live) {
+    if (r.status != execution_status::running)
+      continue;
+    auto steps = db.steps(r.id);
+    if (!steps)
+      return steps.error();
+    std::shared_ptr<const graph> g;
+    for (auto& s : *steps) {
+      if (s.status != step_status::waiting)
+        continue;
+      if (!g) {
+        auto sg = db.graph(r.id);
+        if (!sg)
+          break;
+        auto parsed = load_stored_graph(std::move(sg->document), sg->base_dir, sg->files);
+        if (!parsed.value)
+          break;
+        g = parsed.value;
+      }
+      auto* def = g->find(s.step);
+      if (def == nullptr || !def->wait)
+        continue;
+      auto* root = record(r.root_id.empty() ? r.id : r.root_id);
+      open_wait w;
+      w.execution_id = r.id;
+      w.root_id = r.root_id.empty() ? r.id : r.root_id;
+      w.owner = root ? root->owner : r.owner;
+      if (user && (def->wait->approvers.empty() ? w.owner != *user
+                                                : !contains(def->wait->approvers, *user)))
+        continue;
+      w.step = s.step;
+      // Its path: the parent steps up to the root.
+      std::string prefix;
+      for (const execution_record* e = &r; e && !e->parent_id.empty(); e = record(e->parent_id))
+        prefix = e->parent_step + "/" + prefix;
+      w.path = prefix + s.step;
+      w.prompt = s.prompt;
+      w.armed_at = s.started_at;
+      w.deadline = s.deadline;
+      w.def = *def->wait;
+      out.push_back(std::move(w));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const open_wait& a, const open_wait& b) {
+    return a.armed_at != b.armed_at ? a.armed_at < b.armed_at : a.path < b.path;
+  });
+  return out;
+}
+
+json wait_document(const open_wait& w) {
+  return {{"execution_id", w.execution_id},
+          {"root_id", w.root_id},
+          {"step", w.step},
+          {"path", w.path},
+          {"signal", w.def.signal},
+          {"prompt", w.prompt.empty() ? json(nullptr) : json(w.prompt)},
+          {"armed_at", w.armed_at == 0 ? json(nullptr) : json(to_rfc3339(w.armed_at))},
+          {"deadline", w.deadline == 0 ? json(nullptr) : json(to_rfc3339(w.deadline))},
+          {"schema", w.def.schema},
+          {"options", w.def.options},
+          {"on_timeout", to_string(w.def.on_timeout)},
+          {"approvers", w.def.approvers}};
+}
+
+std::string signal_fingerprint(const signal_request& req) {
+  json body = {{"name", req.name}, {"step", req.step}};
+  if (req.failure)
+    body["fail"] = req.message;
+  else
+    body["value"] = req.value;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : dump_json(body)) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+signal_decision decide_signal(const store& db, const signal_request& req,
+                              const signal_limits& lim) {
+  auto target = db.execution(req.target);
+  if (!target)
+    return fail(signal_outcome::not_found,
+                is(target.error(), persistence_errc::not_found)
+                  ? "no execution '" + req.target + "'"
+                  : message_of(target.error()));
+  auto root_id = target->root_id.empty() ? target->id : target->root_id;
+  auto root = root_id == target->id ? caf::expected<execution_record>{*target}
+                                    : db.execution(root_id);
+  if (!root)
+    return fail(signal_outcome::not_found, "no execution '" + req.target + "'");
+  tree_waits tree{db, *root};
+  // The waits it may reach, and who may answer them.
+  std::vector<const candidate*> named;
+  std::vector<std::string> names;
+  bool approver_somewhere = false;
+  for (auto& c : tree.all()) {
+    if (!req.user.empty() && contains(c.def->approvers, req.user))
+      approver_somewhere = true;
+    if (target->id != root_id && c.execution_id != target->id)
+      continue;
+    names.push_back(c.def->signal);
+    if (c.def->signal == req.name && (req.step.empty() || c.path == req.step))
+      named.push_back(&c);
+  }
+  bool sees_tree = req.user.empty() || root->owner == req.user || approver_somewhere;
+  if (!sees_tree)
+    return fail(signal_outcome::not_found, "no execution '" + req.target + "'");
+  if (named.empty()) {
+    if (!req.step.empty())
+      return fail(signal_outcome::unknown_signal,
+                  "no wait at step '" + req.step + "' takes signal '" + req.name + "'");
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return fail(signal_outcome::unknown_signal,
+                "no wait of execution '" + req.target + "' takes signal '" + req.name + "'"
+                  + (names.empty() ? std::string{" (it has no wait steps)"}
+                                   : " (its waits take: " + [&] {
+                                       std::string s;
+                                       for (auto& n : names)
+                                         s += (s.empty() ? "" : ", ") + n;
+                                       return s;
+                                     }() + ")" + did_you_mean(req.name, names)));
+  }
+  std::vector<const candidate*> allowed;
+  for (auto* c : named)
+    if (may_answer(*c, req.user, root->owner))
+      allowed.push_back(c);
+  if (allowed.empty())
+    return fail(signal_outcome::forbidden, "user '" + req.user
+                                             + "' may not answer the wait at step '"
+                                             + named.front()->path + "'");
+  // The same key: the first answer, or a conflict.
+  auto stored = db.signals(root_id);
+  if (!stored)
+    return fail(signal_outcome::not_found, message_of(stored.error()));
+  auto fingerprint = signal_fingerprint(req);
+  if (!req.key.empty())
+    for (auto& s : *stored)
+      if (s.key == req.key) {
+        if (s.fingerprint != fingerprint)
+          return fail(signal_outcome::key_conflict,
+                      "Idempotency-Key '" + req.key
+                        + "' was used for another signal (another name, step or value)");
+        signal_decision d;
+        d.outcome = signal_outcome::replay;
+        d.record = s;
+        return d;
+      }
+  if (target->status == execution_status::completed) {
+    auto d = fail(signal_outcome::ended, "execution '" + target->id + "' completed");
+    d.status = "completed";
+    return d;
+  }
+  std::vector<const candidate*> open;
+  for (auto* c : allowed)
+    if (unfinished(*c))
+      open.push_back(c);
+  if (open.empty()) {
+    auto* c = allowed.back();
+    auto d = fail(signal_outcome::ended, "the wait at step '" + c->path + "' is "
+                                           + to_string(c->status)
+                                           + (c->reason.empty() ? "" : " (" + c->reason + ")"));
+    d.status = to_string(c->status);
+    d.reason = c->reason;
+    return d;
+  }
+  std::vector<std::string> armed;
+  for (auto* c : open)
+    if (c->status == step_status::waiting)
+      armed.push_back(c->path);
+  if (armed.size() > 1) {
+    auto d = fail(signal_outcome::ambiguous,
+                  "waits at steps '" + armed[0] + "' and '" + armed[1]
+                    + "' both wait for signal '" + req.name + "': pick one with step");
+    d.steps = armed;
+    return d;
+  }
+  if (!req.failure) {
+    if (dump_json(req.value).size() > lim.max_value_bytes)
+      return fail(signal_outcome::too_large, "the value is over "
+                                               + std::to_string(lim.max_value_bytes)
+                                               + " bytes as JSON");
+    for (auto* c : open) {
+      if (c->def->schema.is_null())
+        continue;
+      auto errors = validate_value(c->def->schema, req.value);
+      if (!errors.empty()) {
+        auto d = fail(signal_outcome::invalid_value,
+                      "the value does not satisfy the schema of the wait at step '" + c->path
+                        + "': " + to_string(errors.front()));
+        d.path = "/value" + errors.front().path;
+        return d;
+      }
+    }
+  }
+  size_t buffered = 0;
+  for (auto& s : *stored)
+    buffered += s.state == signal_state::buffered && s.name == req.name ? 1 : 0;
+  if (buffered >= lim.per_name)
+    return fail(signal_outcome::too_large, std::to_string(buffered) + " '" + req.name
+                                             + "' signals wait to be consumed already (at most "
+                                             + std::to_string(lim.per_name) + ")");
+  if (stored->size() >= lim.per_tree)
+    return fail(signal_outcome::too_large, "the tree keeps " + std::to_string(stored->size())
+                                             + " signals already (at most "
+                                             + std::to_string(lim.per_tree) + ")");
+  signal_decision d;
+  d.outcome = signal_outcome::store;
+  auto& r = d.record;
+  r.id = make_execution_id();
+  r.root_id = root_id;
+  r.target = target->id;
+  r.name = req.name;
+  r.failure = req.failure;
+  if (req.failure)
+    r.message = req.message;
+  else
+    r.value = req.value;
+  r.step = req.step;
+  r.who = req.who;
+  r.key = req.key;
+  r.fingerprint = fingerprint;
+  r.received_at = req.now;
+  d.target = std::move(*target);
+  return d;
+}
+
+} // namespace canopy
