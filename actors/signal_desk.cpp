@@ -25,6 +25,7 @@ struct desk_state {
   /// `deliver` answers waiting for the offer of their signal to end.
   std::map<std::string, std::vector<caf::response_promise>> answers;
   std::set<caf::actor_addr> watched; ///< executions monitored
+  std::shared_ptr<std::atomic<size_t>> armed; ///< waits.size(), for the metrics
   bool ticking = false;
   static const char* name;
 };
@@ -44,6 +45,11 @@ void answer(desk* self, const std::string& id, const std::vector<std::string>& w
   for (auto& rp : i->second)
     rp.deliver(who);
   self->state.answers.erase(i);
+}
+
+/// Publishes how many waits are armed here.
+void count(desk* self) {
+  self->state.armed->store(self->state.waits.size(), std::memory_order_relaxed);
 }
 
 armed_wait* find_wait(desk* self, const std::string& execution_id, uint32_t idx) {
@@ -75,6 +81,7 @@ void offer(desk* self, const std::shared_ptr<const store>& db, armed_wait& w,
           answer(self, id, {exec, slash == std::string::npos ? step : step.substr(slash + 1)});
           if (w != nullptr && w->attempt == attempt)
             self->state.waits.erase(self->state.waits.begin() + (w - self->state.waits.data()));
+          count(self);
         } else {
           if (w != nullptr) {
             w->offered = false;
@@ -92,6 +99,7 @@ void offer(desk* self, const std::shared_ptr<const store>& db, armed_wait& w,
         ws.erase(std::remove_if(ws.begin(), ws.end(),
                                 [&](const armed_wait& x) { return x.execution_id == exec; }),
                  ws.end());
+        count(self);
         offer_round(self, db, root, name);
       });
 }
@@ -131,7 +139,9 @@ void offer_round(desk* self, const std::shared_ptr<const store>& db, const std::
   }
 }
 
-caf::behavior signal_desk(desk* self, std::shared_ptr<const store> db) {
+caf::behavior signal_desk(desk* self, std::shared_ptr<const store> db,
+                          std::shared_ptr<std::atomic<size_t>> armed) {
+  self->state.armed = std::move(armed);
   self->set_down_handler([self](caf::down_msg& msg) {
     auto& st = self->state;
     st.watched.erase(msg.source);
@@ -139,6 +149,7 @@ caf::behavior signal_desk(desk* self, std::shared_ptr<const store> db) {
     ws.erase(std::remove_if(ws.begin(), ws.end(),
                             [&](const armed_wait& w) { return w.execution == msg.source; }),
              ws.end());
+    count(self);
   });
   return {
     [=](arm_atom, const std::string& root, const std::string& name,
@@ -161,6 +172,7 @@ caf::behavior signal_desk(desk* self, std::shared_ptr<const store> db) {
       w.attempt = attempt;
       w.execution = exec;
       st.waits.push_back(std::move(w));
+      count(self);
       offer_round(self, db, root, name);
       if (!st.ticking) {
         st.ticking = true;
@@ -171,6 +183,7 @@ caf::behavior signal_desk(desk* self, std::shared_ptr<const store> db) {
       auto& st = self->state;
       if (auto* w = find_wait(self, execution_id, static_cast<uint32_t>(idx)); w && !w->offered)
         st.waits.erase(st.waits.begin() + (w - st.waits.data()));
+      count(self);
     },
     [=](deliver_atom, const signal_record& sig) -> caf::result<std::vector<std::string>> {
       auto& st = self->state;
@@ -200,8 +213,9 @@ caf::behavior signal_desk(desk* self, std::shared_ptr<const store> db) {
 
 } // namespace
 
-caf::actor spawn_signal_desk(caf::actor_system& sys, std::shared_ptr<const store> db) {
-  return sys.spawn(signal_desk, std::move(db));
+caf::actor spawn_signal_desk(caf::actor_system& sys, std::shared_ptr<const store> db,
+                             std::shared_ptr<std::atomic<size_t>> armed) {
+  return sys.spawn(signal_desk, std::move(db), std::move(armed));
 }
 
 } // namespace canopy

@@ -27,6 +27,7 @@
 // Monitors each execution that arms a wait and forgets its waits when it
 // goes. Quits on an exit signal.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -63,7 +64,9 @@ bool may_take(const armed_wait& w, const signal_record& s);
 /// signals stored by other processes.
 constexpr auto signal_poll_interval = std::chrono::milliseconds{100};
 
-/// Spawns the signal desk over `db`. Threading: any thread.
-caf::actor spawn_signal_desk(caf::actor_system& sys, std::shared_ptr<const store> db);
+/// Spawns the signal desk over `db`; it keeps `armed` at the number of waits
+/// armed at it (the node's `canopy_waiting_steps`). Threading: any thread.
+caf::actor spawn_signal_desk(caf::actor_system& sys, std::shared_ptr<const store> db,
+                             std::shared_ptr<std::atomic<size_t>> armed);
 
 } // namespace canopy

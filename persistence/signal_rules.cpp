@@ -198,6 +198,31 @@ caf::expected<std::vector<open_wait>> open_waits(const store& db,
   return out;
 }
 
+caf::expected<std::vector<execution_record>> list_waiting(const store& db,
+                                                          const execution_filter& f) {
+  auto waits = open_waits(db, std::nullopt);
+  if (!waits)
+    return waits.error();
+  std::set<std::string> ids;
+  for (auto& w : *waits)
+    ids.insert(f.roots_only ? w.root_id : w.execution_id);
+  std::vector<execution_record> out;
+  for (auto i = ids.rbegin(); i != ids.rend(); ++i) { // ids sort by creation: newest first
+    if (!f.before.empty() && *i >= f.before)
+      continue;
+    auto r = db.execution(*i);
+    if (!r)
+      continue;
+    if ((f.owner && r->owner != *f.owner) || (!f.graph.empty() && r->graph != f.graph)
+        || (f.created_after != 0 && r->created_at < f.created_after))
+      continue;
+    out.push_back(std::move(*r));
+    if (f.limit != 0 && out.size() == f.limit)
+      break;
+  }
+  return out;
+}
+
 json wait_document(const open_wait& w) {
   return {{"execution_id", w.execution_id},
           {"root_id", w.root_id},

@@ -107,6 +107,15 @@ struct open_wait {
 caf::expected<std::vector<open_wait>> open_waits(const store& db,
                                                  const std::optional<std::string>& user);
 
+/// The executions of `f` that wait: a root whose tree holds a `waiting`
+/// step (with `f.roots_only`), else every execution holding one; `f.status`
+/// is ignored (they are `running`), the other fields of `f` apply. Newest
+/// first. Costs a read of every running execution's steps: `ls --status
+/// waiting` and `GET /v1/executions?status=waiting`.
+/// @returns them, or a store error. Threading: any thread (reads only).
+caf::expected<std::vector<execution_record>> list_waiting(const store& db,
+                                                          const execution_filter& f);
+
 /// Renders an open wait: `{execution_id, root_id, step, path, signal,
 /// prompt, armed_at, deadline, schema, options, on_timeout, approvers}`
 /// (RFC 3339 times; null where none).

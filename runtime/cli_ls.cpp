@@ -11,6 +11,7 @@
 
 #include "persistence/error.hpp"
 #include "persistence/retention.hpp"
+#include "persistence/signal_rules.hpp"
 #include "runtime/cli_common.hpp"
 #include "runtime/document.hpp"
 #include "runtime/render.hpp"
@@ -58,9 +59,10 @@ std::optional<ls_query> query_of(const ls_options& o, bool as_json) {
   q.graph = o.graph;
   if (!o.status.empty()) {
     execution_status s;
-    if (!from_string(o.status, s)) {
+    if (o.status != "waiting" && !from_string(o.status, s)) {
       usage_error("--status: unknown status '" + o.status
-                  + "' (queued, running, stopping, stopped, completed, failed)");
+                  + "' (queued, running, stopping, stopped, completed, failed, or waiting:"
+                    " running with a step that waits)");
       return std::nullopt;
     }
     q.status = o.status;
@@ -106,7 +108,7 @@ int cmd_ls_nodes(const global_options& g, bool as_json) {
 int cmd_ls(const global_options& g, const ls_query& q) {
   execution_filter f;
   f.roots_only = !q.all;
-  if (!q.status.empty()) {
+  if (!q.status.empty() && q.status != "waiting") {
     execution_status s;
     from_string(q.status, s);
     f.status = s;
@@ -119,7 +121,7 @@ int cmd_ls(const global_options& g, const ls_query& q) {
     return fail(db.error());
   std::vector<execution_record> rows;
   if (*db) {
-    auto listed = (*db)->list(f);
+    auto listed = q.status == "waiting" ? list_waiting(**db, f) : (*db)->list(f);
     if (!listed)
       return fail(listed.error());
     rows = std::move(*listed);

@@ -445,6 +445,10 @@ void api_server::get_metrics(call& c) {
     return reply(c.res, from_error(executions.error()));
   auto body = metrics_.render(rt_.live_executions(), *executions, usage->used_bytes(),
                               current_log_status().dropped);
+  body += "# HELP canopy_waiting_steps Steps of this node's executions waiting for a signal.\n"
+          "# TYPE canopy_waiting_steps gauge\n"
+          "canopy_waiting_steps "
+          + std::to_string(rt_.waiting_steps()) + "\n";
   if (heap_figures h; tcmalloc_figures(h))
     body += "# HELP canopy_heap_bytes The server's heap in use (allocated and not freed)\n"
             "# TYPE canopy_heap_bytes gauge\n"

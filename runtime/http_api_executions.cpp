@@ -242,13 +242,16 @@ void api_server::stop_graph(call& c) {
 void api_server::list_executions(call& c) {
   execution_filter f;
   f.owner = c.user;
+  bool waiting = false;
   if (c.req.has_param("status") && !c.req.get_param_value("status").empty()) {
     execution_status s;
     auto text = c.req.get_param_value("status");
-    if (!from_string(text, s))
+    waiting = text == "waiting";
+    if (!waiting && !from_string(text, s))
       return reply(c.res, bad_request("unknown status '" + text + "' (queued, running, "
-                                      "stopping, stopped, completed, failed)"));
-    f.status = s;
+                                      "stopping, stopped, completed, failed, waiting)"));
+    if (!waiting)
+      f.status = s;
   }
   if (c.req.has_param("graph"))
     f.graph = c.req.get_param_value("graph");
@@ -272,7 +275,7 @@ void api_server::list_executions(call& c) {
   }
   if (!page_limit(c, f.limit))
     return;
-  auto recs = db_.list(f);
+  auto recs = waiting ? list_waiting(db_, f) : db_.list(f);
   if (!recs)
     return reply(c.res, from_error(recs.error()));
   json items = json::array();

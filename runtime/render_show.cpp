@@ -159,7 +159,10 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
     auto started = ms_of_rfc3339(s.value("started_at", nlohmann::json()));
     auto ended = ms_of_rfc3339(s.value("ended_at", nlohmann::json()));
     row.started = started == 0 ? "-" : human_start(started, now);
-    row.duration = span(started, ended, row.status == "running" || row.status == "queued", now);
+    row.duration = span(started, ended,
+                        row.status == "running" || row.status == "queued"
+                          || row.status == "waiting",
+                        now);
     if (s.value("attempt", 0) > 1)
       row.extra += "  attempt " + std::to_string(s.value("attempt", 0));
     if (auto reason = text_of(s, "reason"); !reason.empty())
@@ -179,7 +182,7 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
     }
     out.push_back(std::move(row));
     auto below = indent + (last ? "   " : "│  ");
-    if (row.status == "waiting") {
+    if (text_of(s, "status") == "waiting") {
       show_row note;
       note.note = true;
       auto prompt = text_of(s, "prompt");

@@ -154,7 +154,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     svc->cluster_timeout = c.timeout;
     svc->node_name = c.name;
   }
-  rt->desk_ = spawn_signal_desk(*rt->sys_, rt->db_);
+  rt->desk_ = spawn_signal_desk(*rt->sys_, rt->db_, rt->armed_waits_);
   svc->desk = rt->desk_;
   svc->machine = make_machine_env(*svc);
   rt->svc_ = std::move(svc);
@@ -247,6 +247,10 @@ std::vector<node_info> runtime::nodes() {
     self.tools.push_back(kv.first);
   self.supervisor = true;
   return {self};
+}
+
+size_t runtime::waiting_steps() const {
+  return armed_waits_->load(std::memory_order_relaxed);
 }
 
 size_t runtime::live_executions() const {

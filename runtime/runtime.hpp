@@ -10,6 +10,7 @@
 //   auto h = (*rt)->start_file("graph.json", {{"topic", "actors"}});
 //   h->wait();
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -269,6 +270,10 @@ public:
   /// Number of execution actors alive in this process.
   size_t live_executions() const;
 
+  /// The steps of this node's executions that wait for a signal now (armed
+  /// at its signal desk). Threading: any thread.
+  size_t waiting_steps() const;
+
   /// Ids that `open` turned into `stopped`/`interrupted` (dead owners).
   const std::vector<std::string>& recovered() const { return recovered_; }
 
@@ -388,6 +393,8 @@ private:
   caf::actor keeper_; ///< hands free heap back to the kernel (runtime/memory.hpp)
   caf::actor watcher_;
   caf::actor desk_; ///< the signal desk (actors/signal_desk.hpp)
+  /// How many waits are armed at the desk.
+  std::shared_ptr<std::atomic<size_t>> armed_waits_ = std::make_shared<std::atomic<size_t>>(0);
   caf::actor admission_;
   caf::actor cluster_;
   uint16_t cluster_port_ = 0;

@@ -100,6 +100,14 @@ TEST_CASE("a graph waits for an approval: canopy waits lists it with its prompt,
   CHECK(list[0]["path"] == "approve");
   CHECK(list[0]["signal"] == "approval");
   CHECK(list[0]["options"]["Approve"] == json{{"approved", true}});
+  auto listed = run_canopy(home.path, {"ls", "--status", "waiting", "--json"});
+  REQUIRE(listed.exit_code == 0);
+  REQUIRE(listed.out_json().size() == 1);
+  CHECK(listed.out_json()[0]["id"] == id);
+  auto shown = run_canopy(home.path, {"show", id, "--color", "never"});
+  CHECK_THAT(shown.out, Catch::Contains("· approval · 23h59m left"));
+  CHECK_THAT(shown.out, Catch::Contains("Publish \"Q3: a first draft\"?  (canopy signal " + id
+                                        + " approval --value JSON)"));
   auto human = run_canopy(home.path, {"waits"});
   CHECK_THAT(human.out, Catch::Contains("approve  waiting · approval · 23h59m left"));
   CHECK_THAT(human.out, Catch::Contains("canopy signal " + id + " approval"));
@@ -208,6 +216,12 @@ TEST_CASE("over HTTP a signal is checked against the schema and approvers, answe
   REQUIRE(waits.body["items"].size() == 1);
   CHECK(waits.body["items"][0]["prompt"] == "Ship it?");
   CHECK(get_json(bob, "/v1/waits").body["items"].empty());
+  auto waiting = get_json(alice, "/v1/executions?status=waiting");
+  REQUIRE(waiting.status == 200);
+  REQUIRE(waiting.body["items"].size() == 1);
+  CHECK(waiting.body["items"][0]["id"] == id);
+  auto metrics = request(alice, "GET", "/metrics");
+  CHECK_THAT(metrics.text, Catch::Contains("canopy_waiting_steps 1\n"));
 
   check_error(post_json(alice, path, {{"value", {{"approved", 1}}}}), 400, "invalid_value",
               "/value/approved");
@@ -225,6 +239,9 @@ TEST_CASE("over HTTP a signal is checked against the schema and approvers, answe
   CHECK(ok.body["consumed_by"]["step"] == "approve");
   auto done = wait_status(alice, id, "completed");
   CHECK(done["outputs"]["ok"] == true);
+  CHECK(get_json(alice, "/v1/executions?status=waiting").body["items"].empty());
+  CHECK_THAT(request(alice, "GET", "/metrics").text,
+             Catch::Contains("canopy_waiting_steps 0\n"));
   CHECK(done["steps"]["approve"]["result"]["by"] == "user:alice");
 
   auto late = post_json(alice, path, {{"value", {{"approved", true}}}});
