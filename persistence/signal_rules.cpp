@@ -198,6 +198,81 @@ caf::expected<std::vector<open_wait>> open_waits(const store& db,
   return out;
 }
 
+namespace {
+
+/// The wait steps of `g` and of the child graphs it holds, recursively.
+void waits_of(const graph& g, std::vector<const wait_def*>& out) {
+  for (auto& def : g.steps) {
+    if (def.wait)
+      out.push_back(def.wait.get());
+    if (def.child)
+      waits_of(*def.child, out);
+  }
+}
+
+} // namespace
+
+std::vector<graph_error> check_start_signals(const graph& g, const json& signals) {
+  std::vector<graph_error> errors;
+  if (!signals.is_object()) {
+    errors.push_back({"/signals", std::string{"expected an object of signal name → value, got "}
+                                    + signals.type_name(),
+                      {}});
+    return errors;
+  }
+  std::vector<const wait_def*> waits;
+  waits_of(g, waits);
+  std::vector<std::string> names;
+  for (auto* w : waits)
+    names.push_back(w->signal);
+  for (auto& [name, value] : signals.items()) {
+    auto path = "/signals/" + escape_pointer(name);
+    bool declared = false;
+    for (auto* w : waits) {
+      if (w->signal != name)
+        continue;
+      declared = true;
+      if (w->schema.is_null())
+        continue;
+      auto bad = validate_value(w->schema, value);
+      if (!bad.empty()) {
+        errors.push_back({path + bad.front().path,
+                          "the value does not satisfy the wait's schema: " + bad.front().message,
+                          {}});
+        break;
+      }
+    }
+    if (!declared)
+      errors.push_back({path, "no wait of the graph takes signal '" + name + "'"
+                                + did_you_mean(name, names),
+                        {}});
+  }
+  return errors;
+}
+
+std::vector<signal_record> start_signals(const std::string& root, const json& signals,
+                                         const std::string& who, int64_t now) {
+  std::vector<signal_record> out;
+  if (!signals.is_object())
+    return out;
+  for (auto& [name, value] : signals.items()) {
+    signal_request req;
+    req.name = name;
+    req.value = value;
+    signal_record r;
+    r.id = make_execution_id();
+    r.root_id = root;
+    r.target = root;
+    r.name = name;
+    r.value = value;
+    r.who = who;
+    r.fingerprint = signal_fingerprint(req);
+    r.received_at = now;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 caf::expected<std::vector<execution_record>> list_waiting(const store& db,
                                                           const execution_filter& f) {
   auto waits = open_waits(db, std::nullopt);

@@ -116,6 +116,21 @@ caf::expected<std::vector<open_wait>> open_waits(const store& db,
 caf::expected<std::vector<execution_record>> list_waiting(const store& db,
                                                           const execution_filter& f);
 
+/// Checks the signals a start carries (`{"NAME": VALUE}`, sent to the new
+/// root with its first record): each NAME must be declared by a wait of `g`
+/// or of a child graph it holds inline or in a file (a registered graph,
+/// a plan's or an agent's declares nothing yet), and VALUE must satisfy
+/// the schema of every such wait. @returns the errors, each at
+/// `/signals/NAME` (and the value's JSON pointer below it); empty: fine.
+/// Thread-safe.
+std::vector<graph_error> check_start_signals(const graph& g, const json& signals);
+
+/// The records of the signals a start carries, sent to root `root` by `who`
+/// at `now` (ids assigned), in the order of their names.
+/// @pre check_start_signals(g, signals) is empty.
+std::vector<signal_record> start_signals(const std::string& root, const json& signals,
+                                         const std::string& who, int64_t now);
+
 /// Renders an open wait: `{execution_id, root_id, step, path, signal,
 /// prompt, armed_at, deadline, schema, options, on_timeout, approvers}`
 /// (RFC 3339 times; null where none).

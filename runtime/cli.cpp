@@ -67,6 +67,8 @@ int cli_main(int argc, char** argv) {
   auto run = app.add_subcommand("run", "start an execution and follow it");
   run->add_option("file", ro.file, "graph file")->required();
   run->add_option("--input", ro.inputs, "input K=V (string) or K:=JSON");
+  run->add_option("--signal", ro.signals,
+                  "signal NAME=JSON for a wait of the graph, stored with the execution");
   run->add_flag("--json", ro.json, "print the execution document as JSON");
   run->add_flag("--detach", ro.detach, "run in the background and print the id");
   run->add_option("--detached-fd", ro.detached_fd)->group("");

@@ -88,6 +88,23 @@ int exit_code_of(execution_status s) {
   }
 }
 
+caf::expected<json> parse_signals(const std::vector<std::string>& items) {
+  json out = json::object();
+  for (auto& item : items) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return make_error(runtime_errc::invalid_input,
+                        "--signal '" + item + "': expected NAME=JSON");
+    auto value = parse_json_text(item.substr(eq + 1));
+    if (!value)
+      return make_error(runtime_errc::invalid_input,
+                        "--signal " + item.substr(0, eq) + ": bad JSON: "
+                          + message_of(value.error()) + " (a string needs quotes)");
+    out[item.substr(0, eq)] = std::move(*value);
+  }
+  return out;
+}
+
 caf::expected<json> parse_inputs(const std::vector<std::string>& items) {
   json inputs = json::object();
   for (auto& item : items) {

@@ -48,6 +48,10 @@ int report_graph_errors(const std::string& file, const parse_result& r);
 /// @returns the inputs object, or `invalid_input` naming the bad item.
 caf::expected<json> parse_inputs(const std::vector<std::string>& items);
 
+/// Parses `--signal NAME=JSON` items into `{"NAME": VALUE}`.
+/// @returns it, or `runtime_errc::invalid_input` naming the bad item.
+caf::expected<json> parse_signals(const std::vector<std::string>& items);
+
 // -- options shared by commands ------------------------------------------------------
 
 /// `--home` and `--max-parallel`, the options of every command.
@@ -202,7 +206,8 @@ int remote_events(const remote_options& r, const std::string& id, bool follow_li
 /// Ctrl-C stops the execution on the server (a second forces), the same
 /// final output and exit codes. `detach`: prints the id and returns.
 int remote_run(const global_options& g, const remote_options& r, const std::string& file,
-               const graph& parsed, json inputs, bool as_json, bool detach);
+               const graph& parsed, json inputs, bool as_json, bool detach,
+               json signals = json::object());
 
 /// `canopy resume ID --server URL [--budget X]`: resumes on the server and
 /// follows as `remote_run` does, printing the events after the resume only.
@@ -354,6 +359,7 @@ int cmd_prune(const global_options& g, const prune_options& o);
 struct run_options {
   std::string file;
   std::vector<std::string> inputs;
+  std::vector<std::string> signals; ///< `--signal NAME=JSON`, for its waits
   bool json = false;
   bool detach = false;
   int detached_fd = -1; ///< internal: the detached child reports its id here

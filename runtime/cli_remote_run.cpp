@@ -212,7 +212,7 @@ int follow_remote(const global_options& g, const remote_options& r, const api_cl
 // -- commands -----------------------------------------------------------------------------
 
 int remote_run(const global_options& g, const remote_options& r, const std::string& file,
-               const graph& parsed, json inputs, bool as_json, bool detach) {
+               const graph& parsed, json inputs, bool as_json, bool detach, json signals) {
   // Before any thread: a Ctrl-C from here on stops the execution once it
   // started. A detached start is not followed: Ctrl-C ends it at once.
   std::optional<interrupt_guard> guard;
@@ -226,6 +226,8 @@ int remote_run(const global_options& g, const remote_options& r, const std::stri
     return fail(registered.error());
   // This version, not whatever was pushed since.
   json body = {{"inputs", std::move(inputs)}, {"version", (*registered)["version"]}};
+  if (!signals.empty())
+    body["signals"] = std::move(signals);
   auto started = api->post("/v1/graphs/" + url_encode((*registered)["id"].get<std::string>())
                              + "/executions",
                            body);

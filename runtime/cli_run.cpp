@@ -11,7 +11,9 @@
 #include <optional>
 
 #include "actors/execution/execution_actor.hpp"
+#include "persistence/signal_rules.hpp"
 #include "runtime/cli_common.hpp"
+#include "runtime/error.hpp"
 
 extern char** environ;
 
@@ -31,6 +33,10 @@ int run_detached(const global_options& g, const run_options& o, const char* self
   for (auto& i : o.inputs) {
     args.push_back("--input");
     args.push_back(i);
+  }
+  for (auto& s : o.signals) {
+    args.push_back("--signal");
+    args.push_back(s);
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -95,15 +101,24 @@ int cmd_run(const global_options& g, const run_options& o, const remote_options&
     return report_graph_errors(o.file, parsed);
   if (auto err = check_inputs(*parsed.value, *inputs))
     return fail(err);
+  auto signals = parse_signals(o.signals);
+  if (!signals)
+    return fail(signals.error());
+  if (auto bad = check_start_signals(*parsed.value, *signals); !bad.empty())
+    return fail(make_error(runtime_errc::invalid_input, to_string(bad.front())));
   if (!remote.server.empty())
-    return remote_run(g, remote, o.file, *parsed.value, std::move(*inputs), o.json, o.detach);
+    return remote_run(g, remote, o.file, *parsed.value, std::move(*inputs), o.json, o.detach,
+                      std::move(*signals));
   if (o.detach)
     return run_detached(g, o, self_exe);
   interrupt_guard guard;
   auto rt = open_runtime(g);
   if (!rt)
     return fail(rt.error());
-  auto h = (*rt)->start(parsed.value, std::move(*inputs));
+  start_options so;
+  so.signals = std::move(*signals);
+  so.signals_from = "cli:pid " + std::to_string(::getpid());
+  auto h = (*rt)->start(parsed.value, std::move(*inputs), so);
   if (!h)
     return fail(h.error());
   if (o.detached_fd >= 0) {

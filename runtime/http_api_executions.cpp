@@ -89,7 +89,7 @@ void api_server::get_graph(call& c) {
 
 void api_server::start_execution(call& c) {
   http_error err;
-  auto body = body_object(c.req, {"inputs", "version"}, err);
+  auto body = body_object(c.req, {"inputs", "version", "signals"}, err);
   if (!body)
     return reply(c.res, err);
   int version = 0;
@@ -133,6 +133,13 @@ void api_server::start_execution(call& c) {
   start_options opts;
   opts.owner = c.user;
   opts.graph_version = rg->version;
+  if (auto sig = body->find("signals"); sig != body->end()) {
+    auto bad = check_start_signals(**g, *sig);
+    if (!bad.empty())
+      return reply(c.res, bad_request(bad.front().message, bad.front().path, "invalid_input"));
+    opts.signals = *sig;
+    opts.signals_from = "user:" + c.user;
+  }
   if (!live_quota_.reserve(c.user))
     return reply(c.res, live_quota_exceeded(c.user));
   auto h = rt_.start(*g, std::move(inputs), opts);

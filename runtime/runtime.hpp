@@ -106,6 +106,11 @@ struct start_options {
   std::string owner;
   /// The registered graph version it runs (0: none).
   int graph_version = 0;
+  /// Signals for its waits, `{"NAME": VALUE}`, stored with its first record
+  /// (buffered until a wait arms); checked by `check_start_signals`.
+  json signals = json::object();
+  /// Who sends them ("user:alice", "cli:pid 42").
+  std::string signals_from = "library";
 };
 
 /// `$CANOPY_HOME`, else `./.canopy`.

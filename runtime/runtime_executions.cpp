@@ -131,6 +131,8 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
                                                const start_options& opts) {
   if (auto err = check_inputs(*g, inputs))
     return err;
+  if (auto bad = check_start_signals(*g, opts.signals); !bad.empty())
+    return make_error(runtime_errc::invalid_input, to_string(bad.front()));
   execution_init init;
   auto& r = init.record;
   r.id = make_execution_id();
@@ -143,8 +145,17 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   r.owner = opts.owner;
   r.graph_version = opts.graph_version;
   init.graph = std::move(g);
-  // Durable before the id is handed out.
+  // Durable before the id is handed out, with the signals it carries.
   auto batch = make_queued_batch(r, *init.graph);
+  for (auto& sig : start_signals(r.id, opts.signals, opts.signals_from, r.created_at)) {
+    batch.events.push_back(make_event(r, "signal.received", r.created_at, {}, {}, {},
+                                      {{"signal_id", sig.id},
+                                       {"name", sig.name},
+                                       {"by", sig.who},
+                                       {"step", nullptr},
+                                       {"fail", false}}));
+    batch.signals.push_back(std::move(sig));
+  }
   if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
     return err;
   execution_handle h;

@@ -216,6 +216,15 @@ TEST_CASE("over HTTP a signal is checked against the schema and approvers, answe
   REQUIRE(waits.body["items"].size() == 1);
   CHECK(waits.body["items"][0]["prompt"] == "Ship it?");
   CHECK(get_json(bob, "/v1/waits").body["items"].empty());
+  // A start may carry the answer: stored with the execution, taken at once.
+  auto pre = post_json(alice, "/v1/graphs/ship/executions",
+                       {{"signals", {{"approval", {{"approved", false}}}}}});
+  REQUIRE(pre.status == 201);
+  auto pre_done = wait_status(alice, pre.body["id"].get<std::string>(), "completed");
+  CHECK(pre_done["outputs"]["ok"] == false);
+  check_error(post_json(alice, "/v1/graphs/ship/executions",
+                        {{"signals", {{"approval", {{"approved", "no"}}}}}}),
+              400, "invalid_input", "/signals/approval/approved");
   auto waiting = get_json(alice, "/v1/executions?status=waiting");
   REQUIRE(waiting.status == 200);
   REQUIRE(waiting.body["items"].size() == 1);
@@ -310,4 +319,29 @@ TEST_CASE("a server killed while its only active step waits: a plain restart res
   auto ended = ms_of(done["steps"]["approve"]["ended_at"]);
   CHECK(ended >= ms_of(deadline));
   CHECK(ended < std::max(ms_of(deadline), up) + 2500);
+}
+
+TEST_CASE("signals given at the start are stored with the execution and taken when the wait "
+          "arms, and a start with a signal no wait declares stores nothing",
+          "[integration][cli][waits]") {
+  temp_dir home;
+  auto r = run_canopy(home.path, {"run", example(), "--input", "topic=Q4", "--signal",
+                                  R"(approval={"approved": false, "note": "later"})", "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto doc = r.out_json();
+  CHECK(doc["status"] == "completed");
+  CHECK(doc["steps"]["revise"]["status"] == "completed");
+  CHECK(doc["steps"]["approve"]["result"]["value"]["note"] == "later");
+  auto bad = run_canopy(home.path, {"run", example(), "--input", "topic=Q4", "--signal",
+                                    R"(aproval={"approved": true})"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("/signals/aproval: no wait of the graph takes signal "
+                                      "'aproval'; did you mean 'approval'?"));
+  auto invalid = run_canopy(home.path, {"run", example(), "--input", "topic=Q4", "--signal",
+                                        R"(approval={"approved": "yes"})"});
+  CHECK(invalid.exit_code == 2);
+  CHECK_THAT(invalid.err, Catch::Contains("/signals/approval/approved"));
+  auto all = run_canopy(home.path, {"ls", "--json"});
+  CHECK(all.out_json().size() == 1); // the refused starts stored nothing
 }
