@@ -1,7 +1,8 @@
 // app.js: the dashboard's entry point. Hash routing (#/executions,
-// #/executions/ID, #/graphs/ID, #/agents, #/agents/NAME, #/nodes), the token
-// prompt, and the navigation. Each view is a function (main, params, query)
-// that draws into <main> and returns its cleanup (timers, streams).
+// #/executions/ID, #/graphs/ID, #/waits, #/agents, #/agents/NAME, #/nodes),
+// the token prompt, and the navigation with the count of open waits. Each
+// view is a function (main, params, query) that draws into <main> and
+// returns its cleanup (timers, streams).
 
 import { api, getToken, setToken, clearToken, onUnauthorized } from "./api.js";
 import { h, fill } from "./ui.js";
@@ -10,11 +11,14 @@ import { executionView } from "./view-execution.js";
 import { graphView } from "./view-graph.js";
 import { agentsView, agentView } from "./view-agents.js";
 import { nodesView } from "./view-nodes.js";
+import { waitsView } from "./view-waits.js";
+import { startWaits, stopWaits, onWaits } from "./waits.js";
 
 const routes = [
   { re: /^executions\/?$/, nav: "executions", view: executionsView },
   { re: /^executions\/([0-9a-z]{1,64})$/, nav: "executions", view: executionView },
   { re: /^graphs\/([A-Za-z0-9._-]{1,128})$/, nav: "executions", view: graphView },
+  { re: /^waits\/?$/, nav: "waits", view: waitsView },
   { re: /^agents\/?$/, nav: "agents", view: agentsView },
   { re: /^agents\/([A-Za-z0-9._-]{1,128})$/, nav: "agents", view: agentView },
   { re: /^nodes\/?$/, nav: "nodes", view: nodesView },
@@ -24,6 +28,7 @@ performance.mark("canopy:app-start");
 const main = document.getElementById("app");
 const nav = document.getElementById("nav");
 const signout = document.getElementById("signout");
+const waitsCount = document.getElementById("waits-count");
 let cleanup = null;
 let promptNote = "";
 
@@ -46,6 +51,7 @@ function render() {
   if (!getToken()) return showPrompt();
   nav.hidden = false;
   signout.hidden = false;
+  startWaits();
   const { path, query } = parseHash();
   if (!path) {
     location.replace("#/executions");
@@ -65,7 +71,19 @@ function render() {
   fill(main, h("h1", {}, "Not found"), h("p", {}, "No such page. ", h("a", { href: "#/executions" }, "Executions")));
 }
 
+/** The navigation's count of the waits the user may answer. */
+function showWaitsCount(data) {
+  const n = data ? data.items.length : 0;
+  waitsCount.textContent = String(n);
+  waitsCount.dataset.count = data ? String(n) : "";
+  waitsCount.hidden = n === 0;
+  waitsCount.parentElement.setAttribute("aria-label", n ? `Waiting: ${n} to answer` : "Waiting: nothing to answer");
+}
+onWaits(showWaitsCount);
+
 function showPrompt() {
+  stopWaits();
+  showWaitsCount(null);
   nav.hidden = true;
   signout.hidden = true;
   const input = h("input", {

@@ -86,7 +86,8 @@ function clip(text, n) {
 }
 
 /**
- * Draws the DAG. opts: {execId, label(name) -> {status, text}, onSelect(name)}.
+ * Draws the DAG. opts: {execId, label(name) -> {status, text, short?}, onSelect(name)};
+ * a node shows `short` (else `text`) clipped, its tooltip and label `text`.
  * Returns {el, update(name), select(name), nodes}.
  */
 export function drawDag(steps, opts) {
@@ -123,14 +124,14 @@ export function drawDag(steps, opts) {
   function update(name) {
     const n = nodes.get(name);
     if (!n) return;
-    const { status, text } = opts.label(name);
+    const { status, text, short } = opts.label(name);
     if (status === n.status && text === n.text) return;
     if (status !== n.status) {
       n.g.setAttribute("class", `node st-${status}${n.g.classList.contains("sel") ? " sel" : ""}`);
       n.g.setAttribute("data-status", status);
       n.icon.textContent = STATUS_ICON[status] || "\u25C7";
     }
-    n.stat.textContent = clip(text, 27);
+    n.stat.textContent = clip(short || text, 27);
     n.title.textContent = `${name}: ${text}`;
     n.g.setAttribute("aria-label", `step ${name}: ${text}`);
     n.status = status;

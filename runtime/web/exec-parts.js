@@ -5,6 +5,7 @@
 import { api } from "./api.js";
 import { signalText } from "./exec-state.js";
 import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, fmtDuration } from "./ui.js";
+import { timeLeft } from "./waits.js";
 
 const LOG_ROWS = 1000; // rows kept in the DOM until "Show all" is pressed
 const TAIL_LINES = 40;
@@ -22,8 +23,9 @@ function tail(text, n = TAIL_LINES) {
 
 function kindOf(def) {
   if (!def) return "";
-  for (const k of ["run", "tool", "graph", "plan", "agent", "fn"]) {
-    if (k in def) return typeof def[k] === "string" ? `${k} ${def[k]}` : k;
+  for (const k of ["run", "tool", "graph", "plan", "agent", "fn", "wait"]) {
+    if (k in def) return typeof def[k] === "string" ? `${k} ${def[k]}`
+      : k === "wait" && def.wait && def.wait.signal ? `wait ${def.wait.signal}` : k;
   }
   return "";
 }
@@ -125,7 +127,17 @@ export function stepPanel(ctx) {
     const s = x && x.steps[cur.step];
     if (!s) return;
     const signal = signalText(s.signal);
+    const waiting = s.status === "waiting";
     if (signal && s.signal.nextAt > Date.now()) tick = setTimeout(drawLive, 1000);
+    // A wait's countdown: only its text changes (the link keeps its focus).
+    const left = h("span", { "data-testid": "step-deadline" }, s.deadline ? timeLeft(s.deadline) : "no deadline");
+    if (waiting && s.deadline && !tick) {
+      const count = () => {
+        left.textContent = timeLeft(s.deadline);
+        tick = setTimeout(count, 1000);
+      };
+      tick = setTimeout(count, 1000);
+    }
     setBadge(parts.badge, s.status);
     const pid = detail && detail.pid;
     const child = s.child_id || (detail && detail.child_id);
@@ -136,7 +148,13 @@ export function stepPanel(ctx) {
       ["Ended", timeEl(s.ended_at)],
       ["Duration", s.started_at ? duration(s.started_at, s.ended_at) + (s.ended_at ? "" : " so far") : null],
       ["Reason", s.reason ? h("span", { "data-testid": "step-reason" }, s.reason) : null],
-      ["Signal", signal ? h("span", { "data-testid": "step-signal" }, signal) : null],
+      s.waitSignal && !signal ? [] : ["Signal", signal ? h("span", { "data-testid": "step-signal" }, signal) : null],
+      s.waitSignal ? ["Waits for", h("span", {}, "signal ", h("code", { "data-testid": "step-wait-signal" }, s.waitSignal))] : [],
+      waiting && s.prompt ? ["Prompt", h("span", { "data-testid": "step-prompt" }, s.prompt)] : [],
+      waiting ? ["Deadline", s.deadline ? h("span", {}, timeEl(s.deadline), " \u00b7 ", left) : left] : [],
+      waiting ? ["Answer", h("a", { href: `#/waits?exec=${encodeURIComponent(cur.exec)}&step=${encodeURIComponent(cur.step)}`,
+        "data-testid": "step-answer-link" }, "Answer it in the inbox \u2192")] : [],
+      s.answeredBy ? ["Answered by", h("span", { "data-testid": "step-answered-by" }, s.answeredBy)] : [],
       ["Error", s.error ? h("span", { class: "error", "data-testid": "step-error" }, s.error) : null],
       pid ? ["Process", String(pid)] : [],
       child ? ["Child", h("a", { href: `#/executions/${child}`, "data-testid": "step-child-link" }, child)] : [],
@@ -195,7 +213,7 @@ export function stepPanel(ctx) {
         drawLive();
         const s = ctx.state.execs.get(cur.exec)?.steps[cur.step];
         if (s && s.status !== lastStatus) {
-          if (lastStatus !== null && s.status !== "running" && s.status !== "queued") fetchDetail();
+          if (lastStatus !== null && s.status !== "running" && s.status !== "queued" && s.status !== "waiting") fetchDetail();
           lastStatus = s.status;
         }
       }
@@ -258,7 +276,7 @@ export function stopOutcome(answer, before, state) {
     const x = state.execs.get(id);
     for (const [name, s] of Object.entries(x.steps || {})) {
       const was = before.get(id + "\u0000" + name);
-      if (s.status === "pending" && (was === "running" || was === "queued"))
+      if (s.status === "pending" && (was === "running" || was === "queued" || was === "waiting"))
         back.push({ id, name, reason: s.reason, graph: x.graph });
     }
   }

@@ -36,7 +36,10 @@ export class ExecState {
       this.order.push(doc.id);
       this.children.set(doc.id, (children || []).map((c) => c.id));
       for (const c of children || []) walk(c);
-      for (const s of Object.keys(doc.steps || {})) this.dirtySteps.add(doc.id + "\u0000" + s);
+      for (const [name, s] of Object.entries(doc.steps || {})) {
+        waitFields(s);
+        this.dirtySteps.add(doc.id + "\u0000" + name);
+      }
     };
     walk(tree);
     this.unknownExec = false;
@@ -62,6 +65,17 @@ export class ExecState {
     if (e.type === "step.output") return this.output(e);
     if (e.type.startsWith("step.") && e.step) return this.applyStep(x, e);
     if (e.type.startsWith("execution.")) return this.applyExec(x, e);
+    if (e.type === "signal.consumed" && e.step) return this.consumed(x, e);
+    // signal.received: a signal stored for the tree's waits; no status changes
+  }
+
+  /** signal.consumed: a wait took a signal (its step.completed or step.failed follows). */
+  consumed(x, e) {
+    const s = x.steps[e.step];
+    if (!s) return;
+    const d = e.data || {};
+    s.answeredBy = d.by || null;
+    this.dirtySteps.add(e.execution_id + "\u0000" + e.step);
   }
 
   output(e) {
@@ -127,6 +141,17 @@ export class ExecState {
         s.started_at = null;
         s.ended_at = e.time;
         break;
+      case "step.waiting":
+        s.attempt = d.attempt ?? s.attempt;
+        s.started_at = e.time;
+        s.ended_at = null;
+        s.error = null;
+        s.reason = null;
+        s.waitSignal = d.signal || s.waitSignal || null;
+        s.deadline = d.deadline ?? null;
+        s.prompt = d.prompt ?? null;
+        s.answeredBy = null;
+        break;
     }
     this.dirtySteps.add(e.execution_id + "\u0000" + e.step);
   }
@@ -181,6 +206,23 @@ export class ExecState {
     }
     return { attempts, cost, costKnown, depth };
   }
+}
+
+/**
+ * A step document names its wait's signal `signal` (a string), where the
+ * state keeps the last POSIX signal sent to the step's processes
+ * (step.signalled, an object): the wait's goes to `waitSignal`.
+ */
+function waitFields(s) {
+  if (typeof s.signal === "string") {
+    s.waitSignal = s.signal;
+    s.signal = null;
+  }
+  if (s.deadline === undefined) s.deadline = null;
+  if (s.prompt === undefined) s.prompt = null;
+  // A wait's result {value, timed_out, by, at} says who answered it.
+  const r = s.result;
+  if (s.kind === "wait" && r && typeof r === "object" && typeof r.by === "string") s.answeredBy = r.by;
 }
 
 /**

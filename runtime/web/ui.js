@@ -41,6 +41,7 @@ export const STATUS_ICON = {
   failed: "\u2717",      // cross
   pending: "\u25CB",     // circle
   skipped: "\u21B7",     // arrow jumping over
+  waiting: "\u2016",     // double bar (pause): a wait step for a signal
   unknown: "?",
 };
 
@@ -117,12 +118,13 @@ let dialogOpenings = 0; // which opening of dialogEl is the current one
 
 /**
  * An in-page modal confirmation (a <dialog>: focus is trapped, Escape
- * cancels). Resolves true when confirmed. The browser dispatches a close
- * event later, as a task: one that comes while the dialog is open again
- * belongs to an earlier opening, and an opening that is no longer the
- * current one resolves false.
+ * cancels). Resolves true when confirmed. `focus` is the element of `body`
+ * to focus first (an input), else the Cancel button. The browser
+ * dispatches a close event later, as a task: one that comes while the
+ * dialog is open again belongs to an earlier opening, and an opening that
+ * is no longer the current one resolves false.
  */
-export function confirmDialog({ title, body, confirm = "Confirm", danger = false }) {
+export function confirmDialog({ title, body, confirm = "Confirm", danger = false, focus = null }) {
   if (!dialogEl) {
     dialogEl = h("dialog", { class: "confirm", "data-testid": "confirm-dialog", "aria-labelledby": "confirm-title" });
     document.body.append(dialogEl);
@@ -143,7 +145,7 @@ export function confirmDialog({ title, body, confirm = "Confirm", danger = false
     };
     d.addEventListener("close", onClose);
     d.showModal();
-    no.focus();
+    (focus || no).focus();
   });
 }
 

@@ -79,11 +79,11 @@ function runCard(message) {
               output.hidden = false;
             } else if (e.type.startsWith("step.") && e.step && e.execution_id === id) {
               if (!stepEls.has(e.step)) {
-                const b = badge(e.status);
+                const b = badge(e.status || "pending");
                 stepEls.set(e.step, b);
                 steps.append(h("li", {}, h("span", { class: "mono" }, e.step), " ", b));
               }
-              setBadge(stepEls.get(e.step), e.status);
+              if (e.status) setBadge(stepEls.get(e.step), e.status); // step.signalled has none
             }
           }
         },

@@ -9,6 +9,7 @@ import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, errorTex
 import { ExecState, GraphFinder } from "./exec-state.js";
 import { drawDag } from "./dag.js";
 import { eventLog, stepPanel, limitsBox, childTree, stopOutcome } from "./exec-parts.js";
+import { waitLabel, refreshWaits } from "./waits.js";
 
 const OPEN_CHILDREN = 12; // child DAGs drawn at once; the rest when opened
 const HOLD_MAX_MS = 1500; // longest wait for the replay to catch up
@@ -108,6 +109,11 @@ export function executionView(main, [id]) {
   function stepLabel(execId) {
     return (name) => {
       const s = state.execs.get(execId).steps[name] || { status: "pending", attempt: 0 };
+      if (s.status === "waiting") {
+        // "waiting · approval · 23h59m left", as `canopy show` says it
+        const { text, short } = waitLabel(s.waitSignal, s.deadline);
+        return { status: s.status, text, short };
+      }
       let text = s.status;
       if (s.attempt > 1) text += ` #${s.attempt}`;
       if (s.reason) text += ` \u00b7 ${s.reason}`;
@@ -251,7 +257,12 @@ export function executionView(main, [id]) {
   }
 
   function onEvents(events, at) {
-    for (const e of events) state.push(e);
+    let waits = false;
+    for (const e of events) {
+      state.push(e);
+      if (e.type === "step.waiting" || e.type === "signal.consumed") waits = true;
+    }
+    if (waits && !holding) refreshWaits(); // the navigation's count of open waits
     fresh.push(...events);
     const last = events[events.length - 1];
     const lastSeq = last.seq;
@@ -430,7 +441,19 @@ export function executionView(main, [id]) {
   }
   init();
 
-  const tick = setInterval(() => { if (!busy) drawHeader(); }, 1000);
+  /** The countdowns of the waiting steps' nodes. */
+  function tickWaits() {
+    for (const [execId, sec] of sections) {
+      if (!sec.dag) continue;
+      const x = state.execs.get(execId);
+      for (const [name, s] of Object.entries((x && x.steps) || {})) if (s.status === "waiting") sec.dag.update(name);
+    }
+  }
+
+  const tick = setInterval(() => {
+    if (!busy) drawHeader();
+    tickWaits();
+  }, 1000);
   return () => {
     closed = true;
     if (stream) stream.close();

@@ -8,8 +8,9 @@ import { drawDag } from "./dag.js";
 import { executionTable } from "./view-executions.js";
 
 function kind(def) {
-  for (const k of ["run", "tool", "graph", "plan", "agent", "fn"])
-    if (k in def) return typeof def[k] === "string" ? `${k} ${def[k]}` : k;
+  for (const k of ["run", "tool", "graph", "plan", "agent", "fn", "wait"])
+    if (k in def) return typeof def[k] === "string" ? `${k} ${def[k]}`
+      : k === "wait" && def.wait && def.wait.signal ? `wait ${def.wait.signal}` : k;
   return "";
 }
 

@@ -3,12 +3,14 @@
 
 token prompt, executions list, an execution with its DAG and child tree, the
 step panel, the agents list and an agent's conversation, the nodes of a
-cluster (one worker up, one lost), the graph view, and phone-width (390 px)
-views of the list and of an execution. Each view is checked to be drawn
+cluster (one worker up, one lost), the graph view, the inbox of waits, and
+phone-width (390 px) views of the list, an execution and the inbox. Each view is checked to be drawn
 before its screenshot is taken.
 """
 
-from harness import main, wait_for
+import json
+
+from harness import REPO, main, wait_for
 
 UNIT = {"name": "unit-tests", "steps": {
     "compile": {"run": ["sh", "-c", "echo compiling; sleep 0.2; echo done"]},
@@ -27,6 +29,15 @@ PIPELINE = {"name": "pipeline", "limits": {"max_steps": 50, "budget": 20, "deadl
 QUICK = {"name": "quick", "steps": {"a": {"fn": "echo", "with": {"x": 1}}, "b": {"fn": "noop", "needs": ["a"]}}}
 BROKEN = {"name": "broken", "steps": {"a": {"fn": "echo"}, "b": {"fn": "fail", "needs": ["a"]}, "c": {"fn": "noop", "needs": ["b"]}}}
 
+APPROVAL = json.loads((REPO / "examples" / "approval" / "approval.json").read_text())
+
+REVIEW = {"name": "review", "steps": {"review": {"wait": {
+    "signal": "review", "prompt": "Review the release notes of 2.4", "timeout": "8h",
+    "schema": {"type": "object", "required": ["ok", "area"], "properties": {
+        "ok": {"type": "boolean", "title": "Looks good"},
+        "area": {"enum": ["api", "cli", "dashboard"]},
+        "comment": {"type": "string", "maxLength": 2000, "description": "What to change"}}}}}}}
+
 AGENT = {"name": "helper", "on_busy": "queue", "graph": {
     "name": "helper", "inputs": ["message", "history"],
     "steps": {"answer": {"run": ["sh", "-c", "echo \"Here is what I found about: $M\"", "x"], "env": {"M": "${inputs.message}"}}},
@@ -35,7 +46,7 @@ AGENT = {"name": "helper", "on_busy": "queue", "graph": {
 
 def test(hx):
     s, b = hx.server, hx.browser
-    for g in (UNIT, PIPELINE, QUICK, BROKEN):
+    for g in (UNIT, PIPELINE, QUICK, BROKEN, APPROVAL, REVIEW):
         s.register(g)
     for _ in range(3):
         s.wait_status(s.start_execution("quick")["id"], "completed")
@@ -106,6 +117,22 @@ def test(hx):
     b.one("nodes-row", name="gpu-1", state="up")
     b.shot("09-nodes")
 
+    # the inbox of waits
+    waiting = s.start_execution("approval_flow", {"topic": "Q3"})["id"]
+    wait_for(lambda: s.ok("GET", "/v1/waits")["items"], 20, "the approval armed")
+    review = s.start_execution("review")["id"]
+    wait_for(lambda: len(s.ok("GET", "/v1/waits")["items"]) == 2, 20, "the review armed")
+    b.go("#/waits")
+    b.one("wait-card", exec=waiting)
+    b.one("wait-form")
+    b.wait(lambda: b.text("waits-count") == "2", 20, "the Waiting count")
+    b.shot("16-waits")
+    b.go(f"#/executions/{review}")
+    b.wait(lambda: b.q("step-node", step="review", status="waiting"), 10, "the waiting step")
+    b.click("step-node", step="review")
+    b.one("step-answer-link")
+    b.shot("16b-execution-waiting")
+
     # phone width
     b.driver.set_window_size(390, 844)
     b.go("#/executions")
@@ -121,9 +148,10 @@ def test(hx):
     b.click("step-node", step="fetch")
     b.wait(lambda: "fetched part 3" in b.text("step-stdout"), 10, "the step panel at 390 px")
     b.shot("12-phone-step-panel")
-    for route, name in (("#/agents/helper", "13-phone-agent"), ("#/nodes", "14-phone-nodes"), ("#/graphs/pipeline", "15-phone-graph")):
+    for route, name, hook in (("#/agents/helper", "13-phone-agent", "agent-message"), ("#/nodes", "14-phone-nodes", "nodes-row"),
+                              ("#/graphs/pipeline", "15-phone-graph", "step-node"), ("#/waits", "17-phone-waits", "wait-card")):
         b.go(route)
-        b.wait(lambda: b.q("agent-message") or b.q("nodes-row") or b.q("step-node"), 10, f"{route} at 390 px")
+        b.wait(lambda: b.q(hook), 10, f"{route} at 390 px")
         width = b.js("return document.documentElement.scrollWidth")
         assert width <= 390, f"{route} scrolls sideways at 390 px ({width} px wide)"
         b.shot(name)

@@ -12,6 +12,15 @@
 - ui.js confirmDialog: a dialog opened again before the close event of the
   one cancelled just before it is dispatched (a quick Escape, Enter) answers
   for itself: the late close event neither confirms nor cancels it.
+- waits.js: the countdown to a deadline as the CLI writes it ("23h59m
+  left", "deadline passed"), a waiting step's label and its short form for
+  a DAG node, the form a schema becomes (a field per property and its kind,
+  required, hints, defaults; one field for any other schema) and the value
+  built from the fields (left out when empty, a checkbox always, an enum by
+  its index, numbers and JSON parsed, what cannot be read named).
+- exec-state.js: step.waiting makes a step `waiting` with its signal,
+  deadline and prompt; signal.received and signal.consumed change no
+  status; a step document's wait `signal` is not taken for a POSIX one.
 """
 
 from harness import main
@@ -106,6 +115,100 @@ const done = arguments[arguments.length - 1];
   const answers = await Promise.race([Promise.all([first, second]),
     new Promise((r) => setTimeout(() => r('unanswered'), 2000))]);
   check(JSON.stringify(answers) === '[false,true]', 'cancel, then confirm: ' + JSON.stringify(answers));
+
+  // waits.js: countdown, label, form model, value
+  const W8 = await import('/ui/waits.js');
+  const base = Date.parse('2026-01-01T00:00:00.000Z');
+  const at = (ms) => new Date(base + ms).toISOString();
+  const H = 3600000, M = 60000;
+  for (const [ms, want] of [[24 * H - 30000, '23h59m left'], [4 * M + 5000, '4m05s left'], [12500, '12s left'], [4500, '4.5s left'],
+    [850, '850ms left'], [51 * H, '2d03h left'], [0, 'deadline passed'], [-5000, 'deadline passed']])
+    check(W8.timeLeft(at(ms), base) === want, `timeLeft ${ms}: ${W8.timeLeft(at(ms), base)}`);
+  check(W8.timeLeft(null, base) === 'no deadline', 'timeLeft without a deadline');
+  let L1 = W8.waitLabel('approval', at(24 * H - 30000), base);
+  check(L1.text === 'waiting \u00b7 approval \u00b7 23h59m left' && L1.short === 'waiting \u00b7 approval \u00b7 23h59m', 'waitLabel: ' + JSON.stringify(L1));
+  L1 = W8.waitLabel('ok', at(12500), base);
+  check(L1.text === 'waiting \u00b7 ok \u00b7 12s left' && L1.short === L1.text, 'waitLabel fits: ' + JSON.stringify(L1));
+  L1 = W8.waitLabel('a-rather-long-signal-name', at(24 * H - 30000), base);
+  check(L1.short === 'waiting \u00b7 a-rathe\u2026 \u00b7 23h59m' && L1.short.length === 27 && L1.text.endsWith('23h59m left'),
+    'waitLabel long keeps the countdown: ' + JSON.stringify(L1));
+  L1 = W8.waitLabel('approval', at(-1), base);
+  check(L1.text === 'waiting \u00b7 approval \u00b7 deadline passed' && L1.short === 'waiting \u00b7 deadline passed', 'waitLabel passed: ' + JSON.stringify(L1));
+
+  const schema = { type: 'object', required: ['urgent', 'team', 'summary'], properties: {
+    urgent: { type: 'boolean', default: true },
+    summary: { type: 'string', minLength: 5, maxLength: 500, description: 'What happened' },
+    title: { type: 'string', maxLength: 80, title: 'Title' },
+    team: { enum: ['infra', 'web', 'data'] },
+    priority: { type: 'integer', minimum: 1, maximum: 5 },
+    ratio: { type: 'number', exclusiveMinimum: 0 },
+    level: { enum: [1, 2, 3], default: 2 },
+    tags: { type: 'array', items: { type: 'string' } },
+    meta: { type: 'object' },
+    either: { type: ['string', 'null'] },
+    fixed: { const: 'yes' } } };
+  const fm = W8.formModel(schema);
+  const kinds = fm.fields.map((f) => f.name + ':' + f.kind + (f.required ? '*' : '')).join(' ');
+  check(!fm.whole && kinds === 'urgent:boolean* summary:text* team:enum* title:string priority:integer ratio:number level:enum tags:json meta:json either:json fixed:enum',
+    'formModel kinds: ' + kinds);
+  const byName = Object.fromEntries(fm.fields.map((f) => [f.name, f]));
+  check(byName.summary.hint === 'What happened \u2014 5 to 500 characters', 'summary hint: ' + byName.summary.hint);
+  check(byName.priority.hint === 'a whole number, 1 to 5' && byName.priority.min === 1 && byName.priority.max === 5, 'priority hint: ' + byName.priority.hint);
+  check(byName.ratio.hint === 'over 0', 'ratio hint: ' + byName.ratio.hint);
+  check(byName.title.label === 'Title' && byName.team.label === 'team', 'labels');
+  check(W8.initialRaw(byName.urgent) === true && W8.initialRaw(byName.level) === '1' && W8.initialRaw(byName.team) === '' &&
+    W8.initialRaw(byName.fixed) === '' && W8.initialRaw(byName.priority) === '', 'initial raw states');
+  check(W8.optionText('web') === 'web' && W8.optionText(2) === '2' && W8.optionText(null) === 'null', 'option texts');
+  const raw = { urgent: false, summary: 'disk full', title: '', team: '2', priority: ' 3 ', ratio: '', level: '2', tags: '["a", "b"]', meta: '', either: 'null', fixed: '0' };
+  let bv = W8.buildValue(fm, raw);
+  check(bv.ok && JSON.stringify(bv.value) === JSON.stringify({ urgent: false, summary: 'disk full', team: 'data', priority: 3, level: 3, tags: ['a', 'b'], either: null, fixed: 'yes' }),
+    'buildValue: ' + JSON.stringify(bv));
+  bv = W8.buildValue(fm, { ...raw, priority: 'x' });
+  check(!bv.ok && bv.field === 'priority' && bv.message === 'priority: "x" is not a number', 'buildValue number: ' + JSON.stringify(bv));
+  bv = W8.buildValue(fm, { ...raw, tags: '[1,' });
+  check(!bv.ok && bv.field === 'tags' && bv.message.startsWith('tags: not valid JSON'), 'buildValue JSON: ' + JSON.stringify(bv));
+  bv = W8.buildValue(fm, { ...raw, priority: '9', summary: '' });
+  check(bv.ok && bv.value.priority === 9 && !('summary' in bv.value), 'the server checks ranges and required: ' + JSON.stringify(bv));
+  // any other schema: one field for the whole value
+  let one = W8.formModel(null);
+  check(one.whole && one.fields.length === 1 && one.fields[0].kind === 'json', 'no schema: a JSON box');
+  bv = W8.buildValue(one, { '': ' {"a": [1]} ' });
+  check(bv.ok && JSON.stringify(bv.value) === '{"a":[1]}', 'whole JSON: ' + JSON.stringify(bv));
+  bv = W8.buildValue(one, { '': '' });
+  check(!bv.ok && bv.field === null, 'whole JSON empty: ' + JSON.stringify(bv));
+  one = W8.formModel({ type: 'boolean' });
+  check(one.whole && one.fields[0].kind === 'boolean' && W8.buildValue(one, { '': true }).value === true, 'a boolean schema: a checkbox');
+  one = W8.formModel({ type: 'string', maxLength: 4000 });
+  check(one.fields[0].kind === 'text' && W8.buildValue(one, { '': '' }).value === '', 'a long string schema: a textarea, empty allowed');
+  one = W8.formModel({ type: 'object' });
+  check(one.whole && one.fields[0].kind === 'json', 'an object without properties: a JSON box');
+  one = W8.formModel({ enum: ['a', 'b'] });
+  check(one.fields[0].kind === 'enum' && W8.buildValue(one, { '': '1' }).value === 'b' && !W8.buildValue(one, { '': '' }).ok, 'an enum schema: a select');
+
+  // exec-state.js: step.waiting and signal.* events
+  const ws = new ExecState('w');
+  ws.loadTree({ id: 'w', depth: 0, children: [], steps: {
+    a: { status: 'pending', attempt: 0, kind: 'wait', signal: 'approval' },
+    done: { status: 'completed', attempt: 1, kind: 'wait', signal: 'go', deadline: at(H),
+      result: { value: 1, timed_out: false, by: 'user:bob', at: at(0) } } } });
+  const wstep = (n) => ws.execs.get('w').steps[n];
+  check(wstep('a').waitSignal === 'approval' && wstep('a').signal === null && signalText(wstep('a').signal) === null,
+    'a step document\'s wait signal is kept apart: ' + JSON.stringify(wstep('a')));
+  check(wstep('done').waitSignal === 'go' && wstep('done').deadline === at(H) && wstep('done').answeredBy === 'user:bob',
+    'a settled wait keeps its fields: ' + JSON.stringify(wstep('done')));
+  const wev = (seq, type, extra) => Object.assign({ seq, type, execution_id: 'w', step: 'a', time: at(seq * 1000) }, extra);
+  ws.dirtySteps.clear();
+  ws.push(wev(1, 'step.waiting', { status: 'waiting', data: { attempt: 1, signal: 'approval', deadline: at(24 * H), prompt: 'Publish?' } }));
+  check(wstep('a').status === 'waiting' && wstep('a').attempt === 1 && wstep('a').deadline === at(24 * H) && wstep('a').prompt === 'Publish?' &&
+    wstep('a').started_at === at(1000) && ws.dirtySteps.has('w\u0000a'), 'step.waiting: ' + JSON.stringify(wstep('a')));
+  ws.push(wev(2, 'signal.received', { step: undefined, data: { signal_id: 's1', name: 'approval', by: 'user:alice', step: 'a', fail: false } }));
+  check(wstep('a').status === 'waiting' && !ws.unknownExec, 'signal.received changes no status');
+  ws.push(wev(3, 'signal.consumed', { data: { signal_id: 's1', name: 'approval', by: 'user:alice' } }));
+  check(wstep('a').status === 'waiting' && wstep('a').answeredBy === 'user:alice', 'signal.consumed changes no status: ' + JSON.stringify(wstep('a')));
+  ws.push(wev(4, 'step.completed', { status: 'completed' }));
+  check(wstep('a').status === 'completed' && wstep('a').waitSignal === 'approval' && wstep('a').answeredBy === 'user:alice', 'then completed');
+  ws.push({ seq: 5, type: 'signal.received', execution_id: 'elsewhere', time: at(5000), data: {} });
+  check(!ws.unknownExec, 'a signal event of another execution asks for no new tree');
 
   check(fmtDuration(850) === '850ms' && fmtDuration(12345) === '12.3s' && fmtDuration(245000) === '4m 05s' &&
     fmtDuration(7380000) === '2h 03m', 'fmtDuration');
