@@ -25,6 +25,7 @@
 // scope it holds are thread-safe and shared with other executions.
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <memory>
 #include <string>
@@ -184,7 +185,6 @@ public:
     /// A wait's absolute deadline (ms since the epoch; 0: none), kept across
     /// a stop so that a resume re-arms it with the same one.
     int64_t deadline = 0;
-    std::string prompt;   ///< a wait's prompt as rendered when it was armed
     json error;           ///< null or the failure message
     json result;          ///< a completed step's result, or a failed attempt's output
   };
@@ -310,6 +310,8 @@ public:
   const graph& graph_def() const { return *g_; }
   const std::shared_ptr<const graph>& graph_ptr() const { return g_; }
   const step_state& step(uint32_t idx) const { return steps_[idx]; }
+  /// Wait step `idx`'s prompt as rendered when it was last armed ("": none).
+  const std::string& prompt(uint32_t idx) const;
   size_t size() const { return steps_.size(); }
   const step_results& results() const { return *this; }
   /// @returns the result of step `step` once it completed, else null.
@@ -414,6 +416,9 @@ private:
   std::vector<uint32_t> dep_offsets_;
   std::vector<uint32_t> dep_targets_;
   std::vector<uint32_t> ready_;
+  /// The rendered prompts of wait steps (allocated when the first arms: a
+  /// step state stays small).
+  std::unique_ptr<std::map<uint32_t, std::string>> prompts_;
   size_t durable_completed_ = 0; ///< completed or skipped, and committed
   uint32_t skipped_ = 0;         ///< steps skipped so far (stored ones too)
   uint32_t next_ticket_ = 1;

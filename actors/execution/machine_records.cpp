@@ -34,6 +34,14 @@ bool execution_machine::skipped(const std::string& step) const {
   return i != g_->index.end() && steps_[i->second].phase == step_phase::skipped;
 }
 
+const std::string& execution_machine::prompt(uint32_t idx) const {
+  static const std::string none;
+  if (!prompts_)
+    return none;
+  auto i = prompts_->find(idx);
+  return i == prompts_->end() ? none : i->second;
+}
+
 step_record execution_machine::step_record_of(uint32_t idx) const {
   auto& s = steps_[idx];
   auto& def = g_->steps[idx];
@@ -52,7 +60,7 @@ step_record execution_machine::step_record_of(uint32_t idx) const {
   r.started_at = s.started_at;
   r.ended_at = s.ended_at;
   r.deadline = s.deadline;
-  r.prompt = s.prompt;
+  r.prompt = prompt(idx);
   return r;
 }
 

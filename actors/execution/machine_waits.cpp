@@ -21,14 +21,17 @@ void execution_machine::start_wait(uint32_t idx, int64_t now) {
   auto& def = g_->steps[idx];
   auto& w = *def.wait;
   auto& s = steps_[idx];
-  s.prompt.clear();
+  std::string prompt;
   if (!w.prompt.empty()) {
     reference_scope scope{&rec_.inputs, this, nullptr};
     auto text = resolve_text(w.prompt, scope);
     if (!text)
       return fail_attempt(idx, "prompt: " + message_of(text.error()), nullptr, now);
-    s.prompt = std::move(*text);
+    prompt = std::move(*text);
   }
+  if (!prompts_)
+    prompts_ = std::make_unique<std::map<uint32_t, std::string>>();
+  (*prompts_)[idx] = prompt;
   // The deadline is set once, when first armed: a stop keeps it, so a resume
   // waits for the rest of it, not for a new timeout.
   if (s.deadline == 0 && w.timeout)
@@ -40,7 +43,7 @@ void execution_machine::start_wait(uint32_t idx, int64_t now) {
   d.emplace("attempt", s.attempt);
   d.emplace("signal", w.signal);
   d.emplace("deadline", s.deadline != 0 ? json(to_rfc3339(s.deadline)) : json(nullptr));
-  d.emplace("prompt", s.prompt.empty() ? json(nullptr) : json(s.prompt));
+  d.emplace("prompt", prompt.empty() ? json(nullptr) : json(prompt));
   emit("step.waiting", now, def.id, "waiting", {}, std::move(data));
   put_step(idx);
   effects_.emplace_back(fx::arm_wait{idx, s.attempt, w.signal});

@@ -77,7 +77,8 @@ TEST_CASE("a wait is armed in one write with its deadline and prompt and asks th
   auto& s = f.step("approve");
   REQUIRE(s.phase == step_phase::waiting);
   CHECK(status_of(s.phase) == step_status::waiting);
-  CHECK(s.prompt == "Publish Q3?");
+  CHECK(f.m->prompt(f.idx("approve")) == "Publish Q3?");
+  CHECK(f.m->step_record_of(f.idx("approve")).prompt == "Publish Q3?");
   CHECK(s.deadline == s.started_at + hour);
   auto armed = first<fx::arm_wait>(seen);
   REQUIRE(armed);
