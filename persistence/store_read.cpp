@@ -292,17 +292,7 @@ caf::expected<std::vector<signal_record>> store::signals(const std::string& root
   std::vector<signal_record> out;
   auto prefix = signal_prefix(root_id);
   auto err = read([&](MDB_txn* txn) -> caf::error {
-    caf::error bad;
-    scan_prefix(txn, meta_, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
-      auto rec = decode_signal(as_view(v));
-      if (!rec) {
-        bad = rec.error();
-        return false;
-      }
-      out.push_back(std::move(*rec));
-      return true;
-    });
-    return bad;
+    return decode_prefix(txn, meta_, prefix, decode_signal, out);
   });
   if (err)
     return err;

@@ -84,6 +84,8 @@ const char* status_colour(const std::string& status) {
     return "\033[31m";
   if (status == "running")
     return "\033[36m";
+  if (status == "waiting")
+    return "\033[35m";
   if (status == "stopped" || status == "stopping")
     return yellow;
   return dim;
@@ -122,6 +124,8 @@ void add_rows(const std::vector<frame_step>& steps, const std::string& indent, b
     bool runs = s.status == "running" || s.status == "stopping";
     if (runs && !s.signal.empty())
       line += "  " + paint(yellow, s.signal);
+    if (s.status == "waiting" && !s.signal.empty())
+      line += " · " + s.signal; // approve waiting · approval · 23h59m left
     if (runs && !s.last_line.empty())
       line += "  " + paint(dim, fit_width(s.last_line, 60));
     if (!s.child_graph.empty())

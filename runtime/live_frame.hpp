@@ -20,7 +20,8 @@ struct frame_step {
   std::string status;
   std::string last_line;                ///< its last output line, shown while it runs
   /// The escalation of a stop or timeout as it happens, shown while it runs:
-  /// `SIGINT sent · SIGTERM in 10s`; empty: none.
+  /// `SIGINT sent · SIGTERM in 10s`; while it waits, its signal name and
+  /// what is left: `approval · 23h59m left`; empty: none.
   std::string signal;
   std::vector<std::string> stderr_tail; ///< its last stderr lines, shown when it failed
   std::string child_graph;              ///< empty: no child execution

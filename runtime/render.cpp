@@ -5,6 +5,7 @@
 #include <set>
 
 #include "persistence/duration.hpp"
+#include "runtime/client.hpp"
 
 namespace canopy {
 
@@ -188,6 +189,11 @@ void tree_view::apply(const event_record& e) {
     v.stderr_tail.erase(e.step); // a new attempt: the lines of the last one go
   if (e.type == "step.started" || (!e.status.empty() && e.status != "running"))
     v.signals.erase(e.step); // its attempt ended (or a new one began)
+  if (e.type == "step.waiting" && e.data.is_object())
+    v.waits[e.step] = {text_at(e.data, "signal"),
+                       ms_of_rfc3339(e.data.value("deadline", nlohmann::json()))};
+  else if (!e.status.empty())
+    v.waits.erase(e.step);
   if (!e.status.empty())
     v.steps[e.step] = e.status;
 }
@@ -203,6 +209,16 @@ std::string tree_view::signal_view::text(int64_t now) const {
 
 std::optional<int64_t> tree_view::next_change(int64_t now) const {
   std::optional<int64_t> first;
+  for (auto& kv : execs_)
+    for (auto& w : kv.second.waits) {
+      // A wait's countdown: the next whole second (enough for `23h59m`).
+      auto left = w.second.second - now;
+      if (w.second.second == 0 || left <= 0 || kv.second.steps.at(w.first) != "waiting")
+        continue;
+      auto at = now + (left - 1) % 1000 + 1;
+      if (!first || at < *first)
+        first = at;
+    }
   for (auto& kv : execs_)
     for (auto& sig : kv.second.signals) {
       auto left = sig.second.next_at - now;
@@ -240,6 +256,8 @@ void tree_view::add_steps(const std::string& id, bool stopping, int64_t now,
       s.last_line = printable(ll->second);
     if (auto sig = v.signals.find(step); sig != v.signals.end())
       s.signal = printable(sig->second.text(now));
+    if (auto w = v.waits.find(step); w != v.waits.end() && s.status == "waiting")
+      s.signal = printable(w->second.first) + " · " + time_left(w->second.second, now);
     if (auto t = v.stderr_tail.find(step); t != v.stderr_tail.end())
       for (auto& l : t->second)
         s.stderr_tail.push_back(printable(l));

@@ -129,6 +129,8 @@ private:
     std::map<std::string, std::deque<std::string>> stderr_tail; ///< step → last stderr lines
     std::map<std::string, std::string> child_of_step; ///< step → child id
     std::map<std::string, signal_view> signals; ///< running step → its last signal
+    /// Waiting step → its signal name and deadline (ms since the epoch; 0: none).
+    std::map<std::string, std::pair<std::string, int64_t>> waits;
   };
   exec_view& get(const std::string& id);
   /// `label` of an execution already seen.

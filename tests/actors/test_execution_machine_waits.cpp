@@ -62,6 +62,17 @@ std::vector<signal_record> written_signals(const std::vector<effect>& xs) {
   return out;
 }
 
+/// The stored record of `draft`, completed (a resume's).
+step_record stored_draft() {
+  step_record draft;
+  draft.execution_id = "e1";
+  draft.step = "draft";
+  draft.status = step_status::completed;
+  draft.attempt = 1;
+  draft.result = {{"title", "Q3"}};
+  return draft;
+}
+
 /// Starts `f` and settles it until the wait is armed. @returns the effects.
 std::vector<effect> arm(machine_fixture& f) {
   f.m->start(++f.now);
@@ -229,13 +240,7 @@ TEST_CASE("a stop sets a waiting step pending at once with its deadline kept, an
   CHECK(count<fx::send_exit>(stopped) == 0);
 
   // Resume from the stored steps: draft completed, approve pending.
-  step_record draft;
-  draft.execution_id = "e1";
-  draft.step = "draft";
-  draft.status = step_status::completed;
-  draft.attempt = 1;
-  draft.result = {{"title", "Q3"}};
-  machine_fixture g{approval(), false, {draft, pending}};
+  machine_fixture g{approval(), false, {stored_draft(), pending}};
   g.now = f.now + 10 * 60'000; // ten minutes later
   g.m->start(++g.now);
   auto again = g.settle(g.fx());
@@ -262,13 +267,7 @@ TEST_CASE("a passed deadline on resume applies on_timeout once the desk found no
   pending.attempt = 1;
   pending.reason = "requested";
   pending.deadline = 1'000'500;
-  step_record draft;
-  draft.execution_id = "e1";
-  draft.step = "draft";
-  draft.status = step_status::completed;
-  draft.attempt = 1;
-  draft.result = {{"title", "Q3"}};
-  machine_fixture f{approval("default"), false, {draft, pending}};
+  machine_fixture f{approval("default"), false, {stored_draft(), pending}};
   f.now = 2'000'000;
   f.m->start(++f.now);
   f.settle(f.fx());

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "persistence/duration.hpp"
+
 #include <map>
 
 #include "runtime/live_frame.hpp"
@@ -244,6 +246,28 @@ TEST_CASE("a stopping step's line shows the last signal sent to it and counts do
   v.apply(event("execution.resumed", t + 19'000, {}, "running"));
   v.apply(event("step.started", t + 20'000, "search", "running", {{"attempt", 2}}));
   CHECK(line(t + 20'000) == "└─ search running  ready");
+}
+
+TEST_CASE("a waiting step's line shows its signal and what is left until its deadline, and the "
+          "frame changes as that does",
+          "[runtime][render]") {
+  auto v = team_view();
+  const int64_t t = 1'700'000'000'000;
+  const int64_t deadline = t + 24 * 3'600'000;
+  v.apply(event("execution.started", t - 5000, {}, "running"));
+  v.apply(event("step.waiting", t, "search", "waiting",
+                {{"attempt", 1}, {"signal", "approval"}, {"deadline", canopy::to_rfc3339(deadline)},
+                 {"prompt", "Go?"}}));
+  auto line = [&](int64_t now) { return v.render({}, now).back(); };
+  CHECK(line(t + 60'000) == "└─ search waiting · approval · 23h59m left");
+  CHECK(line(deadline - 4'000) == "└─ search waiting · approval · 4.0s left");
+  CHECK(line(deadline) == "└─ search waiting · approval · deadline passed");
+  CHECK(v.next_change(t + 1) == t + 1000);
+  CHECK(v.next_change(deadline) == std::nullopt);
+  // Taken: the line is the step's, nothing of the wait stays.
+  v.apply(event("step.completed", t + 5000, "search", "completed"));
+  CHECK(line(t + 5000) == "└─ search completed");
+  CHECK(v.next_change(t + 5000) == std::nullopt);
 }
 
 TEST_CASE("a running step's timeout escalation shows on its line, and signals of unknown steps "
