@@ -204,6 +204,19 @@ std::vector<signal_record> start_signals(const std::string& root, const json& si
   return out;
 }
 
+void add_received(write_batch& batch, const execution_record& target, signal_record sig) {
+  json data(json::value_t::object);
+  auto& o = data.get_ref<json::object_t&>();
+  o.emplace("signal_id", sig.id);
+  o.emplace("name", sig.name);
+  o.emplace("by", sig.who);
+  o.emplace("step", sig.step.empty() ? json(nullptr) : json(sig.step));
+  o.emplace("fail", sig.failure);
+  batch.events.push_back(
+    make_event(target, "signal.received", sig.received_at, {}, {}, {}, std::move(data)));
+  batch.signals.push_back(std::move(sig));
+}
+
 std::string signal_fingerprint(const signal_request& req) {
   json body = {{"name", req.name}, {"step", req.step}};
   if (req.failure)

@@ -136,6 +136,10 @@ std::vector<signal_record> start_signals(const std::string& root, const json& si
 /// (RFC 3339 times; null where none).
 json wait_document(const open_wait& w);
 
+/// Adds new signal `sig`, sent to execution `target`, to `batch` with its
+/// `signal.received` event (data: signal_id, name, by, step, fail).
+void add_received(write_batch& batch, const execution_record& target, signal_record sig);
+
 /// The fingerprint of a request's body (name, step, value or failure), which
 /// an Idempotency-Key is checked against: 16 hex digits (FNV-1a, 64 bit).
 std::string signal_fingerprint(const signal_request& req);

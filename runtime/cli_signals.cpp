@@ -92,13 +92,7 @@ int local_signal(const global_options& g, const signal_commands& c, const std::s
   if (d.outcome != signal_outcome::store)
     return fail(error_of(d));
   write_batch batch;
-  batch.events.push_back(make_event(d.target, "signal.received", req.now, {}, {}, {},
-                                    {{"signal_id", d.record.id},
-                                     {"name", d.record.name},
-                                     {"by", d.record.who},
-                                     {"step", step.empty() ? json(nullptr) : json(step)},
-                                     {"fail", d.record.failure}}));
-  batch.signals.push_back(d.record);
+  add_received(batch, d.target, d.record);
   if (auto err = (*db)->commit(batch))
     return fail(err);
   // The owner takes it within its desk's poll interval when a wait is armed.
@@ -130,21 +124,33 @@ int remote_signal(const remote_options& r, const signal_commands& c, const std::
   return print_answer(a->body, c.json);
 }
 
-/// The open waits of execution `id`'s tree (as `wait_document`s) that
-/// `step` (if set) names.
-caf::expected<std::vector<json>> waits_of(const global_options& g, const remote_options& r,
-                                          const std::string& id, const std::string& step) {
-  std::vector<json> all;
-  std::string root = id;
+/// Every open wait the user may answer, as `wait_document`s: from the
+/// server (`--server`), or from the home.
+caf::expected<std::vector<json>> all_waits(const global_options& g, const remote_options& r) {
   if (!r.server.empty()) {
     auto api = open_client(r);
     if (!api)
       return api.error();
-    auto w = api->waits();
-    if (!w)
-      return w.error();
-    all = std::move(*w);
-  } else {
+    return api->waits();
+  }
+  auto db = open_store(g, store_use::read);
+  if (!db)
+    return db.error();
+  auto w = open_waits(**db, std::nullopt);
+  if (!w)
+    return w.error();
+  std::vector<json> out;
+  for (auto& x : *w)
+    out.push_back(wait_document(x));
+  return out;
+}
+
+/// The open waits of execution `id`'s tree (as `wait_document`s) that
+/// `step` (if set) names.
+caf::expected<std::vector<json>> waits_of(const global_options& g, const remote_options& r,
+                                          const std::string& id, const std::string& step) {
+  std::string root = id;
+  if (r.server.empty()) {
     auto db = open_store(g, store_use::read);
     if (!db)
       return db.error();
@@ -152,14 +158,12 @@ caf::expected<std::vector<json>> waits_of(const global_options& g, const remote_
     if (!rec)
       return rec.error();
     root = rec->root_id.empty() ? rec->id : rec->root_id;
-    auto w = open_waits(**db, std::nullopt);
-    if (!w)
-      return w.error();
-    for (auto& x : *w)
-      all.push_back(wait_document(x));
   }
+  auto all = all_waits(g, r);
+  if (!all)
+    return all.error();
   std::vector<json> out;
-  for (auto& w : all)
+  for (auto& w : *all)
     if ((w.value("execution_id", "") == id || w.value("root_id", "") == id
          || w.value("root_id", "") == root)
         && (step.empty() || w.value("path", "") == step))
@@ -207,25 +211,10 @@ int approve(const global_options& g, const remote_options& r, const signal_comma
 }
 
 int list_waits(const global_options& g, const remote_options& r, bool as_json) {
-  std::vector<json> docs;
-  if (!r.server.empty()) {
-    auto api = open_client(r);
-    if (!api)
-      return fail(api.error());
-    auto w = api->waits();
-    if (!w)
-      return fail(w.error());
-    docs = std::move(*w);
-  } else {
-    auto db = open_store(g, store_use::read);
-    if (!db)
-      return fail(db.error());
-    auto w = open_waits(**db, std::nullopt);
-    if (!w)
-      return fail(w.error());
-    for (auto& x : *w)
-      docs.push_back(wait_document(x));
-  }
+  auto all = all_waits(g, r);
+  if (!all)
+    return fail(all.error());
+  auto& docs = *all;
   if (as_json) {
     std::cout << json(docs).dump(2) << "\n";
     return 0;

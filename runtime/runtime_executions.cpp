@@ -147,15 +147,8 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   init.graph = std::move(g);
   // Durable before the id is handed out, with the signals it carries.
   auto batch = make_queued_batch(r, *init.graph);
-  for (auto& sig : start_signals(r.id, opts.signals, opts.signals_from, r.created_at)) {
-    batch.events.push_back(make_event(r, "signal.received", r.created_at, {}, {}, {},
-                                      {{"signal_id", sig.id},
-                                       {"name", sig.name},
-                                       {"by", sig.who},
-                                       {"step", nullptr},
-                                       {"fail", false}}));
-    batch.signals.push_back(std::move(sig));
-  }
+  for (auto& sig : start_signals(r.id, opts.signals, opts.signals_from, r.created_at))
+    add_received(batch, r, std::move(sig));
   if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
     return err;
   execution_handle h;

@@ -42,16 +42,7 @@ caf::expected<signal_answer> runtime::signal(signal_request req, millis wait) {
     if (d.outcome != signal_outcome::store)
       return out;
     write_batch batch;
-    json data(json::value_t::object);
-    auto& o = data.get_ref<json::object_t&>();
-    o.emplace("signal_id", d.record.id);
-    o.emplace("name", d.record.name);
-    o.emplace("by", d.record.who);
-    o.emplace("step", d.record.step.empty() ? json(nullptr) : json(d.record.step));
-    o.emplace("fail", d.record.failure);
-    batch.events.push_back(
-      make_event(d.target, "signal.received", req.now, {}, {}, {}, std::move(data)));
-    batch.signals.push_back(d.record);
+    add_received(batch, d.target, d.record);
     if (auto err = blocking_request(*sys_, writer_, runtime_detail::commit_bound(*db_), write_atom::value,
                                     std::move(batch)))
       return err;
