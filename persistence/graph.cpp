@@ -112,6 +112,20 @@ const char* to_string(step_kind x) {
   return "unknown";
 }
 
+const char* to_string(on_max_rule x) {
+  return x == on_max_rule::complete ? "complete" : "fail";
+}
+
+bool from_string(const std::string& s, on_max_rule& x) {
+  if (s == "fail")
+    x = on_max_rule::fail;
+  else if (s == "complete")
+    x = on_max_rule::complete;
+  else
+    return false;
+  return true;
+}
+
 const char* to_string(wait_timeout x) {
   return x == wait_timeout::use_default ? "default" : "fail";
 }

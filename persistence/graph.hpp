@@ -84,6 +84,37 @@ struct wait_def {
   std::vector<std::string> approvers;
 };
 
+/// What a repeating `graph` step does when its last allowed iteration ends
+/// without `until` holding.
+enum class on_max_rule : uint8_t {
+  fail,     ///< the step fails, reason `max_iterations`
+  complete, ///< the step completes with the last iteration's outputs
+};
+
+/// Returns the graph spelling: `"fail"` or `"complete"`.
+const char* to_string(on_max_rule x);
+
+/// Parses a graph spelling. @returns false for anything else.
+bool from_string(const std::string& s, on_max_rule& x);
+
+/// The most iterations a `repeat` may allow.
+constexpr int max_repeat_iterations = 1000;
+
+/// A `graph` step's `repeat`: a bounded loop. Each iteration is a child
+/// execution of its own; the next one starts with the step's `with`, where
+/// `carry` overrides inputs with values taken from the iteration that just
+/// completed. `until` and `carry` reference that iteration's steps only
+/// (`${steps.ID...}` of the child graph).
+struct repeat_def {
+  /// A condition (persistence/condition.hpp) over the last iteration's
+  /// steps; null: none, the step runs `max` iterations.
+  json until;
+  int max = 1; ///< iterations at most, 1..max_repeat_iterations
+  /// Child input → value (references into the last iteration's steps).
+  json carry = json::object();
+  on_max_rule on_max = on_max_rule::fail;
+};
+
 struct graph;
 
 /// One step of a graph. String fields that may hold references keep them
@@ -118,6 +149,8 @@ struct step_def {
   /// apply only to steps without one.
   bool grace_set = false;
   std::shared_ptr<const wait_def> wait; ///< `wait` steps only; null otherwise
+  /// A `graph` step that repeats its child; null otherwise.
+  std::shared_ptr<const repeat_def> repeat;
 };
 
 /// A validated graph. Immutable once parsed; share it as `shared_ptr<const graph>`.

@@ -226,6 +226,8 @@ private:
   static void load_field(step_def& def, const std::string& key, const json& val) {
     if (key == "when") {
       def.when = val;
+    } else if (key == "repeat") {
+      def.repeat = load_repeat(def.id, val);
     } else if (key == "after") {
       if (!from_string(string_of(val), def.after))
         throw corrupt_graph("step '" + def.id + "': unknown after '" + string_of(val) + "'");
@@ -287,6 +289,28 @@ private:
           def->approvers.push_back(string_of(x));
       } else {
         throw corrupt_graph("step '" + id + "': unknown wait key '" + key + "'");
+      }
+    }
+    return def;
+  }
+
+  /// A `graph` step's `repeat`, as `parse_graph` reads it (graph_parse_repeat.cpp).
+  static std::shared_ptr<const repeat_def> load_repeat(const std::string& id, const json& v) {
+    auto def = std::make_shared<repeat_def>();
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      auto& key = it.key();
+      const json& val = it.value();
+      if (key == "until") {
+        def->until = val;
+      } else if (key == "max") {
+        def->max = static_cast<int>(val.get<int64_t>());
+      } else if (key == "carry") {
+        def->carry = val;
+      } else if (key == "on_max") {
+        if (!from_string(string_of(val), def->on_max))
+          throw corrupt_graph("step '" + id + "': unknown on_max '" + string_of(val) + "'");
+      } else {
+        throw corrupt_graph("step '" + id + "': unknown repeat key '" + key + "'");
       }
     }
     return def;

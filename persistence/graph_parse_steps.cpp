@@ -37,7 +37,7 @@ const std::vector<std::string> kind_keys{"run",   "tool", "graph", "plan",
 const std::vector<std::string> step_field_keys{"needs",   "when",    "after",       "with",
                                                "message", "env",     "stdin",       "cwd",
                                                "timeout", "retries", "retry_delay", "cost",
-                                               "grace"};
+                                               "grace",   "repeat"};
 
 const std::vector<std::string> grace_keys{"interrupt", "terminate"};
 
@@ -83,6 +83,8 @@ void graph_parser::parse_step(const std::string& id, const json& v) {
   parse_step_fields(w, v, contains(kinds, "agent"), is_wait);
   if (kinds.size() == 1)
     parse_kind(w, kinds.front(), v.at(kinds.front()));
+  if (auto it = v.find("repeat"); it != v.end() && kinds.size() == 1)
+    parse_repeat(w, *it, path + "/repeat");
 }
 
 void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent,

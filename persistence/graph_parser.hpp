@@ -1,8 +1,8 @@
 #pragma once
 
 // Internal to persistence/: the graph parser's class, which graph.cpp runs and
-// graph_parser.cpp, graph_parse_steps.cpp, graph_parse_wait.cpp and
-// graph_check.cpp define by topic.
+// graph_parser.cpp, graph_parse_steps.cpp, graph_parse_wait.cpp,
+// graph_parse_repeat.cpp and graph_check.cpp define by topic.
 
 #include <cstddef>
 #include <cstdint>
@@ -148,6 +148,12 @@ private:
   /// Reports each error of `validate_value(schema, value)` at `path` plus
   /// the error's pointer.
   void check_value(const json& schema, const json& value, const std::string& path);
+
+  // -- loops (graph_parse_repeat.cpp) -------------------------------------------
+
+  /// Reads a `graph` step's `repeat` object at `path` into `w.def.repeat`
+  /// (after its child graph: an inline child's steps and inputs are checked).
+  void parse_repeat(step_work& w, const json& v, const std::string& path);
 
   // -- child graphs (graph_parse_steps.cpp) -------------------------------------
 

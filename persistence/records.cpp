@@ -54,6 +54,10 @@ auto decode(const char* what, F f) -> decltype(f()) {
 
 } // namespace
 
+std::string child_label(const execution_record& r) {
+  return r.iteration > 0 ? r.parent_step + "#" + std::to_string(r.iteration) : r.parent_step;
+}
+
 const char* to_string(execution_status x) {
   return execution_names[static_cast<size_t>(x)];
 }
@@ -108,6 +112,7 @@ json to_json(const execution_record& x) {
   put_int(j, "gver", x.graph_version);
   put_str(j, "agent", x.agent);
   put_str(j, "node", x.node);
+  put_int(j, "iter", x.iteration);
   return j;
 }
 
@@ -136,6 +141,7 @@ caf::expected<execution_record> execution_from_json(const json& j) {
     get_to(j, "gver", x.graph_version);
     get_to(j, "agent", x.agent);
     get_to(j, "node", x.node);
+    get_to(j, "iter", x.iteration);
     return x;
   });
 }

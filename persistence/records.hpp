@@ -83,7 +83,14 @@ struct execution_record {
   /// The cluster node its subprocess steps must run on (its agent's node,
   /// inherited by `graph` children); empty: any node.
   std::string node;
+  /// Which iteration of its parent step's `repeat` it is (1-based); 0 for
+  /// an execution that is not an iteration.
+  int iteration = 0;
 };
+
+/// How a child is labelled under its parent: the parent step's id, and
+/// `#N` for iteration N of a repeating step (`review#2`).
+std::string child_label(const execution_record& r);
 
 /// One step of one execution.
 struct step_record {

@@ -121,6 +121,7 @@ caf::expected<execution_record> decode_execution(std::string_view bytes) {
         case 'i':
           if (k == "id") return x.id = r.str(), 1u;
           if (k == "inputs") return x.inputs = r.value(), 0u;
+          if (k == "iter") return x.iteration = static_cast<int>(r.integer()), 0u;
           break;
         case 'n':
           if (k == "node") return x.node = r.str(), 0u;

@@ -100,6 +100,7 @@ std::string encode_json(const execution_record& x) {
   w.num_if("gver", x.graph_version);
   w.str_if("agent", x.agent);
   w.str_if("node", x.node);
+  w.num_if("iter", x.iteration);
   return w.finish();
 }
 

@@ -300,7 +300,14 @@ const json* json_step_results::result_of(const std::string& step) const {
   if (!results_.is_object())
     return nullptr;
   auto i = results_.find(step);
-  return i != results_.end() ? &*i : nullptr;
+  return i != results_.end() && !i->is_null() ? &*i : nullptr;
+}
+
+bool json_step_results::skipped(const std::string& step) const {
+  if (!results_.is_object())
+    return false;
+  auto i = results_.find(step);
+  return i != results_.end() && i->is_null();
 }
 
 } // namespace canopy

@@ -60,12 +60,14 @@ public:
   }
 };
 
-/// `step_results` over a JSON object (step id → result), which must outlive it.
+/// `step_results` over a JSON object (step id → result), which must outlive
+/// it. A step whose value is null was skipped.
 class json_step_results : public step_results {
 public:
   explicit json_step_results(const json& results) : results_(results) {
   }
   const json* result_of(const std::string& step) const override;
+  bool skipped(const std::string& step) const override;
 
 private:
   const json& results_;

@@ -53,12 +53,19 @@ public:
     s.index(tree, "");
     if (o.step.empty())
       return s;
-    s.target_ = o.step;
+    // The path as events are labelled (`review#3/draft` for `review/draft`).
+    std::string labelled;
     const json* doc = &tree;
     size_t begin = 0;
     for (;;) {
       auto slash = o.step.find('/', begin);
       auto name = o.step.substr(begin, slash == std::string::npos ? slash : slash - begin);
+      // `review#2`: iteration 2 of a repeating step (without `#N`: the newest).
+      std::string iteration;
+      if (auto hash = name.find('#'); hash != std::string::npos && slash != std::string::npos) {
+        iteration = name.substr(hash + 1);
+        name.resize(hash);
+      }
       static const json no_steps = json::object();
       auto found = doc->find("steps");
       auto& steps = found != doc->end() && found->is_object() ? *found : no_steps;
@@ -79,19 +86,22 @@ public:
                       || !text_of(step, "child_id").empty();
         auto status = text_of(step, "status");
         s.settled_ = status == "completed" || status == "failed";
+        s.target_ = labelled + name;
         return s;
       }
       // Down into the step's child (the newest, when it ran several).
       const json* child = nullptr;
       if (auto kids = doc->find("children"); kids != doc->end() && kids->is_array())
         for (auto& c : *kids)
-          if (text_of(c, "parent_step") == name)
+          if (text_of(c, "parent_step") == name
+              && (iteration.empty() || c.value("iteration", json()).dump() == iteration))
             child = &c;
       if (child == nullptr)
         return make_error(persistence_errc::not_found,
                           "step '" + o.step.substr(0, slash) + "' of " + where
                             + " has no child execution (yet)");
       doc = child;
+      labelled += child_label(execution_of(*child)) + "/";
       begin = slash + 1;
     }
   }
@@ -110,7 +120,9 @@ public:
       return *label + " | " + text;
     if (!prefixed_)
       return *label == target_ ? std::optional<std::string>{text} : std::nullopt;
-    if (*label == target_ || label->rfind(target_ + "/", 0) == 0)
+    // Below the step: its child (`review/...`) or its iterations (`review#2/...`).
+    if (*label == target_ || label->rfind(target_ + "/", 0) == 0
+        || label->rfind(target_ + "#", 0) == 0)
       return *label + " | " + text;
     return std::nullopt;
   }
@@ -141,7 +153,7 @@ private:
     paths_[text_of(doc, "id")] = path;
     if (auto kids = doc.find("children"); kids != doc.end() && kids->is_array())
       for (auto& c : *kids)
-        index(c, path + text_of(c, "parent_step") + "/");
+        index(c, path + child_label(execution_of(c)) + "/");
   }
 
   /// `PATH/STEP` of `e`'s step from the asked execution, or nullopt when its

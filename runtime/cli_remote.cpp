@@ -34,7 +34,7 @@ void collect_labels(const json& doc, const std::string& label,
   out[rec.id] = label;
   if (doc.contains("children") && doc["children"].is_array())
     for (auto& child : doc["children"])
-      collect_labels(child, label + "/" + execution_of(child).parent_step, out);
+      collect_labels(child, label + "/" + child_label(execution_of(child)), out);
 }
 
 /// Human labels of the executions of a server's tree, fetched when an

@@ -167,6 +167,8 @@ execution_record execution_of(const json& doc) {
   if (auto i = doc.find("depth"); i != doc.end() && i->is_number_integer())
     r.depth = i->get<int>();
   r.parent_step = text_of(doc, "parent_step");
+  if (auto i = doc.find("iteration"); i != doc.end() && i->is_number_integer())
+    r.iteration = i->get<int>();
   if (auto i = doc.find("inputs"); i != doc.end() && i->is_object())
     r.inputs = *i;
   if (auto i = doc.find("outputs"); i != doc.end())

@@ -81,7 +81,8 @@ json execution_summary(const execution_record& rec) {
           {"ended_at", time_or_null(rec.ended_at)},
           {"graph_version", rec.graph_version > 0 ? json(rec.graph_version) : json(nullptr)},
           {"agent", str_or_null(rec.agent)},
-          {"node", str_or_null(rec.node)}};
+          {"node", str_or_null(rec.node)},
+          {"iteration", rec.iteration > 0 ? json(rec.iteration) : json(nullptr)}};
 }
 
 caf::expected<json> load_document(const store& db, const std::string& id,

@@ -8,6 +8,7 @@
 // `3m04s`, `2h05m` or `3d04h`; a step or execution still running shows how
 // long it has run so far.
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -139,12 +140,57 @@ struct show_row {
   bool note = false; ///< a line of text under a step: `tree` is all of it
 };
 
+/// A repeating step shows at most this many iterations (the newest).
+constexpr size_t shown_iterations = 10;
+
+/// The iteration number of child document `c` (0: not an iteration).
+int iteration_of(const nlohmann::json& c) {
+  auto i = c.find("iteration");
+  return i != c.end() && i->is_number_integer() ? i->get<int>() : 0;
+}
+
+void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t now,
+                  std::vector<show_row>& out);
+
+/// The rows of the iterations `kids` of repeating step `name`, each with
+/// its steps below it: `review#2  completed ...`.
+void collect_iterations(const std::string& name, const std::vector<const nlohmann::json*>& kids,
+                        const std::string& indent, int64_t now, std::vector<show_row>& out) {
+  size_t first = kids.size() > shown_iterations ? kids.size() - shown_iterations : 0;
+  if (first > 0) {
+    show_row note;
+    note.note = true;
+    note.tree = indent + "│  (" + std::to_string(first) + " earlier iteration"
+                + (first == 1 ? "" : "s") + ")";
+    out.push_back(std::move(note));
+  }
+  for (size_t n = first; n < kids.size(); ++n) {
+    auto& c = *kids[n];
+    bool last = n + 1 == kids.size();
+    show_row row;
+    row.tree = indent + (last ? "└─ " : "├─ ") + name + "#" + std::to_string(iteration_of(c));
+    row.status = text_of(c, "status");
+    auto started = ms_of_rfc3339(c.value("started_at", nlohmann::json()));
+    auto ended = ms_of_rfc3339(c.value("ended_at", nlohmann::json()));
+    row.started = started == 0 ? "-" : human_start(started, now);
+    row.duration = span(started, ended, row.status == "running" || row.status == "queued", now);
+    row.extra = "  → " + text_of(c, "id");
+    out.push_back(std::move(row));
+    collect_rows(c, indent + (last ? "   " : "│  "), now, out);
+  }
+}
+
 void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t now,
                   std::vector<show_row>& out) {
-  std::map<std::string, const nlohmann::json*> child_by_step;
+  // Each step's children, oldest first: one, or a repeating step's iterations.
+  std::map<std::string, std::vector<const nlohmann::json*>> kids_by_step;
   if (auto kids = doc.find("children"); kids != doc.end() && kids->is_array())
     for (auto& c : *kids)
-      child_by_step[text_of(c, "parent_step")] = &c;
+      kids_by_step[text_of(c, "parent_step")].push_back(&c);
+  for (auto& kv : kids_by_step)
+    std::stable_sort(kv.second.begin(), kv.second.end(), [](auto* a, auto* b) {
+      return iteration_of(*a) < iteration_of(*b);
+    });
   auto steps = doc.find("steps");
   if (steps == doc.end() || !steps->is_object())
     return;
@@ -174,9 +220,12 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
     }
     if (auto error = text_of(s, "error"); !error.empty())
       row.extra += "  error: " + error;
-    auto c = child_by_step.find(name);
-    if (c != child_by_step.end()) {
-      auto& child = *c->second;
+    auto c = kids_by_step.find(name);
+    bool looped = c != kids_by_step.end() && iteration_of(*c->second.back()) > 0;
+    if (looped) {
+      row.extra += "  iteration " + std::to_string(iteration_of(*c->second.back()));
+    } else if (c != kids_by_step.end()) {
+      auto& child = *c->second.back();
       row.extra += "  → " + text_of(child, "graph") + " " + text_of(child, "id") + " "
                    + text_of(child, "status");
     }
@@ -198,8 +247,10 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
         note.tree = below + "  | " + cut(line, 200);
         out.push_back(std::move(note));
       }
-    if (c != child_by_step.end())
-      collect_rows(*c->second, below, now, out);
+    if (looped)
+      collect_iterations(name, c->second, below, now, out);
+    else if (c != kids_by_step.end())
+      collect_rows(*c->second.back(), below, now, out);
   }
 }
 

@@ -144,6 +144,8 @@ struct report {
   /// compactly (none of their records is in `snapshot`): the parent counts
   /// them into its `subtree_stop`.
   uint64_t stopped_events = 0;
+  /// A completed iteration's step results (`iteration_results`); else null.
+  json steps;
 };
 /// Register step `idx`'s wait for signal `signal` with the signal desk,
 /// which offers it a buffered signal (`signal_offered`) or says there is

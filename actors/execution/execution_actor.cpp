@@ -235,7 +235,7 @@ caf::behavior make_handlers() {
       run_effects(self);
     },
     [](child_atom, const std::string& step_id, execution_status status, json& outputs,
-       const std::string& error, write_batch& snapshot, uint64_t stopped_events) {
+       const std::string& error, write_batch& snapshot, uint64_t stopped_events, json& steps) {
       auto self = current_shell;
       auto& st = self->state;
       auto& g = st.m->graph_def();
@@ -243,7 +243,7 @@ caf::behavior make_handlers() {
       if (i == g.index.end())
         return;
       st.m->child_settled(static_cast<uint32_t>(i->second), status, std::move(outputs), error,
-                          std::move(snapshot), now_ms(), stopped_events);
+                          std::move(snapshot), now_ms(), stopped_events, std::move(steps));
       run_effects(self);
     },
   };

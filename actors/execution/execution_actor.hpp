@@ -52,8 +52,9 @@
 //   (wake_atom, step, attempt)                 a `sleep` finished
 //   (timeout_atom, step, attempt)              an in-process attempt timed out
 //   (retry_atom, step, attempt)                the retry delay passed
-//   (child_atom, step, execution_status, outputs, error, snapshot, stopped_events)
-//                                              a child execution finished
+//   (child_atom, step, execution_status, outputs, error, snapshot, stopped_events,
+//    steps)                                    a child execution finished (`steps`:
+//                                              a completed iteration's results)
 //
 // An `agent` step asks the agent's actor for a turn (the step is `queued`
 // meanwhile), then runs the agent's graph as its child execution, with

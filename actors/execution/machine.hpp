@@ -123,6 +123,10 @@ struct machine_init {
   uint64_t lease_epoch = 0;
 };
 
+/// The step results a completed iteration hands to its repeating step:
+/// step id → result of each completed step, null for each skipped one.
+json iteration_results(const std::vector<step_record>& steps);
+
 // -- resolver -----------------------------------------------------------------------
 
 class execution_machine;
@@ -138,6 +142,13 @@ struct child_launch {
   write_batch queued;                  ///< stores a new child; empty on resume
 };
 
+/// The next iteration of a repeating `graph` step: its number (2, 3, ...)
+/// and the inputs its `carry` gives, over the step's `with`.
+struct next_iteration {
+  int32_t number = 0;
+  json carry = json::object();
+};
+
 /// Answers, synchronously, what the child steps of a machine run. The shell
 /// implements it over the store, the graph registry and the agents; tests
 /// implement it over plain graphs. Called from inside machine inputs.
@@ -145,7 +156,10 @@ class step_resolver {
 public:
   virtual ~step_resolver() = default;
   /// A `graph` step's child: its graph (inline or registered), inputs checked.
-  virtual child_launch graph_child(const execution_machine& m, uint32_t idx) = 0;
+  /// `next` null: the step's child (resumed when it has one; a repeating
+  /// step's new child is iteration 1); else a new child, that iteration.
+  virtual child_launch graph_child(const execution_machine& m, uint32_t idx,
+                                   const next_iteration* next) = 0;
   /// A `plan` step's stored child (resume); no graph and no error: plan again.
   virtual child_launch stored_plan(const execution_machine& m, uint32_t idx) = 0;
   /// The child a planner printed (`result` is the planner's result).
@@ -248,9 +262,11 @@ public:
   /// The child execution of step `idx` settled.
   /// `stopped_events`: the events of its subtree that a stop from above
   /// ended compactly (see `subtree_stop`), 0 unless stopped with us.
+  /// `steps`: a completed iteration's step results (`iteration_results`),
+  /// which a repeating step's `until` and `carry` read; null otherwise.
   void child_settled(uint32_t idx, execution_status status, json outputs,
                      const std::string& error, write_batch snapshot, int64_t now,
-                     uint64_t stopped_events = 0);
+                     uint64_t stopped_events = 0, json steps = nullptr);
   /// A stop: `reason`, `mode`, the id of the stop request that carries it
   /// (may be empty; the store answers requests, not the machine: SPEC §4.4
   /// through `store::commit`), `from_above` when the parent sent it (hand
@@ -310,6 +326,9 @@ public:
   const graph& graph_def() const { return *g_; }
   const std::shared_ptr<const graph>& graph_ptr() const { return g_; }
   const step_state& step(uint32_t idx) const { return steps_[idx]; }
+  /// The iteration repeating step `idx` runs or ran last (0: none yet, or
+  /// not a repeating step).
+  int32_t iteration(uint32_t idx) const;
   /// Wait step `idx`'s prompt as rendered when it was last armed ("": none).
   const std::string& prompt(uint32_t idx) const;
   size_t size() const { return steps_.size(); }
@@ -374,6 +393,12 @@ private:
   void start_wait(uint32_t idx, int64_t now);
   /// Tells the desk that step `idx` no longer waits, if it did.
   void leave_waiting(uint32_t idx);
+  // -- loops (machine_loops.cpp) --
+  /// Iteration `iteration(idx)` of repeating step `idx` completed with
+  /// `outputs` and step results `steps`: the step completes (`until` holds),
+  /// ends at `max` (`on_max`), or starts the next iteration.
+  void iteration_done(uint32_t idx, json outputs, const json& steps, int64_t now);
+
   void planned(uint32_t idx, json result, const std::string& error, int64_t now);
   void start_planner(uint32_t idx, int64_t now);
   /// Runs `c` as step `idx`'s child, adopts the result of a stored child that
@@ -419,6 +444,9 @@ private:
   /// The rendered prompts of wait steps (allocated when the first arms: a
   /// step state stays small).
   std::unique_ptr<std::map<uint32_t, std::string>> prompts_;
+  /// The current iteration of repeating steps (allocated when the first
+  /// child of one is spawned).
+  std::unique_ptr<std::map<uint32_t, int32_t>> iterations_;
   size_t durable_completed_ = 0; ///< completed or skipped, and committed
   uint32_t skipped_ = 0;         ///< steps skipped so far (stored ones too)
   uint32_t next_ticket_ = 1;

@@ -217,7 +217,18 @@ void execution_machine::complete_halt_compactly(int64_t now) {
 
 void execution_machine::report_and_quit() {
   if (has_parent_) {
-    fx::report r{rec_.parent_step, rec_.status, rec_.outputs, rec_.error, write_batch{}};
+    fx::report r{rec_.parent_step, rec_.status, rec_.outputs, rec_.error, write_batch{}, 0,
+                 nullptr};
+    if (rec_.iteration > 0 && rec_.status == execution_status::completed) {
+      // What the repeating parent step decides with (`until`, `carry`).
+      r.steps = json(json::value_t::object);
+      auto& o = r.steps.get_ref<json::object_t&>();
+      for (uint32_t i = 0; i < steps_.size(); ++i)
+        if (steps_[i].phase == step_phase::completed)
+          o.emplace(g_->steps[i].id, steps_[i].result);
+        else if (steps_[i].phase == step_phase::skipped)
+          o.emplace(g_->steps[i].id, nullptr);
+    }
     if (from_above_) {
       r.stopped_events = stopped_below_;
       stopped_below_ = 0;

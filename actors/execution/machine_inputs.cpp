@@ -159,7 +159,7 @@ void execution_machine::node_lost(const std::string& node, int64_t now) {
 
 void execution_machine::child_settled(uint32_t idx, execution_status status, json outputs,
                                       const std::string& error, write_batch snapshot,
-                                      int64_t now, uint64_t stopped_events) {
+                                      int64_t now, uint64_t stopped_events, json steps) {
   if (phase_ == exec_phase::done || idx >= steps_.size())
     return;
   stopped_below_ += stopped_events;
@@ -185,6 +185,8 @@ void execution_machine::child_settled(uint32_t idx, execution_status status, jso
     return;
   if (phase_ >= exec_phase::halting) {
     s.phase = step_phase::halted; // stopped with us: the snapshot resets it
+  } else if (status == execution_status::completed && def.repeat) {
+    iteration_done(idx, std::move(outputs), steps, now);
   } else if (status == execution_status::completed) {
     complete_step(idx, child_result(def, std::move(outputs)), now);
   } else if (status == execution_status::failed) {

@@ -140,7 +140,7 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
       break;
     }
     case step_kind::graph:
-      spawn_child(idx, resolver_->graph_child(*this, idx), 0, now);
+      spawn_child(idx, resolver_->graph_child(*this, idx, nullptr), 0, now);
       break;
     case step_kind::plan:
       start_plan(idx, now);
@@ -307,14 +307,31 @@ bool execution_machine::spawn_child(uint32_t idx, child_launch c, uint64_t turn,
     return false;
   }
   auto& s = steps_[idx];
+  auto& def = g_->steps[idx];
+  // A repeating step already running a child moves on to its next iteration.
+  bool next = s.phase == step_phase::running_child;
   s.child_id = c.record.id;
+  if (def.repeat) {
+    if (!iterations_)
+      iterations_ = std::make_unique<std::map<uint32_t, int32_t>>();
+    (*iterations_)[idx] = std::max(c.record.iteration, 1);
+  }
   if (!c.queued.empty())
     batch_or_new().append(std::move(c.queued));
-  mark_running(idx, step_phase::running_child, now);
+  if (next) {
+    emit("step.iteration", now, def.id, "running", {},
+         {{"iteration", iteration(idx)}, {"child_id", s.child_id}});
+    put_step(idx);
+  } else {
+    mark_running(idx, step_phase::running_child, now);
+  }
   if (turn == 0 && c.queued.empty() && c.record.status == execution_status::completed) {
     // The child completed before this step took its result (we stopped or
     // died in between): its result is adopted, it does not run again.
-    complete_step(idx, child_result(g_->steps[idx], std::move(c.record.outputs)), now);
+    if (def.repeat)
+      iteration_done(idx, std::move(c.record.outputs), iteration_results(c.steps), now);
+    else
+      complete_step(idx, child_result(def, std::move(c.record.outputs)), now);
     return true;
   }
   effects_.emplace_back(std::make_unique<fx::spawn_child>(
@@ -365,7 +382,10 @@ void execution_machine::fail_attempt(uint32_t idx, const std::string& error, jso
   s.ended_at = now;
   s.error = error;
   s.result = std::move(result);
-  if (phase_ < exec_phase::halting && s.attempt <= def.retries) {
+  // A loop that reached its `max` ends for good: a retry would decide the
+  // same completed iterations again.
+  if (phase_ < exec_phase::halting && s.attempt <= def.retries
+      && why != step_reason::max_iterations) {
     auto delay = retry_delay(def, s.attempt);
     s.phase = step_phase::retry_wait;
     s.reason = step_reason::retry;

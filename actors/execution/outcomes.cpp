@@ -10,7 +10,7 @@ constexpr const char* reason_names[] = {
   "",          "requested",   "parent_stopped", "child_stopped", "sibling_failed",
   "budget_exceeded", "deadline", "max_steps",   "max_depth",     "interrupted",
   "node_lost", "shutdown",    "retry",          "step_failed",   "condition_false",
-  "needs_skipped", "wait_timeout", "rejected",
+  "needs_skipped", "wait_timeout", "rejected", "max_iterations",
 };
 
 } // namespace

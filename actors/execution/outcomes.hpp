@@ -31,6 +31,7 @@ enum class step_reason : uint8_t {
   needs_skipped,   ///< a step was skipped: needs it relies on were skipped (`after`)
   wait_timeout,    ///< a wait failed: its deadline passed (`on_timeout: fail`)
   rejected,        ///< a wait failed: a failure signal answered it
+  max_iterations,  ///< a loop failed: `until` did not hold within `repeat.max`
 };
 
 /// Stop reasons are step reasons (the same vocabulary).

@@ -55,7 +55,8 @@ class shell_resolver : public step_resolver {
 public:
   void bind(execution_shell* self) { self_ = self; }
   execution_shell* self() const { return self_; }
-  child_launch graph_child(const execution_machine& m, uint32_t idx) override;
+  child_launch graph_child(const execution_machine& m, uint32_t idx,
+                           const next_iteration* next) override;
   child_launch stored_plan(const execution_machine& m, uint32_t idx) override;
   child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override;
   child_launch agent_step(const execution_machine& m, uint32_t idx) override;

@@ -207,7 +207,7 @@ struct effect_runner {
       return;
     }
     self->send(st().parent, child_atom::value, e.parent_step, e.status, std::move(e.outputs),
-               e.error, std::move(e.snapshot), e.stopped_events);
+               e.error, std::move(e.snapshot), e.stopped_events, std::move(e.steps));
   }
   template <class T>
   void operator()(boxed<T>& e) {

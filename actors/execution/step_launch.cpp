@@ -50,15 +50,17 @@ child_launch failure(std::string error, json result = nullptr) {
 
 /// The child of step `idx` running `g`: the existing child (`child_id`,
 /// resumed under its id) or a new one with `inputs` (a run of `agent` when
-/// not empty) pinned to `node` (empty: any).
+/// not empty) pinned to `node` (empty: any); always a new one, iteration
+/// `iteration`, when `iteration` > 1.
 child_launch make_child(const execution_services& svc, const execution_machine& m, uint32_t idx,
                         std::shared_ptr<const graph> g, json inputs, const std::string& agent,
-                        const std::string& node) {
+                        const std::string& node, int iteration = 0) {
   child_launch out;
   auto& parent = m.record();
   auto& def = m.graph_def().steps[idx];
   auto& child_id = m.step(idx).child_id;
-  auto existing = child_id.empty() ? caf::expected<execution_record>{make_error(
+  auto existing = child_id.empty() || iteration > 1
+                    ? caf::expected<execution_record>{make_error(
                                        persistence_errc::not_found, "new child")}
                                    : svc.db->execution(child_id);
   if (existing) {
@@ -80,6 +82,7 @@ child_launch make_child(const execution_services& svc, const execution_machine& 
     r.owner = parent.owner;
     r.agent = agent;
     r.node = node;
+    r.iteration = iteration;
     out.queued = make_queued_batch(r, *g);
     if (!agent.empty())
       out.queued.events.push_back(make_agent_event(
@@ -91,21 +94,26 @@ child_launch make_child(const execution_services& svc, const execution_machine& 
   return out;
 }
 
-/// A `graph` or `plan` step running `g` with its resolved `with` as inputs.
+/// A `graph` or `plan` step running `g` with its resolved `with` as inputs;
+/// a repeating step's next iteration takes `next`'s carried inputs over them.
 child_launch child_of(const execution_services& svc, const execution_machine& m, uint32_t idx,
-                      std::shared_ptr<const graph> g) {
+                      std::shared_ptr<const graph> g, const next_iteration* next = nullptr) {
   auto& def = m.graph_def().steps[idx];
   reference_scope scope{&m.record().inputs, &m.results(), nullptr};
   auto with = resolve(def.with, scope);
   if (!with)
     return failure(message_of(with.error()));
+  if (next != nullptr)
+    for (auto& kv : next->carry.items())
+      (*with)[kv.key()] = kv.value();
   for (auto& name : g->inputs)
     if (!with->contains(name))
       return failure("child graph input '" + name + "' is missing");
   for (auto& kv : with->items())
     if (std::find(g->inputs.begin(), g->inputs.end(), kv.key()) == g->inputs.end())
       return failure("child graph does not declare input '" + kv.key() + "'");
-  return make_child(svc, m, idx, std::move(g), std::move(*with), {}, m.record().node);
+  int iteration = next != nullptr ? next->number : def.repeat ? 1 : 0;
+  return make_child(svc, m, idx, std::move(g), std::move(*with), {}, m.record().node, iteration);
 }
 
 std::string errors_text(const std::vector<graph_error>& errors) {
@@ -119,13 +127,15 @@ std::string errors_text(const std::vector<graph_error>& errors) {
 
 // -- resolver ---------------------------------------------------------------------------
 
-child_launch shell_resolver::graph_child(const execution_machine& m, uint32_t idx) {
+child_launch shell_resolver::graph_child(const execution_machine& m, uint32_t idx,
+                                         const next_iteration* next) {
   auto& svc = *self_->state.svc;
   auto& def = m.graph_def().steps[idx];
   auto g = def.child;
   if (!g) {
     // A registered graph named by the step: on resume the child's stored
-    // graph (what it ran), else the owner's newest version.
+    // graph (what it ran; the next iteration too), else the owner's newest
+    // version.
     g = stored_graph_of(svc, m, m.step(idx).child_id);
     if (!g && svc.find_graph) {
       auto found = svc.find_graph(m.record().owner, def.target, child_parse_options(svc, m));
@@ -136,7 +146,7 @@ child_launch shell_resolver::graph_child(const execution_machine& m, uint32_t id
     if (!g)
       return failure("graph '" + def.target + "' is not registered on this node");
   }
-  return child_of(svc, m, idx, std::move(g));
+  return child_of(svc, m, idx, std::move(g), next);
 }
 
 child_launch shell_resolver::stored_plan(const execution_machine& m, uint32_t idx) {

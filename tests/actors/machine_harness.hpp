@@ -31,9 +31,17 @@ public:
   int children = 0;
   /// Children the store holds already, by id: a resume finds them.
   std::map<std::string, execution_record> stored_children;
+  /// Their stored steps, by child id.
+  std::map<std::string, std::vector<step_record>> stored_steps;
 
-  child_launch graph_child(const execution_machine& m, uint32_t idx) override {
-    return child(m, idx, m.graph_def().steps[idx].child);
+  /// The carried inputs each new iteration was given, in order.
+  std::vector<json> carried;
+
+  child_launch graph_child(const execution_machine& m, uint32_t idx,
+                           const next_iteration* next) override {
+    if (next != nullptr)
+      carried.push_back(next->carry);
+    return child(m, idx, m.graph_def().steps[idx].child, next);
   }
   child_launch stored_plan(const execution_machine&, uint32_t) override { return {}; }
   child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override {
@@ -55,7 +63,8 @@ public:
     return child(m, idx, agent_graph);
   }
 
-  child_launch child(const execution_machine& m, uint32_t idx, std::shared_ptr<const graph> g) {
+  child_launch child(const execution_machine& m, uint32_t idx, std::shared_ptr<const graph> g,
+                     const next_iteration* next = nullptr) {
     child_launch out;
     if (!g) {
       out.error = "no graph";
@@ -63,12 +72,18 @@ public:
     }
     out.graph = std::move(g);
     auto stored = stored_children.find(m.step(idx).child_id);
-    if (stored != stored_children.end()) {
+    if (next == nullptr && stored != stored_children.end()) {
       out.record = stored->second; // resumed under its id: nothing queued
+      if (auto s = stored_steps.find(stored->first); s != stored_steps.end())
+        out.steps = s->second;
       return out;
     }
-    out.record.id = m.step(idx).child_id.empty() ? "child-" + std::to_string(++children)
-                                                 : m.step(idx).child_id;
+    out.record.id = m.step(idx).child_id.empty() || next != nullptr
+                      ? "child-" + std::to_string(++children)
+                      : m.step(idx).child_id;
+    out.record.iteration = next != nullptr                      ? next->number
+                           : m.graph_def().steps[idx].repeat ? 1
+                                                              : 0;
     out.record.parent_id = m.record().id;
     out.record.root_id = m.record().root_id;
     out.record.depth = m.record().depth + 1;

@@ -1,0 +1,64 @@
+// The execution machine's bounded loops: a `graph` step with `repeat` runs
+// its child graph as iteration 1, 2, ... Each iteration is a child execution
+// of its own; when one completes, `until` (over its step results) says
+// whether the step completes, and `carry` gives the next one's inputs.
+// The step's `child_id` names the current iteration, so a resume finds it:
+// a completed iteration is adopted (`spawn_child`) and decided again, never
+// run again.
+
+#include "actors/execution/machine.hpp"
+
+#include "persistence/condition.hpp"
+#include "persistence/error.hpp"
+
+namespace canopy {
+
+json iteration_results(const std::vector<step_record>& steps) {
+  json out(json::value_t::object);
+  auto& o = out.get_ref<json::object_t&>();
+  for (auto& s : steps)
+    if (s.status == step_status::completed)
+      o.emplace(s.step, s.result);
+    else if (s.status == step_status::skipped)
+      o.emplace(s.step, nullptr);
+  return out;
+}
+
+int32_t execution_machine::iteration(uint32_t idx) const {
+  if (!iterations_)
+    return 0;
+  auto i = iterations_->find(idx);
+  return i == iterations_->end() ? 0 : i->second;
+}
+
+void execution_machine::iteration_done(uint32_t idx, json outputs, const json& steps,
+                                       int64_t now) {
+  auto& def = g_->steps[idx];
+  auto& rep = *def.repeat;
+  auto n = std::max(iteration(idx), 1);
+  static const json no_inputs = json::object();
+  json_step_results results{steps};
+  reference_scope scope{&no_inputs, &results, nullptr};
+  if (!rep.until.is_null()) {
+    auto holds = evaluate_condition(rep.until, scope);
+    if (!holds)
+      return fail_attempt(idx, "repeat.until: " + message_of(holds.error()), nullptr, now);
+    if (*holds)
+      return complete_step(idx, std::move(outputs), now);
+  }
+  if (n >= rep.max) {
+    if (rep.on_max == on_max_rule::complete)
+      return complete_step(idx, std::move(outputs), now);
+    return fail_attempt(idx,
+                        "repeat.until did not hold after " + std::to_string(n) + " iteration"
+                          + (n == 1 ? "" : "s") + " (max " + std::to_string(rep.max) + ")",
+                        nullptr, now, step_reason::max_iterations);
+  }
+  auto carry = resolve(rep.carry, scope);
+  if (!carry)
+    return fail_attempt(idx, "repeat.carry: " + message_of(carry.error()), nullptr, now);
+  next_iteration next{n + 1, std::move(*carry)};
+  spawn_child(idx, resolver_->graph_child(*this, idx, &next), 0, now);
+}
+
+} // namespace canopy
