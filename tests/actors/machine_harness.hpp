@@ -31,6 +31,8 @@ public:
   int children = 0;
   /// Children the store holds already, by id: a resume finds them.
   std::map<std::string, execution_record> stored_children;
+  /// The iteration of each child made here, by id.
+  std::map<std::string, int32_t> iterations;
   /// Their stored steps, by child id.
   std::map<std::string, std::vector<step_record>> stored_steps;
 
@@ -81,9 +83,13 @@ public:
     out.record.id = m.step(idx).child_id.empty() || next != nullptr
                       ? "child-" + std::to_string(++children)
                       : m.step(idx).child_id;
-    out.record.iteration = next != nullptr                      ? next->number
+    // A child run again under its id (a retry) is the same iteration.
+    auto known = iterations.find(out.record.id);
+    out.record.iteration = next != nullptr                     ? next->number
+                           : known != iterations.end()         ? known->second
                            : m.graph_def().steps[idx].repeat ? 1
                                                               : 0;
+    iterations[out.record.id] = out.record.iteration;
     out.record.parent_id = m.record().id;
     out.record.root_id = m.record().root_id;
     out.record.depth = m.record().depth + 1;

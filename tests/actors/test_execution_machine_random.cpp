@@ -1,8 +1,8 @@
 // The execution machine under random interleavings: steps finishing and
 // failing, graceful and forced stops at any point, children settling, downs,
-// timeouts, retries, limits, runners' signals, conditional steps and a wait
-// offered signals and reaching its deadline, with invariants checked after
-// every input.
+// timeouts, retries, limits, runners' signals, conditional steps, a wait
+// offered signals and reaching its deadline, and a loop's iterations, with
+// invariants checked after every input.
 
 #include <csignal>
 #include <deque>
@@ -32,7 +32,16 @@ const json random_graph = {
     {"h", {{"run", {"true"}}, {"needs", {"g", "d"}}, {"after", "any_completed"}}},
     // A wait: offered signals (some too late), its deadline, stops.
     {"w",
-     {{"wait", {{"signal", "go"}, {"timeout", "10ms"}, {"on_timeout", "default"}, {"default", 0}}}}}}}};
+     {{"wait", {{"signal", "go"}, {"timeout", "10ms"}, {"on_timeout", "default"}, {"default", 0}}}}},
+    // A loop: iterations end with `done` true or false; at most 3.
+    {"r",
+     {{"graph",
+       {{"inputs", {"n"}}, {"steps", {{"y", {{"fn", "echo"}, {"with", {{"n", "${inputs.n}"}}}}}}}}},
+      {"with", {{"n", 0}}},
+      {"retries", 1},
+      {"retry_delay", "10ms"},
+      {"repeat",
+       {{"until", "${steps.y.done}"}, {"max", 3}, {"carry", {{"n", "${steps.y.n}"}}}}}}}}}};
 
 /// Everything in flight around one machine, as its shell and the world see it.
 struct world {
@@ -58,6 +67,8 @@ struct world {
   uint32_t next_signal = 0;
   std::vector<bool> completed;
   std::vector<bool> skipped;
+  std::set<std::string> completed_iterations; ///< children of `r` that completed
+  int32_t iteration = 0;                      ///< the iteration `r` runs
 
   world(uint32_t seed, bool parent, uint64_t max_steps)
     : f(random_graph, parent, {}, max_steps), rng(seed) {
@@ -152,6 +163,14 @@ struct world {
       } else if (auto c = effect_as<fx::spawn_child>(e)) {
         REQUIRE_FALSE(completed[c->idx]);
         children.insert(c->idx);
+        if (c->idx == f.idx("r")) {
+          // An iteration that completed never runs again; the next one
+          // follows the last that completed.
+          REQUIRE(completed_iterations.count(c->record.id) == 0);
+          REQUIRE(c->record.iteration == static_cast<int32_t>(completed_iterations.size()) + 1);
+          REQUIRE(c->record.iteration <= 3);
+          iteration = c->record.iteration;
+        }
       } else if (auto s = std::get_if<fx::start_fn>(&e)) {
         REQUIRE_FALSE(completed[s->idx]);
         REQUIRE_FALSE(skipped[s->idx]);
@@ -239,7 +258,7 @@ struct world {
         break;
       case 5:
         if (!children.empty()) {
-          auto idx = *children.begin();
+          auto idx = *std::next(children.begin(), static_cast<long>(pick(children.size())));
           children.erase(idx);
           bool stopped = exiting.erase(idx) > 0;
           write_batch snap;
@@ -256,7 +275,16 @@ struct world {
                                 : std::array<execution_status, 3>{execution_status::completed,
                                                                   execution_status::failed,
                                                                   execution_status::stopped}[pick(3)];
-          m.child_settled(idx, status, json::object(), {}, std::move(snap), now, events);
+          if (idx == f.idx("r") && !stopped && pick(2) == 0)
+            status = execution_status::completed; // iterations mostly complete
+          json steps;
+          if (idx == f.idx("r") && status == execution_status::completed) {
+            if (m.step(idx).phase == step_phase::running_child)
+              completed_iterations.insert(m.step(idx).child_id);
+            steps = {{"y", {{"n", iteration}, {"done", pick(3) == 0}}}};
+          }
+          m.child_settled(idx, status, json::object(), {}, std::move(snap), now, events,
+                          std::move(steps));
         }
         break;
       case 6:
@@ -394,6 +422,8 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
           "[actors][machine]") {
   size_t inputs = 0;
   size_t signals = 0;
+  size_t third_iterations = 0; ///< runs whose loop reached its third iteration
+  size_t loops_at_max = 0;     ///< runs whose loop failed at `max`
   for (uint32_t seed = 1; inputs < 110'000; ++seed) {
     CAPTURE(seed);
     bool parent = seed % 2 == 0;
@@ -406,6 +436,8 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
     REQUIRE(w.quit);
     REQUIRE(w.f.m->phase() == exec_phase::done);
     signals += w.signals_written;
+    third_iterations += w.iteration == 3 ? 1 : 0;
+    loops_at_max += w.f.step("r").reason == step_reason::max_iterations ? 1 : 0;
     // Exactly one terminal status, in exactly one final write or report.
     REQUIRE(w.terminal_records == 1);
     auto status = w.f.m->record().status;
@@ -434,4 +466,7 @@ TEST_CASE("the machine keeps its invariants under 100,000 random inputs",
   }
   CHECK(inputs >= 100'000);
   CHECK(signals > 100); // signals of running runners were written (240 with these seeds)
+  INFO("third iterations " << third_iterations << ", loops failed at max " << loops_at_max);
+  CHECK(third_iterations > 10);
+  CHECK(loops_at_max > 0);
 }

@@ -20,7 +20,8 @@
 //   5. each execution's status events follow the status rules: `queued` first,
 //      `started` once (again only if it never started before a stop),
 //      `stopping` only while it runs, a terminal event only while it runs
-//      (or stops, or waits queued), `resumed` only after `stopped`/`failed`;
+//      (or stops, or waits queued), `resumed` only after `stopped`/`failed`
+//      (so a loop's iteration that completed never runs again);
 //   6. a signal is consumed once, after it was received: each
 //      `signal.consumed` names (`data.signal_id`) a `signal.received` before
 //      it that no other `signal.consumed` named.
