@@ -249,6 +249,11 @@ export function limitsBox(limits, use, exec) {
     rows);
 }
 
+/** Where child execution `x` hangs: its parent step, `review#2` for an iteration. */
+export function stepOf(x) {
+  return x.iteration ? `${x.parent_step}#${x.iteration}` : x.parent_step;
+}
+
 /** The tree of executions as nested lists. */
 export function childTree(state, currentId) {
   const item = (id) => {
@@ -260,7 +265,7 @@ export function childTree(state, currentId) {
         id === currentId ? h("strong", { class: "mono" }, shortId(id))
           : h("a", { href: `#/executions/${id}`, class: "mono", "data-testid": "child-link", "data-id": id }, shortId(id)),
         " ", h("span", {}, x.graph),
-        x.parent_step ? h("span", { class: "muted" }, ` via step ${x.parent_step}`) : null,
+        x.parent_step ? h("span", { class: "muted", "data-testid": "child-step" }, ` via step ${stepOf(x)}`) : null,
         x.agent ? h("span", { class: "tag" }, `agent ${x.agent}`) : null,
         x.reason ? h("span", { class: "reason", "data-testid": "child-reason" }, ` reason: ${x.reason}`) : null,
         x.error ? h("span", { class: "error small" }, ` ${x.error}`) : null),

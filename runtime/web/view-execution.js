@@ -8,7 +8,7 @@ import { api, request, followEvents } from "./api.js";
 import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, errorText, confirmDialog, LIVE_STATUSES } from "./ui.js";
 import { ExecState, GraphFinder } from "./exec-state.js";
 import { drawDag } from "./dag.js";
-import { eventLog, stepPanel, limitsBox, childTree, stopOutcome } from "./exec-parts.js";
+import { eventLog, stepPanel, limitsBox, childTree, stopOutcome, stepOf } from "./exec-parts.js";
 import { waitLabel, refreshWaits } from "./waits.js";
 
 const OPEN_CHILDREN = 12; // child DAGs drawn at once; the rest when opened
@@ -87,7 +87,7 @@ export function executionView(main, [id]) {
       ["Reason", x.reason ? h("strong", { "data-testid": "exec-reason" }, x.reason) : null],
       ["Error", x.error ? h("span", { class: "error", "data-testid": "exec-error" }, x.error) : null],
       x.parent_id ? ["Parent", h("a", { href: `#/executions/${x.parent_id}`, class: "mono" }, x.parent_id)] : [],
-      x.parent_step ? ["Parent step", x.parent_step] : [],
+      x.parent_step ? ["Parent step", stepOf(x)] : [],
       x.agent ? ["Agent", h("a", { href: `#/agents/${encodeURIComponent(x.agent)}` }, x.agent)] : [],
       x.node ? ["Node", x.node] : [],
       ["Created", timeEl(x.created_at)],
@@ -127,7 +127,7 @@ export function executionView(main, [id]) {
     fill(sec.head, badge(x.status, "dag-exec-status"), " ",
       x.id === id ? h("span", {}, x.graph) : h("a", { href: `#/executions/${x.id}` }, x.graph),
       " ", h("span", { class: "mono muted" }, shortId(x.id)),
-      x.parent_step && x.id !== id ? h("span", { class: "muted" }, ` via step ${x.parent_step}`) : null,
+      x.parent_step && x.id !== id ? h("span", { class: "muted" }, ` via step ${stepOf(x)}`) : null,
       x.reason ? h("span", { class: "reason" }, ` \u2014 ${x.reason}`) : null);
   }
 

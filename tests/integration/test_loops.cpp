@@ -79,7 +79,8 @@ void await_iteration_waiting(const std::string& home, const std::string& id, int
 
 void send_review(const std::string& home, const std::string& id, bool approved,
                  const std::string& expect) {
-  std::vector<std::string> args{"signal", id, "review", "--value",
+  // The wait's address is its graph position, whichever iteration is open.
+  std::vector<std::string> args{"signal", id, "review", "--step", "revise/review", "--value",
                                 json{{"approved", approved}}.dump(), "--json"};
   if (expect == "buffered") { // nothing takes it now: do not wait for a consumer
     args.push_back("--wait");
@@ -181,4 +182,18 @@ TEST_CASE("a loop that reaches max fails with max_iterations, unless on_max says
   INFO(completed.out << completed.err);
   CHECK(completed.exit_code == 0);
   CHECK(completed.out_json()["outputs"]["n"] == "xxx");
+}
+
+TEST_CASE("the revise_loop example revises until its critic approves, in three iterations",
+          "[integration][cli][loops][examples]") {
+  temp_dir home;
+  auto r = run_canopy(home.path, {"run", source_dir() + "/examples/revise_loop/revise.json",
+                                  "--input", "topic=Q3 plan", "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto out = r.out_json();
+  CHECK(out["outputs"]["result"] == "Q3 plan, tightened, tightened, tightened");
+  auto doc = show_doc(home.path, out["id"].get<std::string>());
+  CHECK(doc["children"].size() == 3);
+  CHECK(doc["steps"]["revise"]["result"]["note"] == "ship it");
 }
