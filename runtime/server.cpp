@@ -119,27 +119,22 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   {
     // With `--resume-interrupted`: every root left interrupted, by this
     // start's recovery or an earlier one (children resume with their
-    // roots). Without: the roots this start recovered that held nothing but
-    // waits (they run nothing until a signal or a deadline).
+    // roots). Without: the interrupted roots that hold nothing but waits
+    // (they run nothing until a signal or a deadline), whoever recovered
+    // them: a reader's recovery before this start leaves them the same.
     std::vector<execution_record> roots;
-    if (opts.resume_interrupted) {
-      execution_filter f;
-      f.status = execution_status::stopped;
-      auto stopped = db->list(f);
-      if (!stopped) {
-        spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
-        return fatal(5);
-      }
-      roots = std::move(*stopped);
-    } else {
-      for (auto& id : (*rt)->recovered())
-        if (auto rec = db->execution(id); rec && rec->parent_id.empty()
-                                          && only_waits_interrupted(*db, id))
-          roots.push_back(std::move(*rec));
+    execution_filter f;
+    f.status = execution_status::stopped;
+    auto stopped = db->list(f);
+    if (!stopped) {
+      spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
+      return fatal(5);
     }
+    for (auto& rec : *stopped)
+      if (rec.reason == "interrupted"
+          && (opts.resume_interrupted || only_waits_interrupted(*db, rec.id)))
+        roots.push_back(std::move(rec));
     for (auto& rec : roots) {
-      if (rec.reason != "interrupted")
-        continue;
       auto& id = rec.id;
       auto h = (*rt)->resume(id);
       // Visible as resumed before the port opens: a client that connects

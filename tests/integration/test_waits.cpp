@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
 
 #include "persistence/duration.hpp"
 #include "tests/integration/helpers.hpp"
@@ -319,6 +320,43 @@ TEST_CASE("a server killed while its only active step waits: a plain restart res
   auto ended = ms_of(done["steps"]["approve"]["ended_at"]);
   CHECK(ended >= ms_of(deadline));
   CHECK(ended < std::max(ms_of(deadline), up) + 2500);
+}
+
+TEST_CASE("a tree of waits that another process recovered after its server died is re-armed "
+          "by the next server start",
+          "[integration][server][waits][reliability]") {
+  temp_dir home;
+  std::string id;
+  {
+    server_process::options o;
+    o.home = home.path;
+    server_process srv{o};
+    auto c = srv.client(alice_token);
+    register_graph(c, approval_graph("later"));
+    id = start(c, "later")["id"].get<std::string>();
+    wait_step_status(c, id, "approve", "waiting");
+    srv.kill();
+  }
+  // Another program on the home finds the dead owner first and ends its tree.
+  auto noop = home.path + "/noop.json";
+  std::ofstream{noop} << R"({"steps": {"a": {"fn": "noop"}}})";
+  REQUIRE(run_canopy(home.path, {"run", noop}).exit_code == 0);
+  auto recovered = run_canopy(home.path, {"show", id, "--json"});
+  REQUIRE(recovered.exit_code == 0);
+  CHECK(recovered.out_json()["status"] == "stopped");
+  CHECK(recovered.out_json()["reason"] == "interrupted");
+
+  server_process::options o;
+  o.home = home.path; // no --resume-interrupted
+  server_process srv{o};
+  auto c = srv.client(alice_token);
+  auto armed = wait_step_status(c, id, "approve", "waiting");
+  CHECK(armed["status"] == "running");
+  auto r = c.Post(("/v1/executions/" + id + "/signals/approval").c_str(),
+                  R"({"value": {"approved": true}})", "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(wait_status(c, id, "completed")["outputs"]["ok"] == true);
 }
 
 TEST_CASE("signals given at the start are stored with the execution and taken when the wait "
