@@ -108,6 +108,7 @@ const char* to_string(step_kind x) {
     case step_kind::agent: return "agent";
     case step_kind::fn: return "fn";
     case step_kind::wait: return "wait";
+    case step_kind::llm: return "llm";
   }
   return "unknown";
 }

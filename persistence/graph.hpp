@@ -37,7 +37,7 @@ constexpr uint64_t default_max_steps = 100000;
 // -- model ---------------------------------------------------------------------
 
 /// The kind of a step: exactly one kind key per step.
-enum class step_kind : uint8_t { run, tool, graph, plan, agent, fn, wait };
+enum class step_kind : uint8_t { run, tool, graph, plan, agent, fn, wait, llm };
 
 /// Returns the kind key, e.g. `"run"`.
 const char* to_string(step_kind x);
@@ -115,6 +115,21 @@ struct repeat_def {
   on_max_rule on_max = on_max_rule::fail;
 };
 
+/// An `llm` step's model call: one chat completion from a provider the
+/// node's config names (`providers`).
+struct llm_def {
+  std::string provider = "default";
+  std::string model;
+  /// `[{"role", "content"}, ...]`; `content` strings may hold ${...}
+  /// references, resolved when the step starts.
+  json messages = json::array();
+  std::optional<double> temperature;  ///< 0 to 2
+  std::optional<int64_t> max_tokens;  ///< at least 1
+  /// Passed to the provider as it is (e.g. `{"type": "json_schema", ...}`);
+  /// null: none. With one, the step's result has `json` when the content parses.
+  json response_format;
+};
+
 struct graph;
 
 /// One step of a graph. String fields that may hold references keep them
@@ -151,6 +166,7 @@ struct step_def {
   std::shared_ptr<const wait_def> wait; ///< `wait` steps only; null otherwise
   /// A `graph` step that repeats its child; null otherwise.
   std::shared_ptr<const repeat_def> repeat;
+  std::shared_ptr<const llm_def> llm; ///< `llm` steps only; null otherwise
 };
 
 /// A validated graph. Immutable once parsed; share it as `shared_ptr<const graph>`.

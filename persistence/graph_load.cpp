@@ -217,6 +217,9 @@ private:
       } else if (key == "wait") {
         def.kind = step_kind::wait;
         def.wait = load_wait(def.id, val);
+      } else if (key == "llm") {
+        def.kind = step_kind::llm;
+        def.llm = load_llm(def.id, val);
       } else {
         load_field(def, key, val);
       }
@@ -289,6 +292,33 @@ private:
           def->approvers.push_back(string_of(x));
       } else {
         throw corrupt_graph("step '" + id + "': unknown wait key '" + key + "'");
+      }
+    }
+    return def;
+  }
+
+  /// An `llm` step's object, as `parse_graph` reads it (graph_parse_llm.cpp).
+  static std::shared_ptr<const llm_def> load_llm(const std::string& id, const json& v) {
+    auto def = std::make_shared<llm_def>();
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      auto& key = it.key();
+      const json& val = it.value();
+      if (key == "provider") {
+        def->provider = string_of(val);
+      } else if (key == "model") {
+        def->model = string_of(val);
+      } else if (key == "messages") {
+        if (!val.is_array())
+          throw corrupt_graph("step '" + id + "': llm messages are not an array");
+        def->messages = val;
+      } else if (key == "temperature") {
+        def->temperature = val.get<double>();
+      } else if (key == "max_tokens") {
+        def->max_tokens = val.get<int64_t>();
+      } else if (key == "response_format") {
+        def->response_format = val;
+      } else {
+        throw corrupt_graph("step '" + id + "': unknown llm key '" + key + "'");
       }
     }
     return def;

@@ -31,8 +31,8 @@ std::vector<std::string> concat(const std::vector<std::string>& a,
   return out;
 }
 
-const std::vector<std::string> kind_keys{"run",   "tool", "graph", "plan",
-                                         "agent", "fn",   "wait"};
+const std::vector<std::string> kind_keys{"run", "tool", "graph", "plan",
+                                         "agent", "fn", "wait", "llm"};
 
 const std::vector<std::string> step_field_keys{"needs",   "when",    "after",       "with",
                                                "message", "env",     "stdin",       "cwd",
@@ -80,6 +80,8 @@ void graph_parser::parse_step(const std::string& id, const json& v) {
   bool is_wait = kinds.size() == 1 && kinds.front() == "wait";
   if (is_wait)
     refuse_wait_fields(w, v);
+  if (kinds.size() == 1 && kinds.front() == "llm")
+    refuse_llm_fields(w, v);
   parse_step_fields(w, v, contains(kinds, "agent"), is_wait);
   if (kinds.size() == 1)
     parse_kind(w, kinds.front(), v.at(kinds.front()));
@@ -273,6 +275,9 @@ void graph_parser::parse_kind(step_work& w, const std::string& key, const json& 
   } else if (key == "wait") {
     def.kind = step_kind::wait;
     parse_wait(w, v, path);
+  } else if (key == "llm") {
+    def.kind = step_kind::llm;
+    parse_llm(w, v, path);
   } else if (key == "fn") {
     def.kind = step_kind::fn;
     if (auto name = non_empty_string(v, path, "a function name")) {

@@ -2,7 +2,8 @@
 
 // Internal to persistence/: the graph parser's class, which graph.cpp runs and
 // graph_parser.cpp, graph_parse_steps.cpp, graph_parse_wait.cpp,
-// graph_parse_repeat.cpp and graph_check.cpp define by topic.
+// graph_parse_llm.cpp, graph_parse_repeat.cpp and graph_check.cpp define by
+// topic.
 
 #include <cstddef>
 #include <cstdint>
@@ -148,6 +149,16 @@ private:
   /// Reports each error of `validate_value(schema, value)` at `path` plus
   /// the error's pointer.
   void check_value(const json& schema, const json& value, const std::string& path);
+
+  // -- model calls (graph_parse_llm.cpp) -----------------------------------------
+
+  /// Reads an `llm` object at `path` into `w.def.llm`; the message
+  /// contents join `w.texts`.
+  void parse_llm(step_work& w, const json& v, const std::string& path);
+
+  /// Reports each step field the `llm` step `v` cannot have (`with`, `env`,
+  /// `stdin`, `cwd`, `message`, `grace`, `cost`).
+  void refuse_llm_fields(const step_work& w, const json& v);
 
   // -- loops (graph_parse_repeat.cpp) -------------------------------------------
 

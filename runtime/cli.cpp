@@ -72,6 +72,8 @@ int cli_main(int argc, char** argv) {
   run->add_flag("--json", ro.json, "print the execution document as JSON");
   run->add_flag("--detach", ro.detach, "run in the background and print the id");
   run->add_option("--detached-fd", ro.detached_fd)->group("");
+  run->add_option("--config", ro.config,
+                  "a node config file whose tools and providers the run may use");
 
   std::string id;
   bool as_json = false;
@@ -80,6 +82,9 @@ int cli_main(int argc, char** argv) {
   std::optional<double> budget;
   resume->add_option("--budget", budget, "raise the tree's budget")->check(CLI::Range(0.0, 1e12));
   resume->add_flag("--json", as_json, "print the execution document as JSON");
+  std::string resume_config;
+  resume->add_option("--config", resume_config,
+                     "a node config file whose tools and providers the run may use");
 
   // `--server URL` and `--token TOKEN` on the commands that can use a server.
   remote_options remote;
@@ -210,7 +215,7 @@ int cli_main(int argc, char** argv) {
   if (run->parsed())
     return cmd_run(g, ro, remote, argv[0]);
   if (resume->parsed())
-    return cmd_resume(g, remote, id, as_json, budget);
+    return cmd_resume(g, remote, id, as_json, budget, resume_config);
   if (graph_push->parsed())
     return cmd_graph_push(file, remote, as_json);
   if (graph_ls->parsed()) {

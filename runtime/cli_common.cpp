@@ -174,10 +174,31 @@ interrupt_guard::~interrupt_guard() {
 }
 
 caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g) {
+  return open_runtime(g, nullptr);
+}
+
+caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g,
+                                                     const node_config* cfg) {
   runtime_options opts;
   opts.home = home_of(g);
   opts.max_parallel = g.max_parallel;
+  if (cfg != nullptr) {
+    opts.tools = cfg->tools;
+    opts.providers = cfg->providers;
+  }
   return runtime::open(opts);
+}
+
+std::optional<node_config> read_run_config(const std::string& file) {
+  auto parsed = load_run_config(file);
+  if (parsed)
+    return std::move(*parsed.value);
+  for (auto& e : parsed.errors)
+    std::cerr << "error: " << (e.path.empty() ? file : file + ": " + e.path) << ": " << e.message
+              << "\n";
+  if (parsed.errors.empty())
+    std::cerr << "error: " << file << ": unusable configuration\n";
+  return std::nullopt;
 }
 
 bool use_colour(const global_options& g, bool tty) {

@@ -16,6 +16,7 @@
 #include <caf/expected.hpp>
 
 #include "persistence/graph.hpp"
+#include "runtime/config.hpp"
 #include "runtime/client.hpp"
 #include "runtime/runtime.hpp"
 
@@ -115,6 +116,14 @@ std::string home_of(const global_options& g);
 
 /// Opens the runtime on the local home with the global options.
 caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g);
+
+/// The same with the tools and providers of `run --config` (null: none).
+caf::expected<std::unique_ptr<runtime>> open_runtime(const global_options& g,
+                                                     const node_config* cfg);
+
+/// Reads `run|resume --config FILE`. @returns the config, or nullopt after
+/// printing each error with its JSON path (the command exits 2).
+std::optional<node_config> read_run_config(const std::string& file);
 
 /// What a command does with the local store.
 enum class store_use {
@@ -358,6 +367,7 @@ int cmd_prune(const global_options& g, const prune_options& o);
 /// Arguments of `canopy run`, as parsed.
 struct run_options {
   std::string file;
+  std::string config; ///< `--config FILE`: its tools and providers; empty: none
   std::vector<std::string> inputs;
   std::vector<std::string> signals; ///< `--signal NAME=JSON`, for its waits
   bool json = false;
@@ -374,7 +384,7 @@ int cmd_run(const global_options& g, const run_options& o, const remote_options&
 /// `canopy resume ID`: on the local home, followed in the foreground, or on
 /// a server. @returns the exit code.
 int cmd_resume(const global_options& g, const remote_options& remote, const std::string& id,
-               bool as_json, std::optional<double> budget);
+               bool as_json, std::optional<double> budget, const std::string& config = {});
 
 /// `canopy stop ID` on the local home. @returns the exit code.
 int cmd_stop(const global_options& g, const std::string& id, bool force, double wait_s);

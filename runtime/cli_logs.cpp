@@ -106,25 +106,73 @@ public:
     }
   }
 
-  /// The line to print for `e`, or nullopt when it is not output selected.
+  /// The line(s) to print for `e`, or nullopt when it is not output
+  /// selected. A model's text (`stream: "model"`) comes in pieces: they are
+  /// joined, and printed by whole lines, the rest once its step ends.
   std::optional<std::string> line(const event_record& e) {
     if (e.type != "step.output" || !e.data.is_object())
       return std::nullopt;
     if (!stream_.empty() && text_of(e.data, "stream") != stream_)
       return std::nullopt;
     auto label = label_of(e);
+    if (!label || !selected(*label))
+      return std::nullopt;
+    if (text_of(e.data, "stream") != "model")
+      return shown(*label, text_of(e.data, "line"));
+    auto& pending = model_[*label];
+    pending += text_of(e.data, "text");
+    auto nl = pending.rfind('\n');
+    if (nl == std::string::npos)
+      return std::nullopt;
+    auto whole = pending.substr(0, nl);
+    pending.erase(0, nl + 1);
+    return shown(*label, whole);
+  }
+
+  /// The rest of a model's text once its step ended (see `line`), or nullopt.
+  std::optional<std::string> ended(const event_record& e) {
+    if (model_.empty() || e.step.empty() || e.type == "step.output"
+        || e.type.rfind("step.", 0) != 0)
+      return std::nullopt;
+    auto label = label_of(e);
     if (!label)
       return std::nullopt;
-    auto text = text_of(e.data, "line");
+    auto i = model_.find(*label);
+    if (i == model_.end())
+      return std::nullopt;
+    auto rest = std::move(i->second);
+    model_.erase(i);
+    if (rest.empty())
+      return std::nullopt;
+    return shown(*label, rest);
+  }
+
+  /// True when output labelled `label` is selected.
+  bool selected(const std::string& label) const {
     if (target_.empty())
-      return *label + " | " + text;
+      return true;
     if (!prefixed_)
-      return *label == target_ ? std::optional<std::string>{text} : std::nullopt;
+      return label == target_;
     // Below the step: its child (`review/...`) or its iterations (`review#2/...`).
-    if (*label == target_ || label->rfind(target_ + "/", 0) == 0
-        || label->rfind(target_ + "#", 0) == 0)
-      return *label + " | " + text;
-    return std::nullopt;
+    return label == target_ || label.rfind(target_ + "/", 0) == 0
+           || label.rfind(target_ + "#", 0) == 0;
+  }
+
+  /// `text` as printed for `label`: with its label unless one step was chosen.
+  /// Each line of a text of several lines gets the label.
+  std::string shown(const std::string& label, const std::string& text) const {
+    if (!target_.empty() && !prefixed_)
+      return text;
+    std::string out;
+    size_t from = 0;
+    for (;;) {
+      auto nl = text.find('\n', from);
+      out += label + " | " + text.substr(from, nl == std::string::npos ? nl : nl - from);
+      if (nl == std::string::npos)
+        return out;
+      out += "\n";
+      from = nl + 1;
+    }
   }
 
   /// Follows the chosen step's life: it settles with `step.completed` or
@@ -185,6 +233,7 @@ private:
   bool settled_ = false;
   std::map<std::string, std::string> paths_;  ///< execution → `a/b/` ("" for the top)
   std::set<std::string> outside_;
+  std::map<std::string, std::string> model_; ///< label → a model's text not printed yet
 };
 
 /// Prints the lines of a first batch: all, or the last `tail`.
@@ -244,6 +293,8 @@ int cmd_logs(const global_options& g, const logs_options& o) {
                             for (auto& e : events) {
                               if (auto l = sel->line(e))
                                 lines.push_back(std::move(*l));
+                              if (auto l = sel->ended(e))
+                                lines.push_back(std::move(*l));
                               sel->observe(e);
                             }
                             print_first(lines, first ? o.tail : std::optional<size_t>{});
@@ -276,6 +327,8 @@ int remote_logs(const remote_options& r, const logs_options& o) {
     last = std::max(last, e.seq);
     if (auto l = sel->line(e))
       lines.push_back(std::move(*l));
+    if (auto l = sel->ended(e))
+      lines.push_back(std::move(*l));
     sel->observe(e);
   }
   print_first(lines, o.tail);
@@ -284,6 +337,8 @@ int remote_logs(const remote_options& r, const logs_options& o) {
   auto err = api->stream_events(o.id, last, [&](const json& doc) {
     auto e = event_of(doc);
     if (auto l = sel->line(e))
+      std::cout << *l << "\n" << std::flush;
+    if (auto l = sel->ended(e))
       std::cout << *l << "\n" << std::flush;
     sel->observe(e);
     return !sel->settled();

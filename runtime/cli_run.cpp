@@ -38,6 +38,10 @@ int run_detached(const global_options& g, const run_options& o, const char* self
     args.push_back("--signal");
     args.push_back(s);
   }
+  if (!o.config.empty()) {
+    args.push_back("--config");
+    args.push_back(o.config);
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
@@ -94,8 +98,19 @@ int cmd_run(const global_options& g, const run_options& o, const remote_options&
     return fail(inputs.error());
   // Validate before anything is stored (and before a detached child starts).
   // A server checks tool names against its own tools and its workers'.
+  std::optional<node_config> cfg;
+  if (!o.config.empty()) {
+    if (!remote.server.empty())
+      return usage_error("--config is for a local run: a server has its own");
+    cfg = read_run_config(o.config);
+    if (!cfg)
+      return exit_usage;
+  }
   parse_options popts;
   popts.any_tool = !remote.server.empty();
+  if (cfg)
+    for (auto& kv : cfg->tools)
+      popts.tools.insert(kv.first);
   auto parsed = parse_graph_file(o.file, popts);
   if (!parsed)
     return report_graph_errors(o.file, parsed);
@@ -112,7 +127,7 @@ int cmd_run(const global_options& g, const run_options& o, const remote_options&
   if (o.detach)
     return run_detached(g, o, self_exe);
   interrupt_guard guard;
-  auto rt = open_runtime(g);
+  auto rt = open_runtime(g, cfg ? &*cfg : nullptr);
   if (!rt)
     return fail(rt.error());
   start_options so;
@@ -130,11 +145,19 @@ int cmd_run(const global_options& g, const run_options& o, const remote_options&
 }
 
 int cmd_resume(const global_options& g, const remote_options& remote, const std::string& id,
-               bool as_json, std::optional<double> budget) {
+               bool as_json, std::optional<double> budget, const std::string& config) {
+  if (!remote.server.empty() && !config.empty())
+    return usage_error("--config is for a local resume: a server has its own");
   if (!remote.server.empty())
     return remote_resume(g, remote, id, as_json, budget);
+  std::optional<node_config> cfg;
+  if (!config.empty()) {
+    cfg = read_run_config(config);
+    if (!cfg)
+      return exit_usage;
+  }
   interrupt_guard guard;
-  auto rt = open_runtime(g);
+  auto rt = open_runtime(g, cfg ? &*cfg : nullptr);
   if (!rt)
     return fail(rt.error());
   auto before = (*rt)->db()->last_seq();

@@ -25,7 +25,7 @@ constexpr size_t max_config_bytes = 8u * 1024u * 1024u;
 
 constexpr const char* config_keys = "home, listen, users, allow_inline_commands, max_parallel, "
                                     "max_request_bytes, tools, cluster, quotas, tls_cert, tls_key, "
-                                    "insecure_http, retention";
+                                    "insecure_http, retention, providers";
 
 constexpr const char* quota_keys = "live_executions, graphs";
 
@@ -79,6 +79,8 @@ public:
           cfg.max_request_bytes = *n;
       } else if (key == "tools") {
         cfg.tools = parse_tools(val, path, errors_);
+      } else if (key == "providers") {
+        cfg.providers = parse_providers(val, path, base_dir_, errors_);
       } else if (key == "cluster") {
         cfg.cluster = cluster(val, path, false);
       } else if (key == "quotas") {
@@ -107,6 +109,25 @@ public:
         fail(std::string{"/"} + missing,
              std::string{"missing '"} + missing
                + "' (a PEM file): HTTPS needs both tls_cert and tls_key");
+  }
+
+  /// Parses the config of a local `run`/`resume` into `cfg` (only `tools`
+  /// and `providers`: the rest is a node's).
+  void run_file(const json& doc, node_config& cfg) {
+    if (!doc.is_object()) {
+      fail("", "a configuration must be a JSON object, " + got(doc));
+      return;
+    }
+    for (auto& [key, val] : doc.items()) {
+      auto path = "/" + escape_pointer(key);
+      if (key == "tools")
+        cfg.tools = parse_tools(val, path, errors_);
+      else if (key == "providers")
+        cfg.providers = parse_providers(val, path, base_dir_, errors_);
+      else
+        fail(path, "unknown key '" + key + "' (a local run reads only: tools, providers; the "
+                   "other keys are a server's)");
+    }
   }
 
   /// Parses a worker's tools file into `cfg` (only `tools` and `cluster.secret`).
@@ -431,6 +452,20 @@ config_result load_node_config(const std::string& path) {
   if (!doc)
     return failed("", message_of(doc.error()));
   return parse_node_config(*doc, folder_of(path));
+}
+
+config_result load_run_config(const std::string& path) {
+  auto doc = read_json_file(path, "config file");
+  if (!doc)
+    return failed("", message_of(doc.error()));
+  try {
+    node_config cfg;
+    std::vector<graph_error> errors;
+    config_parser{errors, folder_of(path)}.run_file(*doc, cfg);
+    return finish(std::move(cfg), std::move(errors));
+  } catch (const std::exception& ex) {
+    return failed("", std::string{"cannot read configuration: "} + ex.what());
+  }
 }
 
 config_result load_tools_file(const std::string& path) {

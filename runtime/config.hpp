@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/llm/chat_client.hpp"
 #include "actors/tls.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/graph.hpp"
@@ -51,6 +52,8 @@ struct node_config {
   size_t max_parallel = 4;
   size_t max_request_bytes = 8u * 1024u * 1024u;
   tool_table tools;
+  /// `providers`: the model providers of `llm` steps, by name.
+  std::map<std::string, chat_provider> providers;
   std::optional<cluster_config> cluster;
   quota_config quotas;
   /// `tls_cert` and `tls_key`: the HTTP API's certificate (chain) and its
@@ -65,6 +68,14 @@ struct node_config {
   /// and how often the server prunes (`interval`); empty: kept for good.
   retention_rules retention;
 };
+
+/// Parses a `providers` object found at `path` (runtime/config_providers.cpp);
+/// `api_key_file` paths are relative to `base_dir`. Each error goes to
+/// `errors` with its JSON path; a provider with one is left out.
+std::map<std::string, chat_provider> parse_providers(const nlohmann::json& v,
+                                                     const std::string& path,
+                                                     const std::string& base_dir,
+                                                     std::vector<graph_error>& errors);
 
 /// The outcome of parsing a configuration: the config, or every error found,
 /// each with the JSON path of its key (e.g. `/tools/writer/timeout`).
@@ -84,6 +95,10 @@ config_result parse_node_config(const json& doc, const std::string& base_dir = {
 /// Reads and parses the file `path` (relative `token_file` paths start from
 /// its folder); a missing file or malformed JSON is one error with path `""`.
 config_result load_node_config(const std::string& path);
+
+/// Reads the config file of a local `canopy run|resume --config FILE`: only
+/// its `tools` and `providers` (any other key is an error with its path).
+config_result load_run_config(const std::string& path);
 
 /// Parses a worker's tools file: `{"tools": {...}, "cluster": {"secret": ...}}`
 /// (only those keys; relative `cluster.tls` paths start from its folder).

@@ -40,6 +40,19 @@ std::string shorten(std::string s, size_t n) {
 
 } // namespace
 
+std::string output_text(const json& data) {
+  if (!data.is_object())
+    return {};
+  if (data.value("stream", std::string{}) != "model")
+    return data.value("line", std::string{});
+  // A piece of a model's answer: on one line.
+  auto text = data.value("text", std::string{});
+  for (auto& c : text)
+    if (c == '\n' || c == '\r')
+      c = ' ';
+  return text;
+}
+
 std::string event_line(const event_record& e, const std::string& label) {
   std::string out = clock_of(e.time) + " " + e.type;
   out.append(e.type.size() < 20 ? 20 - e.type.size() : 1, ' ');
@@ -47,7 +60,7 @@ std::string event_line(const event_record& e, const std::string& label) {
   if (!e.step.empty())
     out += "/" + e.step;
   if (e.type == "step.output" && e.data.is_object())
-    out += " | " + e.data.value("line", std::string{});
+    out += " | " + output_text(e.data);
   else if (e.type == "step.signalled" && e.data.is_object())
     out += " " + signal_text(e.data);
   else if (!e.status.empty())
@@ -177,7 +190,7 @@ void tree_view::apply(const event_record& e) {
   if (e.type == "step.output") {
     if (!e.data.is_object())
       return;
-    auto line = e.data.value("line", std::string{});
+    auto line = output_text(e.data);
     v.last_line[e.step] = line;
     if (e.data.value("stream", std::string{}) == "stderr") {
       auto& tail = v.stderr_tail[e.step];

@@ -19,6 +19,10 @@
 
 namespace canopy {
 
+/// The text of a `step.output` event's data: its `line`, or a model's
+/// `text` piece (stream `model`) with its line breaks made spaces.
+std::string output_text(const nlohmann::json& data);
+
 /// One line per event, for output that is not a terminal:
 /// `09:22:21.042 step.completed  research/search completed`; a signal sent
 /// to a step's processes: `... step.signalled  research/search SIGTERM

@@ -108,6 +108,7 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     dead->reap_if_settled();
   });
   svc->tools = std::make_shared<const tool_table>(opts.tools);
+  svc->providers = std::make_shared<const std::map<std::string, chat_provider>>(opts.providers);
   svc->child_options = rt->graph_options();
   std::weak_ptr<store> weak_db = rt->db_;
   svc->find_graph = [weak_db](const std::string& owner, const std::string& name,

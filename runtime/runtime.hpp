@@ -33,6 +33,7 @@
 #include "persistence/signal_rules.hpp"
 #include "persistence/store.hpp"
 #include "persistence/tools.hpp"
+#include "actors/llm/chat_client.hpp"
 
 namespace caf {
 class actor_system;
@@ -82,6 +83,8 @@ struct runtime_options {
   size_t scheduler_threads = 0;
   /// Tools that `tool` and `plan` steps may name (SPEC §12).
   tool_table tools;
+  /// Model providers that `llm` steps may name (the node config's `providers`).
+  std::map<std::string, chat_provider> providers;
   /// False on a server that refuses `run` steps and argv `plan` steps.
   bool allow_inline_commands = true;
   /// False on a server: graphs may not load files from the node's disk

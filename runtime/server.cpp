@@ -54,6 +54,7 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   ro.home = cfg.home.empty() ? default_home() : cfg.home;
   ro.max_parallel = cfg.max_parallel;
   ro.tools = cfg.tools;
+  ro.providers = cfg.providers;
   ro.allow_inline_commands = cfg.allow_inline_commands;
   ro.allow_graph_files = false;
   ro.on_commit = [m](double s) { m->observe_commit(s); };

@@ -147,6 +147,14 @@ struct report {
   /// A completed iteration's step results (`iteration_results`); else null.
   json steps;
 };
+/// Call step `idx`'s model with `messages` (its `llm.messages`, resolved) on
+/// a thread of its own; the text streams back as output lines `{stream:
+/// "model", text}`, the result as `done`. `set_fn_stop` cancels the call.
+struct start_llm {
+  uint32_t idx;
+  int32_t attempt;
+  json messages;
+};
 /// Register step `idx`'s wait for signal `signal` with the signal desk,
 /// which offers it a buffered signal (`signal_offered`) or says there is
 /// none (`wait_armed`).
@@ -175,8 +183,8 @@ using boxed = std::unique_ptr<T>;
 
 using effect = std::variant<fx::acquire_admission, fx::acquire_slot, fx::release_slot,
                             fx::return_grant, fx::place, fx::release_place,
-                            boxed<fx::spawn_runner>, fx::start_fn, fx::set_fn_stop, fx::timer,
-                            boxed<fx::spawn_child>, fx::request_turn, fx::release_turn,
+                            boxed<fx::spawn_runner>, fx::start_fn, fx::start_llm,
+                            fx::set_fn_stop, fx::timer, boxed<fx::spawn_child>, fx::request_turn, fx::release_turn,
                             fx::send_exit, fx::drop_worker, fx::stop_owner, boxed<fx::write>,
                             boxed<fx::report>, fx::arm_wait, fx::disarm_wait, fx::quit,
                             fx::yield>;

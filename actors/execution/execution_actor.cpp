@@ -29,6 +29,7 @@ std::shared_ptr<const machine_env> make_machine_env(const execution_services& sv
   for (auto& kv : svc.tool_slots)
     env->tool_pools.push_back(kv.first);
   env->fns = svc.fns;
+  env->providers = svc.providers;
   return env;
 }
 

@@ -109,6 +109,8 @@ struct execution_services {
   std::shared_ptr<start_gate> gate;
   /// Tools `tool` and `plan` steps may name (never null once the runtime runs).
   std::shared_ptr<const tool_table> tools;
+  /// The model providers `llm` steps may name (null: none).
+  std::shared_ptr<const std::map<std::string, chat_provider>> providers;
   /// A slot pool per tool with its own `max_parallel`; a tool step takes a
   /// slot here first, then one from `slots`.
   std::map<std::string, caf::actor> tool_slots;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "actors/execution/effects.hpp"
+#include "actors/llm/chat_client.hpp"
 #include "actors/execution/outcomes.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
@@ -63,7 +64,7 @@ enum class step_phase : uint8_t {
   waiting_turn,   ///< queued: an `agent` step waits for its agent's turn
   waiting_slot,   ///< queued: waits for placement and slots
   placing,        ///< running: a worker node is asked to start the runner
-  running_fn,     ///< running: a pooled function
+  running_fn,     ///< running: a pooled function, or an `llm` step's model call
   running_sleep,  ///< running: the built-in `sleep`
   running_runner, ///< running: a step runner (run, tool, or a plan's planner)
   running_child,  ///< running: a child execution
@@ -106,6 +107,8 @@ struct machine_env {
   /// Tools with their own slot pool (`max_parallel`).
   std::vector<std::string> tool_pools;
   std::shared_ptr<const fn_registry> fns;
+  /// The model providers of `llm` steps, by name (the node config's `providers`).
+  std::shared_ptr<const std::map<std::string, chat_provider>> providers;
 };
 
 /// What a machine starts from.
@@ -389,6 +392,8 @@ private:
   /// a final failure records `why`.
   void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now,
                     step_reason why = step_reason::none);
+  /// Starts step `idx`'s model call (machine_llm.cpp).
+  void start_llm(uint32_t idx, int64_t now);
   /// Arms step `idx`'s wait (machine_waits.cpp).
   void start_wait(uint32_t idx, int64_t now);
   /// Tells the desk that step `idx` no longer waits, if it did.

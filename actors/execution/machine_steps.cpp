@@ -148,6 +148,9 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
     case step_kind::wait:
       start_wait(idx, now);
       break;
+    case step_kind::llm:
+      start_llm(idx, now);
+      break;
     case step_kind::agent: {
       auto c = resolver_->agent_step(*this, idx);
       if (!c.graph)

@@ -83,6 +83,7 @@ struct execution_shell_state {
   step_map<caf::actor> nodes;   ///< the worker node a step was placed on
   step_map<caf::actor> agents;  ///< the agent an `agent` step asked for a turn
   step_map<std::shared_ptr<std::atomic<bool>>> fn_flags; ///< running functions
+  step_map<std::shared_ptr<chat_call>> llm_calls;         ///< running model calls
   /// In-process stop requests' answers, for the next write that says
   /// `reply` (rare: allocated when one comes).
   std::unique_ptr<std::vector<caf::response_promise>> replies;
@@ -102,6 +103,10 @@ void run_effects(execution_shell* self);
 
 /// Submits pooled function `e.name` of step `e.idx` to the function pool.
 void start_pooled_fn(execution_shell* self, fx::start_fn& e);
+
+/// Starts the model call of `llm` step `e.idx` on a thread of its own
+/// (llm_launch.cpp).
+void start_llm_call(execution_shell* self, fx::start_llm& e);
 
 /// The behavior of an execution actor.
 caf::behavior execution_behavior(execution_shell* self, execution_init init,

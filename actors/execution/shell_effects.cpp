@@ -93,10 +93,17 @@ struct effect_runner {
   void operator()(fx::start_fn& e) {
     start_pooled_fn(self, e);
   }
+  void operator()(fx::start_llm& e) {
+    start_llm_call(self, e);
+  }
   void operator()(fx::set_fn_stop& e) {
     if (auto flag = st().fn_flags.find(e.idx)) {
       (*flag)->store(true, std::memory_order_release);
       st().fn_flags.erase(e.idx);
+    }
+    if (auto call = st().llm_calls.find(e.idx)) {
+      (*call)->cancel(); // closes its connection now; its `done` follows
+      st().llm_calls.erase(e.idx);
     }
   }
   void operator()(fx::timer& e) {
@@ -300,6 +307,7 @@ void forget_stale(execution_shell_state& st) {
     return s.phase == step_phase::running_runner || s.phase == step_phase::running_child;
   });
   prune(st.fn_flags, [](const step& s) { return s.phase == step_phase::running_fn; });
+  prune(st.llm_calls, [](const step& s) { return s.phase == step_phase::running_fn; });
   prune(st.nodes, [](const step& s) {
     return (s.held & execution_machine::held_place) || (s.held & execution_machine::held_remote);
   });

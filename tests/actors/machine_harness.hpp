@@ -131,13 +131,15 @@ struct machine_fixture {
   int64_t now = 1'000'000;
 
   explicit machine_fixture(const json& doc, bool parent = false,
-                           std::vector<step_record> stored = {}, uint64_t max_steps = 1000) {
+                           std::vector<step_record> stored = {}, uint64_t max_steps = 1000,
+                           json inputs = json::object()) {
     g = graph_of(doc);
     machine_init init;
     init.record.id = "e1";
     init.record.root_id = parent ? "r0" : "e1";
     init.record.parent_id = parent ? "r0" : "";
     init.record.parent_step = parent ? "s" : "";
+    init.record.inputs = std::move(inputs);
     init.graph = g;
     init.steps = std::move(stored);
     init.token = std::make_shared<halt_token>();

@@ -1,0 +1,233 @@
+// `llm` steps through the real binary against the model provider double
+// (tests/fake_llm): `canopy run --config` reads the providers, the answer
+// streams into the event log as it comes and completes the step with its
+// content, parsed JSON and usage; a stop during the stream closes the
+// connection to the provider within 100 ms of the halt and a resume calls
+// the model again for that step only; provider errors and configuration
+// errors are named; the API key appears in nothing a user can read.
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <iterator>
+
+#include "tests/fake_llm/fake_llm.hpp"
+#include "tests/integration/helpers.hpp"
+
+using namespace canopy::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string key = "sk-canopy-test-5f2b9e";
+
+/// A config file whose provider `default` is `llm` (its key from the environment).
+std::string config_for(const temp_dir& dir, const fake_llm& llm) {
+  return dir.write("node.json", json{{"providers",
+                                      {{"default",
+                                        {{"base_url", llm.base_url()},
+                                         {"api_key_env", "CANOPY_TEST_KEY"},
+                                         {"max_retries", 1}}}}}}
+                                  .dump());
+}
+
+/// intro → draft (an llm step asking for JSON) → publish.
+std::string graph_file(const temp_dir& dir) {
+  return dir.write("brief.json", R"({
+    "name": "brief", "inputs": ["topic"],
+    "steps": {
+      "intro": {"fn": "echo", "with": {"topic": "${inputs.topic}"}},
+      "draft": {"needs": ["intro"], "llm": {
+        "model": "fake-7b",
+        "messages": [{"role": "system", "content": "You write briefs as JSON."},
+                     {"role": "user", "content": "Topic: ${steps.intro.topic}"}],
+        "temperature": 0.2, "max_tokens": 200,
+        "response_format": {"type": "json_object"}}},
+      "publish": {"needs": ["draft"], "fn": "echo", "with": {"title": "${steps.draft.json.title}"}}
+    },
+    "outputs": {"title": "${steps.publish.title}"}
+  })");
+}
+
+proc_result run_with_key(const std::string& home, const std::vector<std::string>& args) {
+  return run_canopy_env(home, args, {{"CANOPY_TEST_KEY", key}});
+}
+
+json show_doc(const std::string& home, const std::string& id) {
+  auto r = run_canopy(home, {"show", id, "--json"});
+  REQUIRE(r.exit_code == 0);
+  return r.out_json();
+}
+
+/// The event log of `id` (checked by the helper).
+std::vector<json> events_of(const std::string& home, const std::string& id) {
+  auto r = run_canopy(home, {"events", id, "--json"});
+  REQUIRE(r.exit_code == 0);
+  std::vector<json> out;
+  std::istringstream in{r.out};
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty())
+      out.push_back(json::parse(line));
+  return out;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  return {std::istreambuf_iterator<char>{in}, {}};
+}
+
+} // namespace
+
+TEST_CASE("an llm step streams its answer into the event log and completes with its content, "
+          "JSON and usage",
+          "[integration][cli][llm]") {
+  temp_dir home;
+  fake_llm llm{json::array({{{"content", R"({"title": "Q3 in brief"})"},
+                             {"chunks", 3},
+                             {"usage", {{"prompt_tokens", 21}, {"completion_tokens", 7}}}}})};
+  auto r = run_with_key(home.path, {"run", graph_file(home), "--config", config_for(home, llm),
+                              "--input", "topic=Q3", "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto id = r.out_json()["id"].get<std::string>();
+  CHECK(r.out_json()["outputs"]["title"] == "Q3 in brief");
+  auto doc = show_doc(home.path, id);
+  auto& result = doc["steps"]["draft"]["result"];
+  CHECK(result["content"] == R"({"title": "Q3 in brief"})");
+  CHECK(result["json"] == json{{"title", "Q3 in brief"}});
+  CHECK(result["usage"] == json{{"prompt_tokens", 21}, {"completion_tokens", 7}});
+  CHECK(result["finish_reason"] == "stop");
+  CHECK(result["tool_calls"] == json::array());
+
+  // What the provider got: the messages resolved, the settings, the key.
+  auto requests = llm.events("request");
+  REQUIRE(requests.size() == 1);
+  auto& body = requests[0]["body"];
+  CHECK(body["model"] == "fake-7b");
+  CHECK(body["messages"][1]["content"] == "Topic: Q3");
+  CHECK(body["temperature"] == 0.2);
+  CHECK(body["max_tokens"] == 200);
+  CHECK(body["response_format"] == json{{"type", "json_object"}});
+  CHECK(body["stream"] == true);
+  CHECK(requests[0]["authorization"] == "Bearer " + key);
+
+  // The text as it streamed: step.output events of stream "model".
+  std::string streamed;
+  for (auto& e : events_of(home.path, id))
+    if (e["type"] == "step.output" && e["step"] == "draft") {
+      CHECK(e["data"]["stream"] == "model");
+      streamed += e["data"]["text"].get<std::string>();
+    }
+  CHECK(streamed == R"({"title": "Q3 in brief"})");
+  auto logs = run_canopy(home.path, {"logs", id, "draft"});
+  CHECK_THAT(logs.out, Catch::Contains("Q3 in brief"));
+
+  // The key is in nothing a user reads: records, events, show, logs, the store's file.
+  CHECK(r.out.find(key) == std::string::npos);
+  CHECK(r.err.find(key) == std::string::npos);
+  CHECK(show_doc(home.path, id).dump().find(key) == std::string::npos);
+  CHECK(run_canopy(home.path, {"events", id, "--json"}).out.find(key) == std::string::npos);
+  CHECK(file_text(home.path + "/data.mdb").find(key) == std::string::npos);
+}
+
+TEST_CASE("a stop during the stream closes the model's connection within 100 ms, and resume "
+          "calls the model again for that step only",
+          "[integration][cli][llm]") {
+  temp_dir home;
+  fake_llm llm{json::array(
+    {{{"content", R"({"title": "slow one"})"}, {"chunks", 4}, {"chunk_delay_ms", 10000}},
+     {{"content", R"({"title": "second try"})"}}})};
+  auto config = config_for(home, llm);
+  auto r = run_with_key(home.path, {"run", graph_file(home), "--config", config, "--input", "topic=Q4",
+                              "--detach", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto id = r.out_json()["id"].get<std::string>();
+  // The first piece of the answer is in the event log: the call streams.
+  REQUIRE(eventually(
+    [&] {
+      for (auto& e : events_of(home.path, id))
+        if (e["type"] == "step.output" && e["step"] == "draft")
+          return true;
+      return false;
+    },
+    30s, 20ms));
+  auto stop = run_canopy(home.path, {"stop", id});
+  REQUIRE(stop.exit_code == 0);
+  auto stopped = show_doc(home.path, id);
+  CHECK(stopped["status"] == "stopped");
+  CHECK(stopped["steps"]["draft"]["status"] == "pending");
+  CHECK(stopped["steps"]["intro"]["status"] == "completed");
+  int64_t halted = 0;
+  for (auto& e : events_of(home.path, id))
+    if (e["type"] == "execution.stopping")
+      halted = ms_of(e["time"]);
+  REQUIRE(halted > 0);
+  REQUIRE(eventually([&] { return !llm.events("disconnected").empty(); }, 10s));
+  auto gone = llm.events("disconnected")[0]["at_ms"].get<int64_t>();
+  CHECK(gone - halted < 100);
+  CHECK(llm.events("answered").empty());
+
+  auto resumed = run_with_key(home.path, {"resume", id, "--config", config, "--json"});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  auto doc = show_doc(home.path, id);
+  CHECK(doc["status"] == "completed");
+  CHECK(doc["outputs"]["title"] == "second try");
+  CHECK(doc["steps"]["intro"]["attempt"] == 1); // not run again
+  CHECK(llm.events("request").size() == 2);     // one call per start of the step
+}
+
+TEST_CASE("a provider's 400 fails the step with its message, and an unknown provider is named",
+          "[integration][cli][llm][validation]") {
+  temp_dir home;
+  fake_llm llm{json::array({{{"status", 400}, {"error", "model 'fake-7b' is not loaded"}}})};
+  auto r = run_with_key(home.path, {"run", graph_file(home), "--config", config_for(home, llm),
+                              "--input", "topic=x", "--json"});
+  CHECK(r.exit_code == 1);
+  auto id = r.out_json()["id"].get<std::string>();
+  auto doc = show_doc(home.path, id);
+  CHECK(doc["steps"]["draft"]["error"]
+        == "the model provider answered 400: model 'fake-7b' is not loaded");
+  CHECK(llm.events("request").size() == 1); // a 400 is not tried again
+
+  auto none = run_with_key(home.path, {"run", graph_file(home), "--input", "topic=x", "--json"});
+  CHECK(none.exit_code == 1);
+  auto no_provider = show_doc(home.path, none.out_json()["id"].get<std::string>());
+  CHECK_THAT(no_provider["steps"]["draft"]["error"].get<std::string>(),
+             Catch::Contains("provider 'default' is not configured on this node"));
+}
+
+TEST_CASE("run --config refuses a server's keys, a provider without a base URL and a key sent in "
+          "clear off this host, naming each path and never the key",
+          "[integration][cli][llm][validation]") {
+  temp_dir home;
+  auto graph = graph_file(home);
+  auto bad = home.write("bad.json", json{{"listen", "127.0.0.1:1"},
+                                         {"providers",
+                                          {{"default", {{"api_key_env", "CANOPY_TEST_KEY"}}},
+                                           {"far",
+                                            {{"base_url", "http://10.1.2.3:8080/v1"},
+                                             {"api_key_env", "CANOPY_TEST_KEY"}}},
+                                           {"nokey", {{"base_url", "http://127.0.0.1:9/v1"},
+                                                      {"api_key_env", "CANOPY_NO_SUCH_VAR"}}}}}}
+                                      .dump());
+  auto r = run_with_key(home.path, {"run", graph, "--config", bad, "--input", "topic=x"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/listen: unknown key 'listen'"));
+  CHECK_THAT(r.err, Catch::Contains("/providers/default: missing 'base_url'"));
+  CHECK_THAT(r.err, Catch::Contains("/providers/far/base_url: an API key never travels in clear"));
+  CHECK_THAT(r.err, Catch::Contains("/providers/nokey/api_key_env:"));
+  CHECK(r.err.find(key) == std::string::npos);
+  CHECK_FALSE(has_store(home.path)); // nothing was stored
+}
+
+TEST_CASE("the llm_brief example runs offline against the provider double with one command",
+          "[integration][cli][llm][examples]") {
+  temp_dir home;
+  auto r = run_command({"sh", source_dir() + "/examples/llm_brief/run.sh", canopy_binary(),
+                        home.path + "/home"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"title\": \"Durable agent graphs\""));
+  CHECK_THAT(r.out, Catch::Contains("\"completion_tokens\": 41"));
+}
