@@ -37,7 +37,7 @@ json step_document(const step_record& s) {
 /// The kind key of a graph document's step (`run`, `tool`, ...), or null.
 json kind_of(const json& def) {
   if (def.is_object())
-    for (auto* k : {"run", "tool", "graph", "plan", "agent", "fn", "wait"})
+    for (auto* k : {"run", "tool", "graph", "plan", "agent", "fn", "wait", "llm"})
       if (def.contains(k))
         return k;
   return nullptr;

@@ -83,7 +83,15 @@ export class ExecState {
     let lines = this.outputs.get(key);
     if (!lines) this.outputs.set(key, (lines = []));
     const d = e.data || {};
-    lines.push({ seq: e.seq, stream: d.stream || "stdout", line: String(d.line ?? "") });
+    if (d.stream === "model") {
+      // A model's answer comes in pieces: joined, a line per line break.
+      const pieces = String(d.text ?? "").split("\n");
+      const last = lines[lines.length - 1];
+      if (last && last.stream === "model") last.line += pieces.shift();
+      for (const p of pieces) lines.push({ seq: e.seq, stream: "model", line: p });
+    } else {
+      lines.push({ seq: e.seq, stream: d.stream || "stdout", line: String(d.line ?? "") });
+    }
     if (lines.length > OUTPUT_LINES) lines.splice(0, lines.length - OUTPUT_LINES);
     this.dirtyOutputs.add(key);
   }

@@ -361,7 +361,7 @@ TEST_CASE("a step with no kind is rejected at its path", "[persistence][graph]")
   CHECK(errors[0].path == "/steps/a");
   CHECK(errors[0].message
         == "step 'a' has no kind (expected exactly one of run, tool, graph, plan, agent, fn, "
-           "wait)");
+           "wait, llm)");
 }
 
 TEST_CASE("a step with two kinds is rejected at its path", "[persistence][graph]") {

@@ -103,6 +103,13 @@ const done = arguments[arguments.length - 1];
   st.push(ev(6, 'step.pending', { status: 'pending', reason: 'requested' }));
   check(step().signal === null && step().reason === 'requested', 'the next status ends the signal');
 
+  // a model's answer: its pieces joined, a line per line break
+  st.push(ev(7, 'step.output', { data: { stream: 'model', text: 'Hel' } }));
+  st.push(ev(8, 'step.output', { data: { stream: 'model', text: 'lo\nwor' } }));
+  st.push(ev(9, 'step.output', { data: { stream: 'model', text: 'ld' } }));
+  const said = (st.outputs.get('r\u0000s') || []).map((l) => l.line);
+  check(JSON.stringify(said) === '["Hello","world"]', 'model text joined: ' + JSON.stringify(said));
+
   // confirmDialog: the browser dispatches a dialog's close event later, as
   // a task; a dialog opened again in between must not take it for its own.
   const { confirmDialog } = await import('/ui/ui.js');
