@@ -29,21 +29,6 @@ double jitter() {
 
 } // namespace
 
-bool split_base_url(const std::string& base_url, std::string& origin, std::string& prefix) {
-  auto scheme = base_url.find("://");
-  if (scheme == std::string::npos)
-    return false;
-  auto name = base_url.substr(0, scheme);
-  if (name != "http" && name != "https")
-    return false;
-  auto path = base_url.find('/', scheme + 3);
-  origin = base_url.substr(0, path);
-  prefix = path == std::string::npos ? std::string{} : base_url.substr(path);
-  while (!prefix.empty() && prefix.back() == '/')
-    prefix.pop_back();
-  return origin.size() > scheme + 3;
-}
-
 chat_call::chat_call(chat_provider provider, chat_request request,
                      std::function<void(std::string_view)> on_text, int64_t timeout_ms)
   : provider_(std::move(provider)),

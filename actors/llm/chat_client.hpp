@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "actors/llm/base_url.hpp"
 #include "actors/llm/chat_codec.hpp"
 
 namespace httplib {
@@ -79,10 +80,5 @@ private:
   httplib::Client* client_ = nullptr; ///< the try in flight (guarded by mtx_)
   std::atomic<bool> cancelled_{false};
 };
-
-/// Splits `base_url` into the scheme-host-port part and the path prefix
-/// (`http://h:8080/v1` → `http://h:8080`, `/v1`). @returns false when it is
-/// not an `http://` or `https://` URL.
-bool split_base_url(const std::string& base_url, std::string& origin, std::string& prefix);
 
 } // namespace canopy
