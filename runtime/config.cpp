@@ -432,6 +432,24 @@ std::string folder_of(const std::string& path) {
                                    : path.substr(0, slash);
 }
 
+/// Reads the file `path` and parses it with `parse`, one of the parser's
+/// readers of a whole file.
+config_result load_file(const std::string& path, const char* what,
+                        void (config_parser::*parse)(const json&, node_config&)) {
+  auto doc = read_json_file(path, what);
+  if (!doc)
+    return failed("", message_of(doc.error()));
+  try {
+    node_config cfg;
+    std::vector<graph_error> errors;
+    config_parser parser{errors, folder_of(path)};
+    (parser.*parse)(*doc, cfg);
+    return finish(std::move(cfg), std::move(errors));
+  } catch (const std::exception& ex) {
+    return failed("", std::string{"cannot read "} + what + ": " + ex.what());
+  }
+}
+
 } // namespace
 
 // -- parsing -------------------------------------------------------------------
@@ -455,31 +473,11 @@ config_result load_node_config(const std::string& path) {
 }
 
 config_result load_run_config(const std::string& path) {
-  auto doc = read_json_file(path, "config file");
-  if (!doc)
-    return failed("", message_of(doc.error()));
-  try {
-    node_config cfg;
-    std::vector<graph_error> errors;
-    config_parser{errors, folder_of(path)}.run_file(*doc, cfg);
-    return finish(std::move(cfg), std::move(errors));
-  } catch (const std::exception& ex) {
-    return failed("", std::string{"cannot read configuration: "} + ex.what());
-  }
+  return load_file(path, "config file", &config_parser::run_file);
 }
 
 config_result load_tools_file(const std::string& path) {
-  auto doc = read_json_file(path, "tools file");
-  if (!doc)
-    return failed("", message_of(doc.error()));
-  try {
-    node_config cfg;
-    std::vector<graph_error> errors;
-    config_parser{errors, folder_of(path)}.tools_file(*doc, cfg);
-    return finish(std::move(cfg), std::move(errors));
-  } catch (const std::exception& ex) {
-    return failed("", std::string{"cannot read tools file: "} + ex.what());
-  }
+  return load_file(path, "tools file", &config_parser::tools_file);
 }
 
 bool split_host_port(const std::string& text, std::string& host, int& port) {

@@ -10,6 +10,7 @@
 
 using namespace canopy;
 using canopy::test::render;
+using canopy::test::rejected_at;
 
 namespace {
 
@@ -32,15 +33,6 @@ json draft_with(const json& patch, json step_patch = json::object()) {
   return doc;
 }
 
-bool rejected_at(const json& doc, const std::string& path, const std::string& part) {
-  auto result = parse_graph(doc, "/tmp");
-  INFO("document: " << doc.dump() << "\nerrors:\n" << render(result.errors));
-  CHECK_FALSE(result);
-  for (auto& e : result.errors)
-    if (e.path == path && e.message.find(part) != std::string::npos)
-      return true;
-  return false;
-}
 
 } // namespace
 

@@ -13,6 +13,7 @@
 
 using namespace canopy;
 using canopy::test::render;
+using canopy::test::rejected_at;
 
 namespace {
 
@@ -47,16 +48,6 @@ parse_result parse_ok(const json& doc) {
   return result;
 }
 
-/// True when `doc` is rejected with an error at exactly `path` whose message has `part`.
-bool rejected_at(const json& doc, const std::string& path, const std::string& part) {
-  auto result = parse_graph(doc, "/tmp");
-  INFO("document: " << doc.dump() << "\nerrors:\n" << render(result.errors));
-  CHECK_FALSE(result);
-  for (auto& e : result.errors)
-    if (e.path == path && e.message.find(part) != std::string::npos)
-      return true;
-  return false;
-}
 
 } // namespace
 

@@ -16,6 +16,7 @@
 
 using namespace canopy;
 using canopy::test::render;
+using canopy::test::rejected_at;
 
 namespace {
 
@@ -73,16 +74,6 @@ wait_def wait_of(const json& doc, const std::string& id = "approve") {
   return *step->wait;
 }
 
-/// True when `doc` is rejected with an error at exactly `path` whose message has `part`.
-bool rejected_at(const json& doc, const std::string& path, const std::string& part = "") {
-  auto result = parse_graph(doc, "/tmp");
-  INFO("document: " << doc.dump() << "\nerrors:\n" << render(result.errors));
-  CHECK_FALSE(result);
-  for (auto& e : result.errors)
-    if (e.path == path && e.message.find(part) != std::string::npos)
-      return true;
-  return false;
-}
 
 /// The errors of `doc`, which must be rejected.
 std::vector<graph_error> errors_of(const json& doc) {
