@@ -63,7 +63,12 @@ export class ExecState {
       return;
     }
     if (e.type === "step.output") return this.output(e);
-    if (e.type.startsWith("step.") && e.step) return this.applyStep(x, e);
+    if (e.type.startsWith("step.") && e.step) {
+      // A model's answer ends with its step's next status: a new attempt starts a new one.
+      const lines = this.outputs.get(e.execution_id + "\u0000" + e.step);
+      if (lines && lines.length) lines[lines.length - 1].closed = true;
+      return this.applyStep(x, e);
+    }
     if (e.type.startsWith("execution.")) return this.applyExec(x, e);
     if (e.type === "signal.consumed" && e.step) return this.consumed(x, e);
     // signal.received: a signal stored for the tree's waits; no status changes
@@ -87,7 +92,7 @@ export class ExecState {
       // A model's answer comes in pieces: joined, a line per line break.
       const pieces = String(d.text ?? "").split("\n");
       const last = lines[lines.length - 1];
-      if (last && last.stream === "model") last.line += pieces.shift();
+      if (last && last.stream === "model" && !last.closed) last.line += pieces.shift();
       for (const p of pieces) lines.push({ seq: e.seq, stream: "model", line: p });
     } else {
       lines.push({ seq: e.seq, stream: d.stream || "stdout", line: String(d.line ?? "") });

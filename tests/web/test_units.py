@@ -109,6 +109,10 @@ const done = arguments[arguments.length - 1];
   st.push(ev(9, 'step.output', { data: { stream: 'model', text: 'ld' } }));
   const said = (st.outputs.get('r\u0000s') || []).map((l) => l.line);
   check(JSON.stringify(said) === '["Hello","world"]', 'model text joined: ' + JSON.stringify(said));
+  st.push(ev(10, 'step.started', { status: 'running', data: { attempt: 2 } }));
+  st.push(ev(11, 'step.output', { data: { stream: 'model', text: 'again' } }));
+  const again = (st.outputs.get('r\u0000s') || []).map((l) => l.line);
+  check(JSON.stringify(again) === '["Hello","world","again"]', 'a new attempt, a new answer: ' + JSON.stringify(again));
 
   // confirmDialog: the browser dispatches a dialog's close event later, as
   // a task; a dialog opened again in between must not take it for its own.
