@@ -11,6 +11,7 @@
 #include "runtime/config.hpp"
 
 #include "actors/llm/chat_client.hpp"
+#include "actors/tls.hpp"
 #include "persistence/error.hpp"
 #include "persistence/json_text.hpp"
 #include "persistence/reference.hpp"
@@ -22,13 +23,12 @@ namespace {
 
 constexpr const char* provider_keys = "base_url, api_key_env, api_key_file, max_retries";
 
-/// True for `localhost`, `127.x.x.x` and `[::1]`.
-bool is_loopback(const std::string& origin) {
+/// The host of `origin` (`http://HOST:PORT`, `http://[V6]:PORT`), unbracketed.
+std::string host_of(const std::string& origin) {
   auto host = origin.substr(origin.find("://") + 3);
-  if (host.rfind("[::1]", 0) == 0)
-    return true;
-  host = host.substr(0, host.find(':'));
-  return host == "localhost" || host.rfind("127.", 0) == 0;
+  if (!host.empty() && host.front() == '[')
+    return host.substr(1, host.find(']') - 1);
+  return host.substr(0, host.find(':'));
 }
 
 } // namespace
@@ -111,7 +111,7 @@ std::map<std::string, chat_provider> parse_providers(const json& v, const std::s
     if (ok && !p.api_key.empty() && p.base_url.rfind("http://", 0) == 0) {
       std::string origin, prefix;
       split_base_url(p.base_url, origin, prefix);
-      if (!is_loopback(origin)) {
+      if (!is_loopback_host(host_of(origin))) {
         fail(ppath + "/base_url", "an API key never travels in clear off this host: use "
                                   "https:// (plain http:// is for a loopback address)");
         ok = false;

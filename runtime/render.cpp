@@ -121,7 +121,7 @@ void tree_view::learn(std::vector<lookup> found) {
       v.status = to_string(l->record->status);
       v.parent_id = l->record->parent_id;
       v.parent_step = l->record->parent_step;
-      v.iteration = l->record->iteration;
+      v.label = child_label(*l->record);
       if (!v.parent_id.empty())
         get(v.parent_id).child_of_step[v.parent_step] = l->id;
     }
@@ -153,8 +153,7 @@ std::string tree_view::label_of(const std::string& id) const {
   auto& v = i->second;
   // A child is named by where it hangs: `team/researcher`, `team/review#2`.
   if (!v.parent_id.empty() && id != root_id_)
-    return label_of(v.parent_id) + "/" + v.parent_step
-           + (v.iteration > 0 ? "#" + std::to_string(v.iteration) : std::string{});
+    return label_of(v.parent_id) + "/" + v.label;
   return v.graph.empty() ? id.substr(0, 10) : v.graph;
 }
 

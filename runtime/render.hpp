@@ -127,7 +127,7 @@ private:
     std::string reason;
     std::string parent_id;
     std::string parent_step;
-    int iteration = 0; ///< of a repeating parent step; 0: not an iteration
+    std::string label; ///< where it hangs under its parent (`child_label`)
     std::vector<std::string> order; ///< steps in first-seen order
     std::map<std::string, std::string> steps; ///< step → status
     std::map<std::string, std::string> last_line; ///< step → last output line

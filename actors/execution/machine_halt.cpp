@@ -221,13 +221,11 @@ void execution_machine::report_and_quit() {
                  nullptr};
     if (rec_.iteration > 0 && rec_.status == execution_status::completed) {
       // What the repeating parent step decides with (`until`, `carry`).
-      r.steps = json(json::value_t::object);
-      auto& o = r.steps.get_ref<json::object_t&>();
+      std::vector<step_record> settled;
       for (uint32_t i = 0; i < steps_.size(); ++i)
-        if (steps_[i].phase == step_phase::completed)
-          o.emplace(g_->steps[i].id, steps_[i].result);
-        else if (steps_[i].phase == step_phase::skipped)
-          o.emplace(g_->steps[i].id, nullptr);
+        if (is_settled(steps_[i].phase))
+          settled.push_back(step_record_of(i));
+      r.steps = iteration_results(settled);
     }
     if (from_above_) {
       r.stopped_events = stopped_below_;

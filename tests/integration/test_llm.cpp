@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "tests/fake_llm/fake_llm.hpp"
+#include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
 using namespace canopy::test;
@@ -63,12 +64,7 @@ json show_doc(const std::string& home, const std::string& id) {
 std::vector<json> events_of(const std::string& home, const std::string& id) {
   auto r = run_canopy(home, {"events", id, "--json"});
   REQUIRE(r.exit_code == 0);
-  std::vector<json> out;
-  std::istringstream in{r.out};
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty())
-      out.push_back(json::parse(line));
-  return out;
+  return parse_event_lines(r.out);
 }
 
 std::string file_text(const std::string& path) {
