@@ -141,6 +141,10 @@ bool from_string(const std::string& s, wait_timeout& x) {
   return true;
 }
 
+bool is_loop(const step_def& def) {
+  return def.repeat != nullptr || (def.llm != nullptr && def.llm->max_turns > 1);
+}
+
 const step_def* graph::find(const std::string& id) const {
   auto it = index.find(id);
   if (it == index.end() || it->second >= steps.size())

@@ -128,7 +128,19 @@ struct llm_def {
   /// Passed to the provider as it is (e.g. `{"type": "json_schema", ...}`);
   /// null: none. With one, the step's result has `json` when the content parses.
   json response_format;
+  /// Registered tools offered to the model (their `description` and
+  /// `parameters` are sent); empty: none.
+  std::vector<std::string> tools;
+  /// Model calls at most (with `tools`; 0 without). 1: one call, the tool
+  /// calls the model asks for are returned in the result, not run. 2 or
+  /// more: a tool-calling loop (persistence/conversation.hpp).
+  int max_turns = 0;
 };
+
+/// The most turns an `llm` step's tool-calling loop may allow.
+constexpr int max_llm_turns = 100;
+/// The turns of a tool-calling loop when `tools` are given without `max_turns`.
+constexpr int default_llm_turns = 8;
 
 struct graph;
 
@@ -168,6 +180,11 @@ struct step_def {
   std::shared_ptr<const repeat_def> repeat;
   std::shared_ptr<const llm_def> llm; ///< `llm` steps only; null otherwise
 };
+
+/// @returns true when `def` runs iterations, each a child execution: a
+/// `graph` step with `repeat`, or an `llm` step's tool-calling loop (one
+/// child per turn).
+bool is_loop(const step_def& def);
 
 /// A validated graph. Immutable once parsed; share it as `shared_ptr<const graph>`.
 struct graph {

@@ -317,6 +317,12 @@ private:
         def->max_tokens = val.get<int64_t>();
       } else if (key == "response_format") {
         def->response_format = val;
+      } else if (key == "tools") {
+        def->tools = val.get<std::vector<std::string>>();
+        if (def->max_turns == 0)
+          def->max_turns = default_llm_turns;
+      } else if (key == "max_turns") {
+        def->max_turns = val.get<int>();
       } else {
         throw corrupt_graph("step '" + id + "': unknown llm key '" + key + "'");
       }

@@ -17,10 +17,11 @@ namespace canopy::detail {
 
 namespace {
 
-const std::vector<std::string> llm_keys{"provider",    "model",      "messages",
-                                        "temperature", "max_tokens", "response_format"};
+const std::vector<std::string> llm_keys{"provider",   "model",           "messages",
+                                        "temperature", "max_tokens",     "response_format",
+                                        "tools",       "max_turns"};
 
-const std::vector<std::string> roles{"system", "user", "assistant"};
+const std::vector<std::string> roles{"system", "user", "assistant", "tool"};
 
 /// Step fields an `llm` step cannot have, and why.
 const std::vector<std::pair<std::string, std::string>> refused_llm_fields{
@@ -74,30 +75,9 @@ void graph_parser::parse_llm(step_work& w, const json& v, const std::string& pat
     fail(path + "/messages", "expected a non-empty array of messages, " + got(*it));
   } else {
     def->messages = *it;
-    for (size_t i = 0; i < def->messages.size(); ++i) {
-      auto mpath = path + "/messages/" + std::to_string(i);
-      auto& m = def->messages[i];
-      if (!m.is_object()) {
-        fail(mpath, "expected a message {\"role\": ..., \"content\": ...}, " + got(m));
-        continue;
-      }
-      for (auto& [key, val] : m.items())
-        if (key != "role" && key != "content")
-          fail(mpath + "/" + escape_pointer(key),
-               "unknown key '" + key + "' (a message has 'role' and 'content')");
-      auto role = m.find("role");
-      if (role == m.end() || !role->is_string() || !contains(roles, role->get<std::string>()))
-        fail(mpath + "/role", "expected one of " + join(roles) + ", "
-                                + (role == m.end() ? std::string{"got nothing"} : got(*role)));
-      auto content = m.find("content");
-      if (content == m.end() || !content->is_string())
-        fail(mpath + "/content", "expected a string, "
-                                   + (content == m.end() ? std::string{"got nothing"}
-                                                         : got(*content)));
-      else
-        w.texts.emplace_back("/llm/messages/" + std::to_string(i) + "/content",
-                             &content->get_ref<const std::string&>());
-    }
+    for (size_t i = 0; i < def->messages.size(); ++i)
+      parse_message(w, def->messages[i], path + "/messages/" + std::to_string(i),
+                    "/llm/messages/" + std::to_string(i));
   }
   if (auto it = v.find("temperature"); it != v.end()) {
     auto t = non_negative_number(*it);
@@ -119,6 +99,98 @@ void graph_parser::parse_llm(step_work& w, const json& v, const std::string& pat
            "expected an object with a 'type' (\"json_object\" or \"json_schema\"), " + got(*it));
     else
       def->response_format = *it;
+  }
+  if (auto it = v.find("tools"); it != v.end()) {
+    if (!it->is_array() || it->empty()) {
+      fail(path + "/tools", "expected a non-empty array of tool names, " + got(*it));
+    } else {
+      for (size_t i = 0; i < it->size(); ++i) {
+        auto& t = (*it)[i];
+        auto tpath = path + "/tools/" + std::to_string(i);
+        if (!t.is_string() || !is_name(t.get<std::string>()))
+          fail(tpath, "expected a tool name (letters, digits, '_' and '-'), " + got(t));
+        else if (contains(def->tools, t.get<std::string>()))
+          fail(tpath, "tool '" + t.get<std::string>() + "' is listed twice");
+        else {
+          check_tool(t.get<std::string>(), tpath);
+          def->tools.push_back(t.get<std::string>());
+        }
+      }
+      def->max_turns = default_llm_turns;
+    }
+  }
+  if (auto it = v.find("max_turns"); it != v.end()) {
+    auto n = non_negative_integer(*it);
+    if (!v.contains("tools"))
+      fail(path + "/max_turns", "max_turns needs 'tools' (the turns of a tool-calling loop)");
+    else if (!n || *n < 1 || *n > static_cast<uint64_t>(max_llm_turns))
+      fail(path + "/max_turns", "expected an integer from 1 to " + std::to_string(max_llm_turns)
+                                  + ", " + got(*it));
+    else
+      def->max_turns = static_cast<int>(*n);
+  }
+}
+
+void graph_parser::parse_message(step_work& w, json& m, const std::string& mpath,
+                                 const std::string& rel) {
+  if (!m.is_object()) {
+    fail(mpath, "expected a message {\"role\": ..., \"content\": ...}, " + got(m));
+    return;
+  }
+  auto role = m.find("role");
+  if (role == m.end() || !role->is_string() || !contains(roles, role->get<std::string>())) {
+    fail(mpath + "/role", "expected one of " + join(roles) + ", "
+                            + (role == m.end() ? std::string{"got nothing"} : got(*role)));
+    return;
+  }
+  auto r = role->get<std::string>();
+  // An assistant's tool calls and the tool answers that follow them (a
+  // conversation given whole, or a tool-calling loop's turn).
+  std::vector<std::string> keys{"role", "content"};
+  if (r == "assistant")
+    keys.push_back("tool_calls");
+  if (r == "tool")
+    keys.push_back("tool_call_id");
+  for (auto& [key, val] : m.items())
+    if (!contains(keys, key))
+      fail(mpath + "/" + escape_pointer(key),
+           "unknown key '" + key + "' (a " + r + " message has " + join(keys) + ")");
+  auto content = m.find("content");
+  bool calls = m.contains("tool_calls");
+  if (content != m.end() && content->is_string())
+    w.texts.emplace_back(rel + "/content", &content->get_ref<const std::string&>());
+  else if (!(calls && (content == m.end() || content->is_null())))
+    fail(mpath + "/content",
+         "expected a string, "
+           + (content == m.end() ? std::string{"got nothing"} : got(*content)));
+  if (r == "tool") {
+    auto id = m.find("tool_call_id");
+    if (id == m.end() || !id->is_string())
+      fail(mpath + "/tool_call_id", "expected the id of the tool call answered, "
+                                      + (id == m.end() ? std::string{"got nothing"} : got(*id)));
+    else
+      w.texts.emplace_back(rel + "/tool_call_id", &id->get_ref<const std::string&>());
+  }
+  if (!calls)
+    return;
+  auto& list = m["tool_calls"];
+  if (!list.is_array() || list.empty()) {
+    fail(mpath + "/tool_calls", "expected a non-empty array of tool calls, " + got(list));
+    return;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    auto cpath = mpath + "/tool_calls/" + std::to_string(i);
+    auto& c = list[i];
+    auto fn = c.is_object() ? c.find("function") : json::iterator{};
+    if (!c.is_object() || !c.value("id", json{}).is_string() || fn == c.end()
+        || !fn->is_object() || !fn->value("name", json{}).is_string()
+        || !fn->value("arguments", json{}).is_string()) {
+      fail(cpath, "expected {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": ..., "
+                  "\"arguments\": \"JSON text\"}}, " + got(c));
+      continue;
+    }
+    w.texts.emplace_back(rel + "/tool_calls/" + std::to_string(i) + "/function/arguments",
+                         &(*fn)["arguments"].get_ref<const std::string&>());
   }
 }
 

@@ -160,6 +160,10 @@ private:
   /// `stdin`, `cwd`, `message`, `grace`, `cost`).
   void refuse_llm_fields(const step_work& w, const json& v);
 
+  /// Checks message `m` at `mpath` (`rel`: its path inside the step); its
+  /// strings that may hold references join `w.texts`.
+  void parse_message(step_work& w, json& m, const std::string& mpath, const std::string& rel);
+
   // -- loops (graph_parse_repeat.cpp) -------------------------------------------
 
   /// Reads a `graph` step's `repeat` object at `path` into `w.def.repeat`

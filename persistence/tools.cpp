@@ -7,6 +7,7 @@
 #include "persistence/json_text.hpp"
 #include "persistence/reference.hpp"
 #include "persistence/shell_argv.hpp"
+#include "persistence/value_schema.hpp"
 
 namespace canopy {
 
@@ -14,7 +15,7 @@ namespace {
 
 // -- constants -----------------------------------------------------------------
 
-constexpr const char* tool_keys = "argv, max_parallel, timeout, grace";
+constexpr const char* tool_keys = "argv, max_parallel, timeout, grace, description, parameters";
 
 
 // -- helpers -------------------------------------------------------------------
@@ -68,6 +69,10 @@ private:
         parse_timeout(def, val, kpath);
       else if (key == "grace")
         def.grace = detail::parse_grace_periods(val, kpath, errors_);
+      else if (key == "description")
+        parse_description(def, val, kpath);
+      else if (key == "parameters")
+        parse_parameters(def, val, kpath);
       else
         fail(kpath, "unknown key '" + key + "' (expected one of: " + tool_keys + ")");
     }
@@ -114,6 +119,31 @@ private:
       }
     }
     fail(path, "expected an integer >= 1, " + got(v));
+  }
+
+  void parse_description(tool_def& def, const json& v, const std::string& path) {
+    if (!v.is_string())
+      fail(path, "expected a string (what the tool does, for a model), " + got(v));
+    else
+      def.description = v.get<std::string>();
+  }
+
+  /// A model passes arguments as an object: the schema must say so.
+  void parse_parameters(tool_def& def, const json& v, const std::string& path) {
+    if (!is_name(def.name)) {
+      fail(path, "a tool a model may call needs a name of letters, digits, '_' and '-'");
+      return;
+    }
+    if (!v.is_object() || v.value("type", json{}) != "object") {
+      fail(path, "expected a JSON Schema of type \"object\" (a model passes its arguments "
+                 "as an object), " + got(v));
+      return;
+    }
+    auto bad = check_schema(v);
+    for (auto& e : bad)
+      fail(path + e.path, e.message);
+    if (bad.empty())
+      def.parameters = v;
   }
 
   std::optional<millis> duration(const json& v, const std::string& path) {

@@ -28,6 +28,12 @@ struct tool_def {
   std::optional<millis> timeout;
   /// Default grace periods (a step's own `grace` wins).
   std::optional<grace_periods> grace;
+  /// What the tool does, for a model that may call it (`llm` steps' `tools`).
+  std::string description;
+  /// The JSON Schema (persistence/value_schema.hpp) of the arguments a model
+  /// passes, each reaching the argv as `${with.KEY}`; null: none (a model
+  /// may call it only when it has one).
+  json parameters;
 };
 
 /// Tool name → definition.

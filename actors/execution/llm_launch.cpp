@@ -9,6 +9,7 @@
 
 #include "actors/execution/shell.hpp"
 #include "actors/messages.hpp"
+#include "persistence/conversation.hpp"
 
 namespace canopy {
 
@@ -64,6 +65,8 @@ void start_llm_call(execution_shell* self, fx::start_llm& e) {
   req.temperature = llm.temperature;
   req.max_tokens = llm.max_tokens;
   req.response_format = llm.response_format;
+  if (!llm.tools.empty())
+    req.tools = tool_specs(llm, st.svc->tools ? *st.svc->tools : tool_table{});
   bool want_json = !llm.response_format.is_null();
   auto text = std::make_shared<text_batch>(me, idx, attempt);
   auto call = std::make_shared<chat_call>(

@@ -146,7 +146,8 @@ struct child_launch {
 };
 
 /// The next iteration of a repeating `graph` step: its number (2, 3, ...)
-/// and the inputs its `carry` gives, over the step's `with`.
+/// and the inputs its `carry` gives, over the step's `with`; of an `llm`
+/// step's tool-calling loop: the turn and `{"messages": conversation}`.
 struct next_iteration {
   int32_t number = 0;
   json carry = json::object();
@@ -158,7 +159,8 @@ struct next_iteration {
 class step_resolver {
 public:
   virtual ~step_resolver() = default;
-  /// A `graph` step's child: its graph (inline or registered), inputs checked.
+  /// A `graph` step's child: its graph (inline or registered), inputs checked;
+  /// an `llm` loop's turn (persistence/conversation.hpp `turn_graph`).
   /// `next` null: the step's child (resumed when it has one; a repeating
   /// step's new child is iteration 1); else a new child, that iteration.
   virtual child_launch graph_child(const execution_machine& m, uint32_t idx,
@@ -403,6 +405,10 @@ private:
   /// `outputs` and step results `steps`: the step completes (`until` holds),
   /// ends at `max` (`on_max`), or starts the next iteration.
   void iteration_done(uint32_t idx, json outputs, const json& steps, int64_t now);
+  /// Turn `iteration(idx)` of `llm` step `idx`'s tool-calling loop completed
+  /// with `outputs`: the step completes when the model asked for no tool,
+  /// fails at `max_turns`, or starts the next turn.
+  void turn_done(uint32_t idx, json outputs, int64_t now);
 
   void planned(uint32_t idx, json result, const std::string& error, int64_t now);
   void start_planner(uint32_t idx, int64_t now);

@@ -185,7 +185,7 @@ void execution_machine::child_settled(uint32_t idx, execution_status status, jso
     return;
   if (phase_ >= exec_phase::halting) {
     s.phase = step_phase::halted; // stopped with us: the snapshot resets it
-  } else if (status == execution_status::completed && def.repeat) {
+  } else if (status == execution_status::completed && is_loop(def)) {
     iteration_done(idx, std::move(outputs), steps, now);
   } else if (status == execution_status::completed) {
     complete_step(idx, child_result(def, std::move(outputs)), now);

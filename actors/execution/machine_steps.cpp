@@ -149,7 +149,10 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
       start_wait(idx, now);
       break;
     case step_kind::llm:
-      start_llm(idx, now);
+      if (is_loop(def)) // a tool-calling loop: one child per turn
+        spawn_child(idx, resolver_->graph_child(*this, idx, nullptr), 0, now);
+      else
+        start_llm(idx, now);
       break;
     case step_kind::agent: {
       auto c = resolver_->agent_step(*this, idx);
@@ -314,7 +317,7 @@ bool execution_machine::spawn_child(uint32_t idx, child_launch c, uint64_t turn,
   // A repeating step already running a child moves on to its next iteration.
   bool next = s.phase == step_phase::running_child;
   s.child_id = c.record.id;
-  if (def.repeat) {
+  if (is_loop(def)) {
     if (!iterations_)
       iterations_ = std::make_unique<std::map<uint32_t, int32_t>>();
     (*iterations_)[idx] = std::max(c.record.iteration, 1);
@@ -331,7 +334,7 @@ bool execution_machine::spawn_child(uint32_t idx, child_launch c, uint64_t turn,
   if (turn == 0 && c.queued.empty() && c.record.status == execution_status::completed) {
     // The child completed before this step took its result (we stopped or
     // died in between): its result is adopted, it does not run again.
-    if (def.repeat)
+    if (is_loop(def))
       iteration_done(idx, std::move(c.record.outputs), iteration_results(c.steps), now);
     else
       complete_step(idx, child_result(def, std::move(c.record.outputs)), now);

@@ -7,6 +7,7 @@
 #include "actors/agent_actor.hpp"
 #include "actors/execution/shell.hpp"
 #include "actors/messages.hpp"
+#include "persistence/conversation.hpp"
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
 
@@ -123,6 +124,39 @@ std::string errors_text(const std::vector<graph_error>& errors) {
   return msg;
 }
 
+/// A turn of `llm` step `idx`'s tool-calling loop: the stored current one
+/// (`next` null, resumed), else a new one over the conversation: the step's
+/// own messages (turn 1, references resolved) or `next`'s.
+child_launch turn_of(const execution_services& svc, const execution_machine& m, uint32_t idx,
+                     const next_iteration* next) {
+  auto& def = m.graph_def().steps[idx];
+  if (next == nullptr)
+    if (auto g = stored_graph_of(svc, m, m.step(idx).child_id))
+      return make_child(svc, m, idx, std::move(g), json::object(), {}, m.record().node, 1);
+  json history;
+  if (next != nullptr) {
+    history = next->carry.value("messages", json::array());
+  } else {
+    reference_scope scope{&m.record().inputs, &m.results(), nullptr};
+    auto messages = resolve(def.llm->messages, scope);
+    if (!messages)
+      return failure(message_of(messages.error()));
+    // A content that was one reference to a non-string value goes as its JSON text.
+    for (auto& msg : *messages)
+      if (auto c = msg.find("content"); c != msg.end() && !c->is_string() && !c->is_null())
+        *c = c->dump();
+    history = std::move(*messages);
+  }
+  static const tool_table no_tools;
+  auto doc = turn_graph(def, svc.tools ? *svc.tools : no_tools, history);
+  auto parsed = parse_graph(doc, m.graph_def().base_dir, child_parse_options(svc, m));
+  if (!parsed)
+    return failure("turn " + std::to_string(next ? next->number : 1)
+                   + " is not a valid graph:" + errors_text(parsed.errors));
+  return make_child(svc, m, idx, parsed.value, json::object(), {}, m.record().node,
+                    next ? next->number : 1);
+}
+
 } // namespace
 
 // -- resolver ---------------------------------------------------------------------------
@@ -131,6 +165,8 @@ child_launch shell_resolver::graph_child(const execution_machine& m, uint32_t id
                                          const next_iteration* next) {
   auto& svc = *self_->state.svc;
   auto& def = m.graph_def().steps[idx];
+  if (def.kind == step_kind::llm)
+    return turn_of(svc, m, idx, next);
   auto g = def.child;
   if (!g) {
     // A registered graph named by the step: on resume the child's stored

@@ -39,6 +39,8 @@ json request_body(const chat_request& r) {
     body["max_tokens"] = *r.max_tokens;
   if (!r.response_format.is_null())
     body["response_format"] = r.response_format;
+  if (r.tools.is_array() && !r.tools.empty())
+    body["tools"] = r.tools;
   return body;
 }
 

@@ -27,6 +27,8 @@ struct chat_request {
   std::optional<double> temperature;
   std::optional<int64_t> max_tokens;
   json response_format; ///< null: none
+  /// `[{"type": "function", "function": {...}}]` offered to the model; empty: none.
+  json tools = json::array();
   bool stream = true;
 };
 

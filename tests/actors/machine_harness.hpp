@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "actors/execution/machine.hpp"
+#include "persistence/conversation.hpp"
 
 namespace canopy::test {
 
@@ -43,7 +44,13 @@ public:
                            const next_iteration* next) override {
     if (next != nullptr)
       carried.push_back(next->carry);
-    return child(m, idx, m.graph_def().steps[idx].child, next);
+    auto& def = m.graph_def().steps[idx];
+    if (def.kind == step_kind::llm) {
+      // A turn of a tool-calling loop, over tool `t` (no parameters).
+      auto history = next != nullptr ? next->carry["messages"] : def.llm->messages;
+      return child(m, idx, graph_of(turn_graph(def, tool_table{}, history)), next);
+    }
+    return child(m, idx, def.child, next);
   }
   child_launch stored_plan(const execution_machine&, uint32_t) override { return {}; }
   child_launch planned_child(const execution_machine& m, uint32_t idx, json result) override {
@@ -87,8 +94,8 @@ public:
     auto known = iterations.find(out.record.id);
     out.record.iteration = next != nullptr                     ? next->number
                            : known != iterations.end()         ? known->second
-                           : m.graph_def().steps[idx].repeat ? 1
-                                                              : 0;
+                           : is_loop(m.graph_def().steps[idx]) ? 1
+                                                                : 0;
     iterations[out.record.id] = out.record.iteration;
     out.record.parent_id = m.record().id;
     out.record.root_id = m.record().root_id;

@@ -125,3 +125,140 @@ TEST_CASE("an llm step whose provider is not configured fails naming the configu
   CHECK(other.step("draft").error
         == "provider 'default' is not configured on this node (configured: local)");
 }
+
+// -- tool-calling loops ----------------------------------------------------------------
+
+namespace {
+
+json agent_graph(int max_turns) {
+  return {{"steps",
+           {{"ask",
+             {{"timeout", "30s"},
+              {"llm",
+               {{"model", "m"},
+                {"messages", {{{"role", "user"}, {"content", "find x"}}}},
+                {"tools", {"t"}},
+                {"max_turns", max_turns}}}}}}}};
+}
+
+/// The outputs of a turn whose model answered `content`, asking for `calls`.
+json turn_outputs(const json& sent, const std::string& content, json calls) {
+  return {{"sent", sent},
+          {"reply",
+           {{"content", content}, {"tool_calls", std::move(calls)}, {"model", "m"},
+            {"usage", {{"prompt_tokens", 10}, {"completion_tokens", 2}}}}}};
+}
+
+} // namespace
+
+TEST_CASE("an llm step with tools runs each turn as a child: the tools the model asked for, "
+          "then the model again, until it answers without tools",
+          "[actors][machine][llm]") {
+  machine_fixture f{agent_graph(4)};
+  f.m->start(++f.now);
+  auto first_turn = f.settle(f.fx());
+  auto turn1 = first<fx::spawn_child>(first_turn);
+  REQUIRE(turn1);
+  CHECK(turn1->record.iteration == 1);
+  // Turn 1 is the model call alone, with the step's messages and tools.
+  REQUIRE(turn1->graph->steps.size() == 1);
+  auto& model1 = turn1->graph->steps[0];
+  CHECK(model1.id == "model");
+  CHECK(model1.llm->max_turns == 1);
+  CHECK(model1.llm->tools == std::vector<std::string>{"t"});
+  CHECK(model1.timeout == millis{30000});
+  CHECK(f.step("ask").phase == step_phase::running_child);
+
+  json sent1 = {{{"role", "user"}, {"content", "find x"}}};
+  auto calls = json::array({{{"id", "c1"}, {"name", "t"}, {"arguments", {{"q", "x ${HOME}"}}}}});
+  f.m->child_settled(f.idx("ask"), execution_status::completed,
+                     turn_outputs(sent1, "", calls), {}, {}, ++f.now, 0, json::object());
+  auto second_turn = f.settle(f.fx());
+  auto turn2 = first<fx::spawn_child>(second_turn);
+  REQUIRE(turn2);
+  CHECK(turn2->record.iteration == 2);
+  CHECK(f.m->iteration(f.idx("ask")) == 2);
+  // The conversation carried: the user's message, then the assistant's call.
+  REQUIRE(f.resolver.carried.size() == 1);
+  auto& history = f.resolver.carried[0]["messages"];
+  REQUIRE(history.size() == 2);
+  CHECK(history[1]["role"] == "assistant");
+  CHECK(history[1]["content"].is_null());
+  CHECK(history[1]["tool_calls"][0]["function"]["arguments"] == R"({"q":"x ${HOME}"})");
+  // Turn 2 runs the call as a tool step, then the model, which needs it.
+  auto* call = turn2->graph->find("t_1");
+  REQUIRE(call);
+  CHECK(call->kind == step_kind::tool);
+  CHECK(call->with["q"] == "x $${HOME}"); // the model's text is never a reference
+  auto* model2 = turn2->graph->find("model");
+  REQUIRE(model2);
+  CHECK(model2->needs == std::vector<std::string>{"t_1"});
+  auto& tool_msg = model2->llm->messages.back();
+  CHECK(tool_msg["role"] == "tool");
+  CHECK(tool_msg["tool_call_id"] == "c1");
+  CHECK(tool_msg["content"] == "${steps.t_1.stdout}");
+
+  auto sent2 = history;
+  sent2.push_back({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "x is 42"}});
+  f.m->child_settled(f.idx("ask"), execution_status::completed,
+                     turn_outputs(sent2, "x is 42.", json::array()), {}, {}, ++f.now, 0,
+                     json::object());
+  f.settle(f.fx());
+  CHECK(f.step("ask").phase == step_phase::completed);
+  auto& result = f.step("ask").result;
+  CHECK(result["content"] == "x is 42.");
+  CHECK(result["turns"] == 2);
+  REQUIRE(result["messages"].size() == 4);
+  CHECK(result["messages"][3] == json{{"role", "assistant"}, {"content", "x is 42."}});
+  CHECK(f.m->phase() == exec_phase::done);
+}
+
+TEST_CASE("a tool-calling loop whose model still asks for tools at max_turns fails with "
+          "max_iterations and is not retried",
+          "[actors][machine][llm]") {
+  auto doc = agent_graph(2);
+  doc["steps"]["ask"]["retries"] = 3;
+  machine_fixture f{doc};
+  f.m->start(++f.now);
+  f.settle(f.fx());
+  auto calls = json::array({{{"id", "c1"}, {"name", "t"}, {"arguments", json::object()}}});
+  json sent = {{{"role", "user"}, {"content", "find x"}}};
+  for (int turn = 1; turn <= 2; ++turn) {
+    f.m->child_settled(f.idx("ask"), execution_status::completed,
+                       turn_outputs(sent, "", calls), {}, {}, ++f.now, 0, json::object());
+    f.settle(f.fx());
+  }
+  CHECK(f.step("ask").phase == step_phase::failed);
+  CHECK(f.step("ask").reason == step_reason::max_iterations);
+  CHECK(f.step("ask").attempt == 1);
+  CHECK(f.step("ask").error.dump().find("after 2 turns") != std::string::npos);
+}
+
+TEST_CASE("a resumed tool-calling loop adopts its completed turn and starts the next one "
+          "without calling the model again",
+          "[actors][machine][llm]") {
+  // Stored: the step ran turn 1 (child-9), which completed before the stop.
+  step_record ask;
+  ask.execution_id = "e1";
+  ask.step = "ask";
+  ask.status = step_status::pending;
+  ask.reason = "interrupted";
+  ask.attempt = 1;
+  ask.child_id = "child-9";
+  machine_fixture f{agent_graph(4), false, {ask}};
+  execution_record turn1;
+  turn1.id = "child-9";
+  turn1.status = execution_status::completed;
+  turn1.iteration = 1;
+  turn1.outputs = turn_outputs({{{"role", "user"}, {"content", "find x"}}}, "",
+                               json::array({{{"id", "c1"}, {"name", "t"}, {"arguments", "{}"}}}));
+  f.resolver.stored_children["child-9"] = turn1;
+  f.m->start(++f.now);
+  auto seen = f.settle(f.fx());
+  auto next = first<fx::spawn_child>(seen);
+  REQUIRE(next);
+  CHECK(next->record.iteration == 2);
+  CHECK(next->record.id != "child-9");
+  CHECK(next->graph->find("t_1") != nullptr);
+  CHECK(!first<fx::start_llm>(seen));
+}
