@@ -94,3 +94,84 @@ TEST_CASE("an llm step is rejected at the path of what is wrong", "[persistence]
   CHECK(rejected_at(draft_with(json::object(), {{"cost", 1}}), "/steps/draft/cost",
                     "its cost is its tokens"));
 }
+
+// -- tools ---------------------------------------------------------------------------
+
+namespace {
+
+/// `draft_with(patch)` parsed on a node whose tools are `search` and `read_url`.
+parse_result with_tools(const json& patch, json step_patch = json::object()) {
+  parse_options opts;
+  opts.tools = {"search", "read_url"};
+  return parse_graph(draft_with(patch, std::move(step_patch)), "/tmp", opts);
+}
+
+bool tools_rejected_at(const json& patch, const std::string& path, const std::string& part) {
+  auto result = with_tools(patch);
+  INFO(render(result.errors));
+  CHECK_FALSE(result);
+  for (auto& e : result.errors)
+    if (e.path == path && e.message.find(part) != std::string::npos)
+      return true;
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("an llm step with tools is a tool-calling loop of max_turns, 8 unless given",
+          "[persistence][graph][llm]") {
+  auto loop = with_tools({{"tools", {"search", "read_url"}}});
+  INFO(render(loop.errors));
+  REQUIRE(loop);
+  auto* draft = loop.value->find("draft");
+  CHECK(draft->llm->tools == std::vector<std::string>{"search", "read_url"});
+  CHECK(draft->llm->max_turns == default_llm_turns);
+  CHECK(is_loop(*draft));
+  auto once = with_tools({{"tools", {"search"}}, {"max_turns", 1}});
+  REQUIRE(once);
+  CHECK(once.value->find("draft")->llm->max_turns == 1);
+  CHECK_FALSE(is_loop(*once.value->find("draft"))); // one call: its tool calls are returned
+  auto plain = with_tools(json::object());
+  CHECK_FALSE(is_loop(*plain.value->find("draft")));
+
+  // Stored and loaded back the same.
+  auto loaded = load_stored_graph(loop.value->document, "/tmp", {}, {});
+  REQUIRE(loaded);
+  CHECK(loaded.value->find("draft")->llm->tools == draft->llm->tools);
+  CHECK(loaded.value->find("draft")->llm->max_turns == default_llm_turns);
+}
+
+TEST_CASE("an llm step's tools and conversation messages are rejected at their paths",
+          "[persistence][graph][llm]") {
+  CHECK(tools_rejected_at({{"tools", {"serch"}}}, "/steps/draft/llm/tools/0",
+                          "did you mean 'search'"));
+  CHECK(tools_rejected_at({{"tools", json::array()}}, "/steps/draft/llm/tools",
+                          "expected a non-empty array"));
+  CHECK(tools_rejected_at({{"tools", {"search", "search"}}}, "/steps/draft/llm/tools/1",
+                          "listed twice"));
+  CHECK(tools_rejected_at({{"max_turns", 3}}, "/steps/draft/llm/max_turns", "needs 'tools'"));
+  CHECK(tools_rejected_at({{"tools", {"search"}}, {"max_turns", 101}},
+                          "/steps/draft/llm/max_turns", "expected an integer from 1 to 100"));
+  CHECK(tools_rejected_at({{"messages", {{{"role", "tool"}, {"content", "x"}}}}},
+                          "/steps/draft/llm/messages/0/tool_call_id", "expected the id"));
+  CHECK(tools_rejected_at({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", 1}}}}},
+                          "/steps/draft/llm/messages/0/tool_calls", "unknown key"));
+  CHECK(tools_rejected_at(
+    {{"messages", {{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {{{"id", "c"}}}}}}}},
+    "/steps/draft/llm/messages/0/tool_calls/0", "\"arguments\": \"JSON text\""));
+  // An assistant's call and the tool's answer, given whole, parse; their
+  // references are checked like any other.
+  auto given = with_tools({{"messages",
+                            {{{"role", "user"}, {"content", "q"}},
+                             {{"role", "assistant"}, {"content", nullptr},
+                              {"tool_calls", {{{"id", "c1"}, {"type", "function"},
+                                               {"function", {{"name", "search"},
+                                                             {"arguments", "{}"}}}}}}},
+                             {{"role", "tool"}, {"tool_call_id", "c1"},
+                              {"content", "${steps.intro.topic}"}}}}});
+  INFO(render(given.errors));
+  CHECK(given);
+  CHECK(tools_rejected_at({{"messages", {{{"role", "tool"}, {"tool_call_id", "c1"},
+                                          {"content", "${steps.nope}"}}}}},
+                          "/steps/draft/llm/messages/0/content", "unknown step 'nope'"));
+}

@@ -123,6 +123,14 @@ TEST_CASE("bad tools are rejected at their exact path", "[persistence][tools]") 
      "only step references take a path"},
     {R"({"w": {"argv": ["x"], "max_parallel": 0}})", "/tools/w/max_parallel",
      "expected an integer >= 1, got 0"},
+    {R"({"w": {"argv": ["x"], "description": 3}})", "/tools/w/description",
+     "expected a string"},
+    {R"({"w": {"argv": ["x"], "parameters": {"type": "string"}}})", "/tools/w/parameters",
+     "expected a JSON Schema of type \"object\""},
+    {R"({"w": {"argv": ["x"], "parameters": {"type": "object", "properties": {"q": {"type": "string", "pattern": "a+"}}}}})",
+     "/tools/w/parameters/properties/q/pattern", "pattern"},
+    {R"({"w w": {"argv": ["x"], "parameters": {"type": "object"}}})", "/tools/w w/parameters",
+     "needs a name of letters"},
     {R"({"w": {"argv": ["x"], "max_parallel": -2}})", "/tools/w/max_parallel", "got -2"},
     {R"({"w": {"argv": ["x"], "max_parallel": 1.5}})", "/tools/w/max_parallel", "got 1.5"},
     {R"({"w": {"argv": ["x"], "max_parallel": "2"}})", "/tools/w/max_parallel", "got string"},
@@ -177,4 +185,17 @@ TEST_CASE("the path prefix is the one given", "[persistence][tools]") {
   parse_tools(json::parse(R"({"w": {"argv": ["x"], "timeout": "x"}})"), "/worker/tools", errors);
   REQUIRE(errors.size() == 1);
   CHECK(errors[0].path == "/worker/tools/w/timeout");
+}
+
+TEST_CASE("a tool a model may call keeps its description and parameters", "[persistence][tools]") {
+  std::vector<graph_error> errors;
+  auto table = parse_tools(json::parse(R"({"search": {"argv": ["search", "${with.q}"],
+      "description": "Searches the web.",
+      "parameters": {"type": "object", "required": ["q"],
+                     "properties": {"q": {"type": "string"}}}}})"),
+                           "/tools", errors);
+  REQUIRE(errors.empty());
+  auto& t = table.at("search");
+  CHECK(t.description == "Searches the web.");
+  CHECK(t.parameters["required"] == json{"q"});
 }
