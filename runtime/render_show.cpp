@@ -223,7 +223,9 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
     auto c = kids_by_step.find(name);
     bool looped = c != kids_by_step.end() && iteration_of(*c->second.back()) > 0;
     if (looped) {
-      row.extra += "  iteration " + std::to_string(iteration_of(*c->second.back()));
+      // An llm step's tool-calling loop counts turns.
+      row.extra += (text_of(s, "kind") == "llm" ? "  turn " : "  iteration ")
+                   + std::to_string(iteration_of(*c->second.back()));
     } else if (c != kids_by_step.end()) {
       auto& child = *c->second.back();
       row.extra += "  → " + text_of(child, "graph") + " " + text_of(child, "id") + " "

@@ -249,3 +249,39 @@ TEST_CASE("a model's call with arguments that do not fit the tool's parameters r
   CHECK_THAT(msgs.back()["content"].get<std::string>(),
              Catch::Contains("there is no tool 'rm_rf' (the tools are lookup)"));
 }
+
+TEST_CASE("a tool call that fails fails its turn, and the step's retry resumes that turn, "
+          "not the turns before it",
+          "[integration][cli][llm][loops]") {
+  temp_dir home;
+  auto tally = home.path + "/tally";
+  auto once = home.path + "/once";
+  fake_llm llm{json::array(
+    {{{"tool_calls", {lookup("c1", "a")}}},
+     {{"tool_calls", {{{"id", "c2"}, {"name", "flaky"}, {"arguments", json::object()}}}}},
+     {{"content", "done"}}})};
+  auto base = json::parse(file_text(config_for(home, llm, tally)));
+  base["tools"]["flaky"] = {
+    {"argv",
+     {"/bin/sh", "-c", "if [ -e '" + once + "' ]; then echo fine; else touch '" + once
+                         + "'; exit 3; fi"}}};
+  auto config = home.write("flaky.json", base.dump());
+  auto graph = home.write("flaky_graph.json", R"({"name": "flaky", "steps": {"ask": {
+      "retries": 1, "retry_delay": "10ms",
+      "llm": {"model": "m", "tools": ["flaky", "lookup"],
+              "messages": [{"role": "user", "content": "go"}]}}}})");
+  auto r = run_canopy(home.path, {"run", graph, "--config", config, "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto doc = show_doc(home.path, r.out_json()["id"].get<std::string>());
+  CHECK(doc["steps"]["ask"]["attempt"] == 2);
+  CHECK(doc["steps"]["ask"]["result"]["content"] == "done");
+  CHECK(file_text(tally) == "a\n"); // turn 2's call ran once
+  CHECK(llm.events("request").size() == 3);
+  for (auto& c : doc["children"]) {
+    if (c["iteration"] == 2)
+      CHECK(c["steps"]["lookup_1"]["attempt"] == 1);
+    if (c["iteration"] == 3)
+      CHECK(c["steps"]["flaky_1"]["attempt"] == 2);
+  }
+}
