@@ -64,9 +64,16 @@ TEST_CASE("/metrics exposes every metric family and its values move after a run 
   REQUIRE(stop.status == 200);
   REQUIRE(stop.body["stop"]["result"] == "stopped");
 
-  auto after = request(anon, "GET", "/metrics");
-  REQUIRE(after.status == 200);
-  auto m1 = samples(after.text);
+  // The counters follow the event stream, which may deliver the stop's
+  // events just after its answer: read until the stop is counted.
+  decltype(samples(std::string{})) m1;
+  REQUIRE(eventually([&] {
+    auto after = request(anon, "GET", "/metrics");
+    REQUIRE(after.status == 200);
+    m1 = samples(after.text);
+    return sample(m1, "canopy_stop_latency_seconds_count")
+           == sample(m0, "canopy_stop_latency_seconds_count") + 1;
+  }));
   CHECK(sample(m1, "canopy_executions{status=\"completed\"}")
         == sample(m0, "canopy_executions{status=\"completed\"}") + 1);
   CHECK(sample(m1, "canopy_executions{status=\"stopped\"}")

@@ -96,9 +96,18 @@ json interrupted_script() {
   return script;
 }
 
-/// Checks a run of the loop that was interrupted during turn 3's model call
-/// (request 3) and resumed: turns 3 to 5 asked once more each, nothing else.
-void check_resumed(const fake_llm& llm, const std::string& tally) {
+/// Resumes `id`, which was interrupted during turn 3's model call (request
+/// 3), and checks the run: the answer an uninterrupted run gives, turns 3 to
+/// 5 asked once more each, nothing else.
+void resume_and_check(const std::string& home, const std::string& id, const std::string& config,
+                      const fake_llm& llm, const std::string& tally) {
+  auto resumed = run_canopy(home, {"resume", id, "--config", config, "--json"});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  auto doc = show_doc(home, id);
+  CHECK(doc["status"] == "completed");
+  CHECK(doc["outputs"]["answer"] == "a, b, c, d and e are known");
+  CHECK(doc["outputs"]["turns"] == 5);
   auto requests = llm.events("request");
   REQUIRE(requests.size() == 6);
   // Request 4 is turn 3 again: it carries the answers of turns 1 and 2, and
@@ -187,15 +196,7 @@ TEST_CASE("a tool-calling loop stopped at turn 3 of 5 resumes at turn 3: no comp
   CHECK(stopped["status"] == "stopped");
   CHECK(stopped["steps"]["research"]["status"] == "pending");
   REQUIRE(eventually([&] { return !llm.events("disconnected").empty(); }, 10s));
-
-  auto resumed = run_canopy(home.path, {"resume", id, "--config", config, "--json"});
-  INFO(resumed.out << resumed.err);
-  REQUIRE(resumed.exit_code == 0);
-  auto doc = show_doc(home.path, id);
-  CHECK(doc["status"] == "completed");
-  CHECK(doc["outputs"]["answer"] == "a, b, c, d and e are known");
-  CHECK(doc["outputs"]["turns"] == 5);
-  check_resumed(llm, tally);
+  resume_and_check(home.path, id, config, llm, tally);
 }
 
 TEST_CASE("a tool-calling loop whose process is killed at turn 3 of 5 resumes at turn 3",
@@ -216,13 +217,7 @@ TEST_CASE("a tool-calling loop whose process is killed at turn 3 of 5 resumes at
   auto ls = run_canopy(home.path, {"ls", "--json"});
   REQUIRE(ls.exit_code == 0);
   auto id = ls.out_json()[0]["id"].get<std::string>();
-  auto resumed = run_canopy(home.path, {"resume", id, "--config", config, "--json"});
-  INFO(resumed.out << resumed.err);
-  REQUIRE(resumed.exit_code == 0);
-  auto doc = show_doc(home.path, id);
-  CHECK(doc["status"] == "completed");
-  CHECK(doc["outputs"]["answer"] == "a, b, c, d and e are known");
-  check_resumed(llm, tally);
+  resume_and_check(home.path, id, config, llm, tally);
 }
 
 TEST_CASE("a model's call with arguments that do not fit the tool's parameters runs nothing, "
@@ -284,4 +279,22 @@ TEST_CASE("a tool call that fails fails its turn, and the step's retry resumes t
     if (c["iteration"] == 3)
       CHECK(c["steps"]["flaky_1"]["attempt"] == 2);
   }
+}
+
+TEST_CASE("the research_agent example runs offline against the provider double with one "
+          "command",
+          "[integration][cli][llm][examples]") {
+  temp_dir home;
+  auto r = run_command({"sh", source_dir() + "/examples/research_agent/run.sh",
+                        canopy_binary(), home.path + "/home"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"title\": \"Durable, supervised agents\""));
+  CHECK_THAT(r.out, Catch::Contains("\"check_turns\": 3"));
+  // The fact check's tools ran on the real sources.
+  auto ls = run_canopy(home.path + "/home", {"ls", "--json"});
+  REQUIRE(ls.exit_code == 0);
+  auto id = ls.out_json()[0]["id"].get<std::string>();
+  auto logs = run_canopy(home.path + "/home", {"logs", id, "fact_check#3/read_1"});
+  CHECK_THAT(logs.out, Catch::Contains("Erlang/OTP supervisors restart children"));
 }
