@@ -140,6 +140,12 @@ std::optional<limit_scope::refusal> limit_scope::charge(double cost) {
   return std::nullopt;
 }
 
+void limit_scope::settle(double delta) {
+  std::lock_guard<std::mutex> guard{*mtx_};
+  for (auto s = this; s != nullptr; s = s->parent_.get())
+    s->used_.spent = std::max(0.0, s->used_.spent + delta);
+}
+
 int limit_scope::max_depth() const {
   int out = default_max_depth;
   for (auto s = this; s != nullptr; s = s->parent_.get())

@@ -134,6 +134,11 @@ public:
   /// nothing when any of them would pass its limit.
   std::optional<refusal> charge(double cost);
 
+  /// Corrects what a charge spent by `delta` (a model call settling its
+  /// reservation to what it cost; negative gives back), in this scope and
+  /// all enclosing ones. Never refused: the call already happened.
+  void settle(double delta);
+
   /// @returns the deepest depth allowed by this scope and enclosing ones.
   int max_depth() const;
 

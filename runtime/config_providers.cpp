@@ -21,7 +21,7 @@ namespace canopy {
 
 namespace {
 
-constexpr const char* provider_keys = "base_url, api_key_env, api_key_file, max_retries";
+constexpr const char* provider_keys = "base_url, api_key_env, api_key_file, max_retries, price";
 
 /// The host of `origin` (`http://HOST:PORT`, `http://[V6]:PORT`), unbracketed.
 std::string host_of(const std::string& origin) {
@@ -98,6 +98,17 @@ std::map<std::string, chat_provider> parse_providers(const json& v, const std::s
           ok = false;
         } else {
           p.max_retries = static_cast<int>(n);
+        }
+      } else if (key == "price") {
+        // Per million tokens, in the unit of the graphs' `budget`.
+        auto number = [](const json& x) { return x.is_number() && x.get<double>() >= 0; };
+        if (!val.is_object() || val.size() != 2 || !val.contains("input")
+            || !val.contains("output") || !number(val["input"]) || !number(val["output"])) {
+          fail(kpath, "expected {\"input\": N, \"output\": N} (non-negative prices per million "
+                      "tokens), " + got(val));
+          ok = false;
+        } else {
+          p.price = token_price{val["input"].get<double>(), val["output"].get<double>()};
         }
       } else {
         fail(kpath, "unknown key '" + key + "' (a provider has: " + provider_keys + ")");

@@ -140,6 +140,25 @@ struct show_row {
   bool note = false; ///< a line of text under a step: `tree` is all of it
 };
 
+/// `  · 50 tokens · spent 0.005` for a model call's result with a usage
+/// (and a price), else "".
+std::string model_usage(const nlohmann::json& step) {
+  auto r = step.find("result");
+  if (r == step.end() || !r->is_object())
+    return {};
+  auto u = r->find("usage");
+  if (u == r->end() || !u->is_object())
+    return {};
+  auto tokens = u->value("prompt_tokens", int64_t{0}) + u->value("completion_tokens", int64_t{0});
+  std::string out = "  · " + std::to_string(tokens) + " tokens";
+  if (auto spend = r->find("spend"); spend != r->end() && spend->is_number()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", spend->get<double>());
+    out += std::string{" · spent "} + buf;
+  }
+  return out;
+}
+
 /// A repeating step shows at most this many iterations (the newest).
 constexpr size_t shown_iterations = 10;
 
@@ -220,6 +239,7 @@ void collect_rows(const nlohmann::json& doc, const std::string& indent, int64_t 
     }
     if (auto error = text_of(s, "error"); !error.empty())
       row.extra += "  error: " + error;
+    row.extra += model_usage(s);
     auto c = kids_by_step.find(name);
     bool looped = c != kids_by_step.end() && iteration_of(*c->second.back()) > 0;
     if (looped) {

@@ -187,6 +187,14 @@ public:
   /// so a wide layer's records are committed while its later steps start.
   static constexpr size_t pump_chunk = 256;
 
+  /// An `llm` step's attempt about to start: its resolved messages and what
+  /// it reserves of the budget, or why it cannot start.
+  struct llm_start {
+    std::string error;
+    json messages;
+    double reserved = 0;
+  };
+
   /// Per-step state: phase, reason and what the step holds, compactly.
   struct step_state {
     step_phase phase = step_phase::idle;
@@ -395,7 +403,13 @@ private:
   void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now,
                     step_reason why = step_reason::none);
   /// Starts step `idx`'s model call (machine_llm.cpp).
-  void start_llm(uint32_t idx, int64_t now);
+  void start_llm(uint32_t idx, llm_start call, int64_t now);
+  /// What an `llm` step's attempt needs before it is charged: the resolved
+  /// messages and what it reserves, or why it cannot start (machine_llm.cpp).
+  llm_start prepare_llm(uint32_t idx) const;
+  /// Settles the reservation of `llm` step `idx`'s attempt, which completed
+  /// with `result`, to what its usage cost; adds `spend` to the result.
+  void settle_llm(uint32_t idx, json& result);
   /// Arms step `idx`'s wait (machine_waits.cpp).
   void start_wait(uint32_t idx, int64_t now);
   /// Tells the desk that step `idx` no longer waits, if it did.
@@ -458,6 +472,9 @@ private:
   /// The current iteration of repeating steps (allocated when the first
   /// child of one is spawned).
   std::unique_ptr<std::map<uint32_t, int32_t>> iterations_;
+  /// What the running attempt of priced `llm` steps reserved (allocated by
+  /// the first).
+  std::unique_ptr<std::map<uint32_t, double>> reserved_;
   size_t durable_completed_ = 0; ///< completed or skipped, and committed
   uint32_t skipped_ = 0;         ///< steps skipped so far (stored ones too)
   uint32_t next_ticket_ = 1;

@@ -17,6 +17,8 @@ void execution_machine::step_done(uint32_t idx, int32_t attempt, json result,
   auto p = steps_[idx].phase;
   if (p != step_phase::running_fn && p != step_phase::running_runner)
     return; // timed out or abandoned: its late result is ignored
+  if (g_->steps[idx].kind == step_kind::llm && error.empty())
+    settle_llm(idx, result);
   release_slots(idx);
   if (phase_ >= exec_phase::halting) {
     steps_[idx].phase = step_phase::halted;

@@ -3,6 +3,12 @@
 // (`fx::start_llm`) like a pooled function: `running` until its `done`, its
 // text streaming in as output lines, a stop or a timeout cancelling it
 // (`set_fn_stop`), which closes its connection to the provider at once.
+//
+// A provider with a `price` makes tokens cost: an attempt reserves what it
+// may spend (estimated prompt tokens in, `max_tokens` out) with the step's
+// charge, under the tree's `budget`, and settles to the reported `usage`
+// when it completes. An attempt that ends without a usage (stopped, failed,
+// timed out) keeps its reservation.
 
 #include "actors/execution/machine.hpp"
 
@@ -10,35 +16,75 @@
 
 namespace canopy {
 
-void execution_machine::start_llm(uint32_t idx, int64_t now) {
-  auto& def = g_->steps[idx];
-  auto& s = steps_[idx];
-  auto& llm = *def.llm;
+execution_machine::llm_start execution_machine::prepare_llm(uint32_t idx) const {
+  auto& llm = *g_->steps[idx].llm;
+  llm_start out;
   if (!env_->providers || env_->providers->count(llm.provider) == 0) {
     std::string known;
     if (env_->providers)
       for (auto& kv : *env_->providers)
         known += (known.empty() ? "" : ", ") + kv.first;
-    return fail_attempt(idx,
-                        "provider '" + llm.provider + "' is not configured on this node ("
-                          + (known.empty() ? std::string{"it has no providers: see the node "
-                                                         "config's 'providers'"}
-                                           : "configured: " + known)
-                          + ")",
-                        nullptr, now);
+    out.error = "provider '" + llm.provider + "' is not configured on this node ("
+                + (known.empty() ? std::string{"it has no providers: see the node "
+                                               "config's 'providers'"}
+                                 : "configured: " + known)
+                + ")";
+    return out;
   }
   reference_scope scope{&rec_.inputs, this, nullptr};
   auto messages = resolve(llm.messages, scope);
-  if (!messages)
-    return fail_attempt(idx, message_of(messages.error()), nullptr, now);
+  if (!messages) {
+    out.error = message_of(messages.error());
+    return out;
+  }
   // A content that was one reference to a non-string value goes as its JSON text.
   for (auto& m : *messages)
-    if (auto c = m.find("content"); c != m.end() && !c->is_string())
+    if (auto c = m.find("content"); c != m.end() && !c->is_string() && !c->is_null())
       *c = c->dump();
+  auto& price = env_->providers->at(llm.provider).price;
+  if (price) {
+    if (!llm.max_tokens) {
+      out.error = "provider '" + llm.provider
+                  + "' has a price: the step needs 'max_tokens' (the most it may spend)";
+      return out;
+    }
+    out.reserved = reservation(*price, estimate_prompt_tokens(*messages), *llm.max_tokens);
+  }
+  out.messages = std::move(*messages);
+  return out;
+}
+
+void execution_machine::start_llm(uint32_t idx, llm_start call, int64_t now) {
+  auto& def = g_->steps[idx];
+  auto& s = steps_[idx];
+  if (call.reserved > 0) {
+    if (!reserved_)
+      reserved_ = std::make_unique<std::map<uint32_t, double>>();
+    (*reserved_)[idx] = call.reserved;
+  }
   mark_running(idx, step_phase::running_fn, now);
-  effects_.emplace_back(fx::start_llm{idx, s.attempt, std::move(*messages)});
+  effects_.emplace_back(fx::start_llm{idx, s.attempt, std::move(call.messages)});
   if (def.timeout)
     effects_.emplace_back(fx::timer{timer_kind::timeout, idx, s.attempt, def.timeout->count(), 0});
+}
+
+void execution_machine::settle_llm(uint32_t idx, json& result) {
+  if (!reserved_)
+    return;
+  auto i = reserved_->find(idx);
+  if (i == reserved_->end())
+    return;
+  auto reserved = i->second;
+  reserved_->erase(i);
+  auto& llm = *g_->steps[idx].llm;
+  auto& price = env_->providers->at(llm.provider).price;
+  auto spent = result.is_object() ? spend_of(*price, result.value("usage", json{}))
+                                  : std::nullopt;
+  if (!spent)
+    return; // no usage: the reservation stands
+  scope_->settle(*spent - reserved);
+  scope_dirty_ = true;
+  result["spend"] = *spent;
 }
 
 } // namespace canopy

@@ -107,7 +107,18 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
     skip_step(idx, why, now);
     return true;
   }
-  if (auto refused = scope_->charge(def.cost)) {
+  // A model call's messages and price come first: it reserves what it may cost.
+  llm_start call;
+  if (def.kind == step_kind::llm && !is_loop(def)) {
+    call = prepare_llm(idx);
+    if (!call.error.empty()) {
+      ++s.attempt;
+      s.started_at = now;
+      fail_attempt(idx, call.error, nullptr, now);
+      return true;
+    }
+  }
+  if (auto refused = scope_->charge(def.cost + call.reserved)) {
     blocked_ = true;
     step_reason why = step_reason::max_steps;
     from_string(refused->reason, why);
@@ -152,7 +163,7 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
       if (is_loop(def)) // a tool-calling loop: one child per turn
         spawn_child(idx, resolver_->graph_child(*this, idx, nullptr), 0, now);
       else
-        start_llm(idx, now);
+        start_llm(idx, std::move(call), now);
       break;
     case step_kind::agent: {
       auto c = resolver_->agent_step(*this, idx);

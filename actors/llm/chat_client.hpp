@@ -32,6 +32,8 @@ struct chat_provider {
   /// an error message of this client.
   std::string api_key;
   int max_retries = 5; ///< tries after the first, for 429, 5xx and connection errors
+  /// What its tokens cost (charged to the tree's `budget`); none: free.
+  std::optional<token_price> price;
 };
 
 /// How a call ended.

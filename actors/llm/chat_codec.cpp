@@ -29,6 +29,29 @@ std::optional<chat_usage> usage_of(const json& doc) {
 
 } // namespace
 
+// -- prices ----------------------------------------------------------------------------
+
+int64_t estimate_prompt_tokens(const json& messages) {
+  auto bytes = static_cast<int64_t>(messages.dump().size());
+  return (bytes + 3) / 4;
+}
+
+double reservation(const token_price& p, int64_t prompt_tokens, int64_t max_tokens) {
+  return (static_cast<double>(prompt_tokens) * p.input
+          + static_cast<double>(max_tokens) * p.output)
+         / 1e6;
+}
+
+std::optional<double> spend_of(const token_price& p, const json& usage) {
+  if (!usage.is_object())
+    return std::nullopt;
+  auto in = usage.find("prompt_tokens");
+  auto out = usage.find("completion_tokens");
+  if (in == usage.end() || out == usage.end() || !in->is_number() || !out->is_number())
+    return std::nullopt;
+  return (in->get<double>() * p.input + out->get<double>() * p.output) / 1e6;
+}
+
 json request_body(const chat_request& r) {
   json body = {{"model", r.model}, {"messages", r.messages}, {"stream", r.stream}};
   if (r.stream)

@@ -49,6 +49,24 @@ struct chat_reply {
   std::string finish_reason;
 };
 
+/// A provider's prices per million tokens, in the unit of a graph's `budget`.
+struct token_price {
+  double input = 0;
+  double output = 0;
+};
+
+/// The prompt tokens `messages` are taken to cost before a provider says:
+/// a token per 4 bytes of their JSON text, rounded up (an over-estimate for
+/// English text with most tokenizers).
+int64_t estimate_prompt_tokens(const json& messages);
+
+/// What a call may cost at most: `prompt_tokens` in, `max_tokens` out.
+double reservation(const token_price& p, int64_t prompt_tokens, int64_t max_tokens);
+
+/// What a call cost, from the `usage` of its result (`{prompt_tokens,
+/// completion_tokens}`); none when `usage` is not such an object.
+std::optional<double> spend_of(const token_price& p, const json& usage);
+
 /// @returns the JSON body of `r` (with `stream_options.include_usage` when
 /// streaming, so that a streamed answer reports its tokens too).
 json request_body(const chat_request& r);

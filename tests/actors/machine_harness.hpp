@@ -150,7 +150,7 @@ struct machine_fixture {
     init.graph = g;
     init.steps = std::move(stored);
     init.token = std::make_shared<halt_token>();
-    init.scope = std::make_shared<limit_scope>("e1", nullptr, max_steps, std::nullopt,
+    init.scope = std::make_shared<limit_scope>("e1", nullptr, max_steps, g->limits.budget,
                                                std::nullopt, tree_counters{});
     init.own_scope = true;
     init.has_parent = parent;

@@ -129,3 +129,17 @@ TEST_CASE("Retry-After is read as seconds or as an HTTP date", "[actors][llm]") 
   CHECK_FALSE(parse_retry_after("", 0));
   CHECK_FALSE(parse_retry_after("-1", 0));
 }
+
+TEST_CASE("a priced call reserves its estimated prompt and max_tokens, and costs its usage",
+          "[actors][llm][budget]") {
+  json messages = {{{"role", "user"}, {"content", std::string(400, 'x')}}};
+  auto tokens = estimate_prompt_tokens(messages);
+  CHECK(tokens == static_cast<int64_t>((messages.dump().size() + 3) / 4));
+  CHECK(tokens > 100); // at least a token per 4 bytes of text
+  token_price p{0.15, 0.60};
+  CHECK(reservation(p, 1000, 500) == Approx((1000 * 0.15 + 500 * 0.60) / 1e6));
+  CHECK(*spend_of(p, {{"prompt_tokens", 200}, {"completion_tokens", 100}})
+        == Approx((200 * 0.15 + 100 * 0.60) / 1e6));
+  CHECK_FALSE(spend_of(p, nullptr));
+  CHECK_FALSE(spend_of(p, {{"prompt_tokens", 1}}));
+}

@@ -262,3 +262,59 @@ TEST_CASE("a resumed tool-calling loop adopts its completed turn and starts the 
   CHECK(next->graph->find("t_1") != nullptr);
   CHECK(!first<fx::start_llm>(seen));
 }
+
+// -- prices ---------------------------------------------------------------------------
+
+namespace {
+
+/// One priced call (100 per million tokens, at most 50 out) under `budget`.
+machine_fixture priced(double budget) {
+  return machine_fixture{json{{"limits", {{"budget", budget}}},
+                              {"steps",
+                               {{"ask",
+                                 {{"llm",
+                                   {{"model", "m"},
+                                    {"max_tokens", 50},
+                                    {"messages", {{{"role", "user"}, {"content", "hi"}}}}}}}}}}}};
+}
+
+double spent(const machine_fixture& f) {
+  return f.m->scope()->snapshot().front().second.spent;
+}
+
+} // namespace
+
+TEST_CASE("a priced llm step reserves what it may cost when it starts and settles to its usage",
+          "[actors][machine][llm][budget]") {
+  auto f = priced(1);
+  auto p = providers();
+  p->at("default").price = token_price{100, 100};
+  f.env->providers = p;
+  f.m->start(++f.now);
+  auto seen = f.settle(f.fx());
+  auto call = first<fx::start_llm>(seen);
+  REQUIRE(call);
+  auto reserved = reservation({100, 100}, estimate_prompt_tokens(call->messages), 50);
+  CHECK(spent(f) == Approx(reserved));
+  json result = {{"content", "ok"}, {"usage", {{"prompt_tokens", 10}, {"completion_tokens", 5}}}};
+  f.m->step_done(call->idx, call->attempt, result, {}, ++f.now);
+  f.settle(f.fx());
+  CHECK(f.step("ask").phase == step_phase::completed);
+  CHECK(f.step("ask").result["spend"] == Approx(15 * 100 / 1e6));
+  CHECK(spent(f) == Approx(15 * 100 / 1e6));
+}
+
+TEST_CASE("a priced llm step whose reservation would pass the budget is not started and stops "
+          "its tree budget_exceeded",
+          "[actors][machine][llm][budget]") {
+  auto f = priced(0.001); // the reservation is over 0.005
+  auto p = providers();
+  p->at("default").price = token_price{100, 100};
+  f.env->providers = p;
+  f.m->start(++f.now);
+  auto seen = f.settle(f.fx());
+  CHECK_FALSE(first<fx::start_llm>(seen));
+  CHECK(f.m->record().reason == "budget_exceeded");
+  CHECK(f.step("ask").attempt == 0);
+  CHECK(spent(f) == 0);
+}

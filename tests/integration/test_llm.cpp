@@ -205,7 +205,9 @@ TEST_CASE("run --config refuses a server's keys, a provider without a base URL a
                                             {{"base_url", "http://10.1.2.3:8080/v1"},
                                              {"api_key_env", "CANOPY_TEST_KEY"}}},
                                            {"nokey", {{"base_url", "http://127.0.0.1:9/v1"},
-                                                      {"api_key_env", "CANOPY_NO_SUCH_VAR"}}}}}}
+                                                      {"api_key_env", "CANOPY_NO_SUCH_VAR"}}},
+                                           {"priced", {{"base_url", "http://127.0.0.1:9/v1"},
+                                                       {"price", {{"input", -1}}}}}}}}
                                       .dump());
   auto r = run_with_key(home.path, {"run", graph, "--config", bad, "--input", "topic=x"});
   CHECK(r.exit_code == 2);
@@ -213,6 +215,7 @@ TEST_CASE("run --config refuses a server's keys, a provider without a base URL a
   CHECK_THAT(r.err, Catch::Contains("/providers/default: missing 'base_url'"));
   CHECK_THAT(r.err, Catch::Contains("/providers/far/base_url: an API key never travels in clear"));
   CHECK_THAT(r.err, Catch::Contains("/providers/nokey/api_key_env:"));
+  CHECK_THAT(r.err, Catch::Contains("/providers/priced/price: expected {\"input\": N"));
   CHECK(r.err.find(key) == std::string::npos);
   CHECK_FALSE(has_store(home.path)); // nothing was stored
 }
@@ -226,4 +229,57 @@ TEST_CASE("the llm_brief example runs offline against the provider double with o
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("\"title\": \"Durable agent graphs\""));
   CHECK_THAT(r.out, Catch::Contains("\"completion_tokens\": 41"));
+}
+
+TEST_CASE("a priced provider's tokens are charged to the budget: a call that could pass it "
+          "stops the tree budget_exceeded before it is made, and resume --budget continues",
+          "[integration][cli][llm][budget]") {
+  temp_dir home;
+  fake_llm llm{json::array({{{"content", "first"},
+                             {"usage", {{"prompt_tokens", 30}, {"completion_tokens", 20}}}},
+                            {{"content", "second"},
+                             {"usage", {{"prompt_tokens", 40}, {"completion_tokens", 10}}}}})};
+  // 100 per million tokens: a call of at most 50 tokens out over a short
+  // prompt reserves about 0.007; the first settles to 50 tokens, 0.005.
+  auto config = home.write("priced.json",
+                           json{{"providers",
+                                 {{"default",
+                                   {{"base_url", llm.base_url()},
+                                    {"price", {{"input", 100}, {"output", 100}}}}}}}}
+                             .dump());
+  auto graph = home.write("two.json", R"({"name": "two", "limits": {"budget": 0.01},
+    "steps": {
+      "one": {"llm": {"model": "m", "max_tokens": 50,
+                      "messages": [{"role": "user", "content": "one"}]}},
+      "two": {"needs": ["one"], "llm": {"model": "m", "max_tokens": 50,
+                                        "messages": [{"role": "user", "content": "two"}]}}}})");
+  auto r = run_canopy(home.path, {"run", graph, "--config", config, "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 3);
+  auto doc = r.out_json();
+  CHECK(doc["status"] == "stopped");
+  CHECK(doc["reason"] == "budget_exceeded");
+  CHECK(doc["steps"]["one"]["result"]["spend"] == Approx(0.005));
+  CHECK(doc["steps"]["two"]["status"] == "pending");
+  CHECK(llm.events("request").size() == 1); // the second call was never made
+
+  auto resumed = run_canopy(home.path, {"resume", doc["id"].get<std::string>(), "--budget",
+                                        "0.05", "--config", config, "--json"});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  auto done = resumed.out_json();
+  CHECK(done["status"] == "completed");
+  CHECK(done["steps"]["two"]["result"]["content"] == "second");
+  CHECK(done["steps"]["two"]["result"]["spend"] == Approx(0.005));
+  CHECK(llm.events("request").size() == 2);
+  auto show = run_canopy(home.path, {"show", doc["id"].get<std::string>()});
+  CHECK_THAT(show.out, Catch::Contains("50 tokens · spent 0.005"));
+
+  // Without max_tokens a priced call cannot know what it may spend.
+  auto unbounded = home.write("unbounded.json", R"({"steps": {"x": {"llm": {"model": "m",
+    "messages": [{"role": "user", "content": "x"}]}}}})");
+  auto u = run_canopy(home.path, {"run", unbounded, "--config", config, "--json"});
+  CHECK(u.exit_code == 1);
+  CHECK_THAT(u.out_json()["steps"]["x"]["error"].get<std::string>(),
+             Catch::Contains("has a price: the step needs 'max_tokens'"));
 }
