@@ -139,7 +139,8 @@ chat_result chat_call::try_once(int& status, std::string& retry_after) {
     return out;
   }
   if (status != 200) {
-    out.error = provider_error(status, error_body);
+    // A provider may quote the key it refused: never let it reach a record.
+    out.error = redact(provider_error(status, error_body), provider_.api_key);
     return out;
   }
   if (request_.stream) {

@@ -127,6 +127,16 @@ std::string provider_error(int status, std::string_view body) {
          + (message.empty() ? std::string{} : ": " + message);
 }
 
+std::string redact(std::string text, const std::string& secret) {
+  if (secret.empty())
+    return text;
+  static const std::string mark = "[redacted]";
+  for (auto at = text.find(secret); at != std::string::npos;
+       at = text.find(secret, at + mark.size()))
+    text.replace(at, secret.size(), mark);
+  return text;
+}
+
 // -- streams ------------------------------------------------------------------------
 
 chat_stream_decoder::chat_stream_decoder(std::function<void(std::string_view)> on_text)

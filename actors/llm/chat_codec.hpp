@@ -85,6 +85,10 @@ json llm_result(const chat_reply& r, bool want_json);
 /// error body, else the body's first 300 bytes, prefixed with the status.
 std::string provider_error(int status, std::string_view body);
 
+/// @returns `text` with every occurrence of `secret` (when not empty)
+/// replaced by `[redacted]`.
+std::string redact(std::string text, const std::string& secret);
+
 /// Decodes a streamed answer (`text/event-stream` of `chat.completion.chunk`
 /// objects ending with `data: [DONE]`) fed in pieces of any size.
 /// Not thread-safe: one stream, one thread.

@@ -143,3 +143,10 @@ TEST_CASE("a priced call reserves its estimated prompt and max_tokens, and costs
   CHECK_FALSE(spend_of(p, nullptr));
   CHECK_FALSE(spend_of(p, {{"prompt_tokens", 1}}));
 }
+
+TEST_CASE("a provider's error that quotes the key is redacted", "[actors][llm]") {
+  CHECK(redact("Incorrect API key provided: sk-1 (sk-1)", "sk-1")
+        == "Incorrect API key provided: [redacted] ([redacted])");
+  CHECK(redact("no key here", "") == "no key here");
+  CHECK(redact("a key of one letter: a", "a") == "[redacted] key of one letter: [redacted]");
+}

@@ -14,8 +14,11 @@
 #include "tests/fake_llm/fake_llm.hpp"
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
+#include "tests/integration/server_process.hpp"
+#include "tests/integration/server_test_helpers.hpp"
 
 using namespace canopy::test;
+using namespace canopy::test::server_test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -282,4 +285,45 @@ TEST_CASE("a priced provider's tokens are charged to the budget: a call that cou
   CHECK(u.exit_code == 1);
   CHECK_THAT(u.out_json()["steps"]["x"]["error"].get<std::string>(),
              Catch::Contains("has a price: the step needs 'max_tokens'"));
+}
+
+TEST_CASE("on a server the key appears in no answer, metric, log line or page, even when the "
+          "provider quotes it in an error",
+          "[integration][server][llm][secrets]") {
+  fake_llm llm{json::array({{{"content", "fine"}},
+                            {{"status", 401}, {"error", "Incorrect API key provided: " + key}}})};
+  server_process::options o;
+  o.config = {{"providers",
+               {{"default", {{"base_url", llm.base_url()}, {"api_key_env", "CANOPY_TEST_KEY"}}}}}};
+  o.env = {{"CANOPY_TEST_KEY", key}};
+  server_process srv{o};
+  auto c = srv.client(alice_token);
+  register_graph(c, {{"name", "ask"},
+                     {"steps",
+                      {{"ask",
+                        {{"llm",
+                          {{"model", "m"},
+                           {"messages", {{{"role", "user"}, {"content", "hi"}}}}}}}}}}});
+  auto ok = start(c, "ask")["id"].get<std::string>();
+  CHECK(wait_status(c, ok, "completed")["status"] == "completed");
+  auto bad = start(c, "ask")["id"].get<std::string>();
+  auto failed = wait_status(c, bad, "failed");
+  REQUIRE(failed["status"] == "failed");
+  CHECK(failed["steps"]["ask"]["error"]
+        == "the model provider answered 401: Incorrect API key provided: [redacted]");
+  REQUIRE(llm.events("request").size() == 2);
+  CHECK(llm.events("request")[0]["authorization"] == "Bearer " + key);
+
+  std::string seen;
+  for (auto path : {std::string{"/v1/executions"}, "/v1/executions/" + ok, "/v1/executions/" + bad,
+                    "/v1/executions/" + ok + "/events", "/v1/executions/" + bad + "/events",
+                    std::string{"/v1/graphs"}, std::string{"/v1/waits"}})
+    seen += request(c, "GET", path).text;
+  auto anon = srv.client();
+  seen += request(anon, "GET", "/metrics").text;
+  seen += request(anon, "GET", "/ui/").text;
+  seen += srv.out() + srv.log();
+  CHECK(seen.find("Incorrect API key provided") != std::string::npos); // read what we searched
+  CHECK(seen.find(key) == std::string::npos);
+  CHECK(file_text(srv.home() + "/data.mdb").find(key) == std::string::npos);
 }
