@@ -38,6 +38,16 @@ std::string offered(const llm_def& def) {
 
 } // namespace
 
+caf::expected<json> resolve_messages(const json& messages, const reference_scope& scope) {
+  auto out = resolve(messages, scope);
+  if (!out)
+    return out;
+  for (auto& m : *out)
+    if (auto c = m.find("content"); c != m.end() && !c->is_string() && !c->is_null())
+      *c = c->dump();
+  return out;
+}
+
 json escape_references(const json& v) {
   if (v.is_string())
     return escape_text(v.get_ref<const std::string&>());

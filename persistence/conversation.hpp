@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "persistence/graph.hpp"
+#include "persistence/reference.hpp"
 #include "persistence/tools.hpp"
 
 namespace canopy {
@@ -27,6 +28,11 @@ using json = nlohmann::json;
 
 /// The id of the model call's step in a turn graph.
 constexpr const char* turn_model_step = "model";
+
+/// An `llm` step's `messages` with their references resolved in `scope`; a
+/// content that was one reference to a non-string value becomes its JSON
+/// text. @returns the messages, or the first reference that did not resolve.
+caf::expected<json> resolve_messages(const json& messages, const reference_scope& scope);
 
 /// @returns `v` with `${` written `$${` in every string value, so that
 /// a template gives back `v` as it is.

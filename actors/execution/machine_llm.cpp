@@ -12,6 +12,7 @@
 
 #include "actors/execution/machine.hpp"
 
+#include "persistence/conversation.hpp"
 #include "persistence/error.hpp"
 
 namespace canopy {
@@ -32,15 +33,11 @@ execution_machine::llm_start execution_machine::prepare_llm(uint32_t idx) const 
     return out;
   }
   reference_scope scope{&rec_.inputs, this, nullptr};
-  auto messages = resolve(llm.messages, scope);
+  auto messages = resolve_messages(llm.messages, scope);
   if (!messages) {
     out.error = message_of(messages.error());
     return out;
   }
-  // A content that was one reference to a non-string value goes as its JSON text.
-  for (auto& m : *messages)
-    if (auto c = m.find("content"); c != m.end() && !c->is_string() && !c->is_null())
-      *c = c->dump();
   auto& price = env_->providers->at(llm.provider).price;
   if (price) {
     if (!llm.max_tokens) {

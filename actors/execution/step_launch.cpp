@@ -138,13 +138,9 @@ child_launch turn_of(const execution_services& svc, const execution_machine& m, 
     history = next->carry.value("messages", json::array());
   } else {
     reference_scope scope{&m.record().inputs, &m.results(), nullptr};
-    auto messages = resolve(def.llm->messages, scope);
+    auto messages = resolve_messages(def.llm->messages, scope);
     if (!messages)
       return failure(message_of(messages.error()));
-    // A content that was one reference to a non-string value goes as its JSON text.
-    for (auto& msg : *messages)
-      if (auto c = msg.find("content"); c != msg.end() && !c->is_string() && !c->is_null())
-        *c = c->dump();
     history = std::move(*messages);
   }
   static const tool_table no_tools;
