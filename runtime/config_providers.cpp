@@ -1,7 +1,8 @@
 // The node config's `providers`: where `llm` steps find their models.
 //
 //   "providers": {"default": {"base_url": "http://127.0.0.1:8080/v1",
-//                             "api_key_env": "OPENAI_API_KEY", "max_retries": 5}}
+//                             "api_key_env": "OPENAI_API_KEY", "max_retries": 5,
+//                             "max_parallel": 8, "price": {"input": 0.15, "output": 0.6}}}
 //
 // A key comes from `api_key_env` or `api_key_file` (runtime/secrets.hpp has
 // the rules of both), never from the config text itself, and never travels
@@ -21,7 +22,7 @@ namespace canopy {
 
 namespace {
 
-constexpr const char* provider_keys = "base_url, api_key_env, api_key_file, max_retries, price";
+constexpr const char* provider_keys = "base_url, api_key_env, api_key_file, max_retries, max_parallel, price";
 
 /// The host of `origin` (`http://HOST:PORT`, `http://[V6]:PORT`), unbracketed.
 std::string host_of(const std::string& origin) {
@@ -98,6 +99,15 @@ std::map<std::string, chat_provider> parse_providers(const json& v, const std::s
           ok = false;
         } else {
           p.max_retries = static_cast<int>(n);
+        }
+      } else if (key == "max_parallel") {
+        auto n = val.is_number_integer() ? val.get<int64_t>() : -1;
+        if (n < 1 || n > 1024) {
+          fail(kpath, "expected an integer from 1 to 1024 (calls at once on this node), "
+                        + got(val));
+          ok = false;
+        } else {
+          p.max_parallel = static_cast<size_t>(n);
         }
       } else if (key == "price") {
         // Per million tokens, in the unit of the graphs' `budget`.

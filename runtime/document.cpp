@@ -85,8 +85,62 @@ json execution_summary(const execution_record& rec) {
           {"iteration", rec.iteration > 0 ? json(rec.iteration) : json(nullptr)}};
 }
 
+namespace {
+
+/// Adds the model calls of `doc` and its descendants to `calls`, `in`,
+/// `out` and `spend`: every step whose result carries a `usage`.
+void add_model_use(const json& doc, int64_t& calls, int64_t& in, int64_t& out, double& spend,
+                   bool& priced) {
+  if (auto steps = doc.find("steps"); steps != doc.end() && steps->is_object())
+    for (auto& s : *steps) {
+      auto r = s.find("result");
+      if (r == s.end() || !r->is_object())
+        continue;
+      auto u = r->find("usage");
+      if (u == r->end() || !u->is_object())
+        continue;
+      ++calls;
+      in += u->value("prompt_tokens", int64_t{0});
+      out += u->value("completion_tokens", int64_t{0});
+      if (auto x = r->find("spend"); x != r->end() && x->is_number()) {
+        spend += x->get<double>();
+        priced = true;
+      }
+    }
+  if (auto kids = doc.find("children"); kids != doc.end() && kids->is_array())
+    for (auto& c : *kids)
+      add_model_use(c, calls, in, out, spend, priced);
+}
+
+caf::expected<json> load_tree(const store& db, const std::string& id, document_options opts);
+
+} // namespace
+
+json model_totals(const json& tree) {
+  int64_t calls = 0, in = 0, out = 0;
+  double spend = 0;
+  bool priced = false;
+  add_model_use(tree, calls, in, out, spend, priced);
+  if (calls == 0)
+    return nullptr;
+  return {{"calls", calls},
+          {"prompt_tokens", in},
+          {"completion_tokens", out},
+          {"tokens", in + out},
+          {"spend", priced ? json(spend) : json(nullptr)}};
+}
+
 caf::expected<json> load_document(const store& db, const std::string& id,
                                   document_options opts) {
+  auto doc = load_tree(db, id, opts);
+  if (doc && opts.steps && opts.children)
+    (*doc)["model"] = model_totals(*doc);
+  return doc;
+}
+
+namespace {
+
+caf::expected<json> load_tree(const store& db, const std::string& id, document_options opts) {
   auto rec = db.execution(id);
   if (!rec)
     return rec.error();
@@ -127,7 +181,7 @@ caf::expected<json> load_document(const store& db, const std::string& id,
       return kids.error();
     json children = json::array();
     for (auto& kid : *kids) {
-      auto child = load_document(db, kid, opts);
+      auto child = load_tree(db, kid, opts);
       if (!child)
         return child.error();
       children.push_back(std::move(*child));
@@ -136,5 +190,7 @@ caf::expected<json> load_document(const store& db, const std::string& id,
   }
   return doc;
 }
+
+} // namespace
 
 } // namespace canopy

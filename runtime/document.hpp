@@ -1,6 +1,7 @@
 #pragma once
 
-// The execution document of SPEC §6, built from the store.
+// The execution document, built from the store: what `show --json`, the
+// API's execution and tree answers and the dashboard read.
 
 #include <string>
 
@@ -20,8 +21,8 @@ struct document_options {
 /// Renders one record as the execution document (no `steps`/`children`).
 nlohmann::json execution_summary(const execution_record& rec);
 
-/// Renders a stop's outcome as it rides in a stop answer (SPEC §7, issue
-/// #14): `{id, result, mode, requested_at, handled_at}`; `req` is the stored
+/// Renders a stop's outcome as it rides in a stop answer: `{id, result,
+/// mode, requested_at, handled_at}`; `req` is the stored
 /// request (null fields without one: nothing was stored).
 nlohmann::json stop_summary(const stop_record* req, const std::string& result,
                             const std::string& mode);
@@ -29,8 +30,16 @@ nlohmann::json stop_summary(const stop_record* req, const std::string& result,
 /// Loads execution `id` and renders its document: every step of its graph
 /// by name (steps never started appear `pending` with attempt 0), each with
 /// its `kind` and `needs` from the graph (readers order them by `needs`),
-/// and with `opts.children` every descendant under `children`.
+/// and with `opts.children` every descendant under `children` and, at the
+/// top, the tree's `model` totals (see `model_totals`).
 /// @returns the document, `not_found`, or a store error. Thread-safe.
+/// What the model calls of document `tree` and its `children` used:
+/// `{calls, prompt_tokens, completion_tokens, tokens, spend}` summed over
+/// every step whose result has a `usage` (a completed call; a tool loop's
+/// turns are its children's `model` steps). `spend` is null when no call
+/// was priced. @returns null when the tree made no model call.
+nlohmann::json model_totals(const nlohmann::json& tree);
+
 caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
                                             document_options opts = {});
 

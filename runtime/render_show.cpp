@@ -140,6 +140,13 @@ struct show_row {
   bool note = false; ///< a line of text under a step: `tree` is all of it
 };
 
+/// A spend as `show` prints it: `0.005`.
+std::string spend_text(double spend) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", spend);
+  return buf;
+}
+
 /// `  · 50 tokens · spent 0.005` for a model call's result with a usage
 /// (and a price), else "".
 std::string model_usage(const nlohmann::json& step) {
@@ -151,11 +158,8 @@ std::string model_usage(const nlohmann::json& step) {
     return {};
   auto tokens = u->value("prompt_tokens", int64_t{0}) + u->value("completion_tokens", int64_t{0});
   std::string out = "  · " + std::to_string(tokens) + " tokens";
-  if (auto spend = r->find("spend"); spend != r->end() && spend->is_number()) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.6g", spend->get<double>());
-    out += std::string{" · spent "} + buf;
-  }
+  if (auto spend = r->find("spend"); spend != r->end() && spend->is_number())
+    out += " · spent " + spend_text(spend->get<double>());
   return out;
 }
 
@@ -307,6 +311,17 @@ std::string render_document(const nlohmann::json& doc, int64_t now) {
                     : rtrim(pad(r.tree, width) + "  " + pad(r.status, 10) + "  "
                             + pad(r.started, 10) + "  " + pad(r.duration, 8) + r.extra)
                         + "\n";
+  }
+  if (auto model = doc.find("model"); model != doc.end() && model->is_object()) {
+    // model: 4 calls · 702 tokens (600 in, 102 out) · spent 0.0702
+    auto calls = model->value("calls", int64_t{0});
+    out += "model: " + std::to_string(calls) + (calls == 1 ? " call" : " calls") + " · "
+           + std::to_string(model->value("tokens", int64_t{0})) + " tokens ("
+           + std::to_string(model->value("prompt_tokens", int64_t{0})) + " in, "
+           + std::to_string(model->value("completion_tokens", int64_t{0})) + " out)";
+    if (auto spend = model->find("spend"); spend != model->end() && spend->is_number())
+      out += " · spent " + spend_text(spend->get<double>());
+    out += "\n";
   }
   if (doc.contains("outputs") && !doc["outputs"].is_null())
     out += "outputs: " + doc["outputs"].dump(2) + "\n";

@@ -127,6 +127,8 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   for (auto& kv : opts.tools)
     if (kv.second.max_parallel > 0)
       svc->tool_slots[kv.first] = spawn_slot_pool(*rt->sys_, kv.second.max_parallel);
+  for (auto& kv : opts.providers)
+    svc->provider_slots[kv.first] = spawn_slot_pool(*rt->sys_, kv.second.max_parallel);
   auto raw = rt.get();
   svc->find_agent = [raw](const std::string& owner, const std::string& name) {
     return raw->agent_actor(owner, name);
@@ -211,8 +213,9 @@ runtime::~runtime() {
     self->send_exit(slots_, caf::exit_reason::user_shutdown);
     self->send_exit(timer_, caf::exit_reason::user_shutdown);
     self->send_exit(keeper_, caf::exit_reason::user_shutdown);
-    for (auto& kv : svc_->tool_slots)
-      self->send_exit(kv.second, caf::exit_reason::user_shutdown);
+    for (auto* pools : {&svc_->tool_slots, &svc_->provider_slots})
+      for (auto& kv : *pools)
+        self->send_exit(kv.second, caf::exit_reason::user_shutdown);
     self->send_exit(writer_, caf::exit_reason::user_shutdown);
   }
   watcher_ = nullptr;

@@ -31,15 +31,24 @@ enum class timer_kind : uint8_t { retry, wake, timeout, deadline, abandon, wait_
 namespace fx {
 
 struct acquire_admission {};
-/// Ask a slot pool for `ticket`: the tool's pool when `tool` is set, else the node's.
+/// A slot pool: the node's, or the own pool (`max_parallel`) of a tool or a
+/// model provider.
+struct pool_ref {
+  enum class of : uint8_t { node, tool, provider };
+  of kind = of::node;
+  std::string name; ///< the tool's or the provider's name
+};
+/// Ask pool `pool` for `ticket`.
 struct acquire_slot {
   uint32_t ticket;
-  std::string tool;
+  pool_ref pool;
 };
-/// Give `ticket` back to the tool's pool (when `tool` is set) and the node's.
+/// Give `ticket` back to its own pool (unless `own` is the node's) and, when
+/// `node`, to the node's pool.
 struct release_slot {
   uint32_t ticket;
-  std::string tool;
+  pool_ref own;
+  bool node = true;
 };
 /// Give an unwanted grant back to the pool that sent it.
 struct return_grant {

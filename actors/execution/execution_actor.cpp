@@ -28,6 +28,8 @@ std::shared_ptr<const machine_env> make_machine_env(const execution_services& sv
   env->tools = svc.tools;
   for (auto& kv : svc.tool_slots)
     env->tool_pools.push_back(kv.first);
+  for (auto& kv : svc.provider_slots)
+    env->provider_pools.push_back(kv.first);
   env->fns = svc.fns;
   env->providers = svc.providers;
   return env;
@@ -202,12 +204,12 @@ caf::behavior make_handlers() {
         return;
       }
       auto pool = caf::actor_cast<caf::actor>(self->current_sender());
-      std::string tool_pool;
-      for (auto& kv : st.svc->tool_slots)
-        if (kv.second == pool)
-          tool_pool = kv.first;
-      st.m->slot_granted(static_cast<uint32_t>(ticket), tool_pool, pool == st.svc->slots,
-                         now_ms());
+      auto from = pool == st.svc->slots ? slot_from::node : slot_from::elsewhere;
+      for (auto* own : {&st.svc->tool_slots, &st.svc->provider_slots})
+        for (auto& kv : *own)
+          if (kv.second == pool)
+            from = slot_from::own;
+      st.m->slot_granted(static_cast<uint32_t>(ticket), from, now_ms());
       run_effects(self);
     },
     [=](wake_atom, uint64_t idx, int attempt, int64_t ms) {

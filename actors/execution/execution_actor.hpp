@@ -114,6 +114,9 @@ struct execution_services {
   /// A slot pool per tool with its own `max_parallel`; a tool step takes a
   /// slot here first, then one from `slots`.
   std::map<std::string, caf::actor> tool_slots;
+  /// A slot pool per model provider with a `max_parallel`; an `llm` step
+  /// takes a slot here and none of `slots` (a model call is no subprocess).
+  std::map<std::string, caf::actor> provider_slots;
   /// Parse options for graphs created at run time (planned graphs and
   /// registered graphs named by `graph` steps): the node's inline-command
   /// rule and file loader. `fns`, `tools`, `depth` and `max_depth` are set

@@ -189,23 +189,23 @@ uint32_t execution_machine::step_of_ticket(uint32_t ticket) const {
   return static_cast<uint32_t>(steps_.size());
 }
 
-void execution_machine::slot_granted(uint32_t ticket, const std::string& tool_pool,
-                                     bool from_node_pool, int64_t now) {
+void execution_machine::slot_granted(uint32_t ticket, slot_from from, int64_t now) {
   auto i = step_of_ticket(ticket);
   if (i < steps_.size() && phase_ != exec_phase::done) {
     auto& s = steps_[i];
-    if ((s.held & held_tool_pool) && !tool_pool.empty() && tool_pool == g_->steps[i].target
-        && !(s.held & held_tool_slot)) {
-      // The tool's slot first; then one of the node's pool.
-      s.held |= held_tool_slot;
+    if (from == slot_from::own && (s.held & held_own_pool) && !(s.held & held_own_slot)) {
+      // The own pool's slot first; then a subprocess takes one of the node's.
+      s.held |= held_own_slot;
       if (phase_ >= exec_phase::halting)
         try_complete_halt(now);
+      else if (g_->steps[i].kind == step_kind::llm)
+        start_queued_llm(i, now);
       else
         effects_.emplace_back(fx::acquire_slot{ticket, {}});
       flush();
       return;
     }
-    if (from_node_pool && !(s.held & held_slot)) {
+    if (from == slot_from::node && !(s.held & held_slot)) {
       s.held |= held_slot;
       if (phase_ >= exec_phase::halting) {
         try_complete_halt(now);
@@ -236,7 +236,7 @@ void execution_machine::placed(uint32_t idx, int32_t attempt, uint32_t ticket,
   s.node = node;
   if (!remote) {
     effects_.emplace_back(
-      fx::acquire_slot{ticket, (s.held & held_tool_pool) ? g_->steps[idx].target : std::string{}});
+      fx::acquire_slot{ticket, (s.held & held_own_pool) ? own_pool(idx) : fx::pool_ref{}});
     return;
   }
   s.held |= held_remote | held_slot;

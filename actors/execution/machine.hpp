@@ -86,6 +86,10 @@ inline bool is_settled(step_phase p) {
   return p == step_phase::completed || p == step_phase::skipped;
 }
 
+/// Which pool a slot grant came from: the node's, the step's own (its tool's
+/// or its provider's), or one the step never asked.
+enum class slot_from : uint8_t { node, own, elsewhere };
+
 const char* to_string(exec_phase x);
 const char* to_string(step_phase x);
 
@@ -106,6 +110,8 @@ struct machine_env {
   std::shared_ptr<const tool_table> tools;
   /// Tools with their own slot pool (`max_parallel`).
   std::vector<std::string> tool_pools;
+  /// Model providers with their own slot pool (`max_parallel`).
+  std::vector<std::string> provider_pools;
   std::shared_ptr<const fn_registry> fns;
   /// The model providers of `llm` steps, by name (the node config's `providers`).
   std::shared_ptr<const std::map<std::string, chat_provider>> providers;
@@ -215,8 +221,8 @@ public:
     json error;           ///< null or the failure message
     json result;          ///< a completed step's result, or a failed attempt's output
   };
-  static constexpr uint8_t held_tool_pool = 1; ///< the step's tool has its own pool
-  static constexpr uint8_t held_tool_slot = 2; ///< holds the tool pool's slot
+  static constexpr uint8_t held_own_pool = 1; ///< the step's tool or provider has its own pool
+  static constexpr uint8_t held_own_slot = 2; ///< holds its own pool's slot
   static constexpr uint8_t held_slot = 4;      ///< holds a node pool slot
   static constexpr uint8_t held_place = 8;     ///< holds a cluster placement
   static constexpr uint8_t held_remote = 16;   ///< placed on another node
@@ -231,11 +237,11 @@ public:
   void start(int64_t now);
   /// A root's admission slot was granted.
   void admitted(int64_t now);
-  /// A slot pool granted `ticket` (not 0): the pool of tool `tool_pool`, or
-  /// (empty) the node's pool when `from_node_pool`. Appends `return_grant`
-  /// when nothing waits for it.
-  void slot_granted(uint32_t ticket, const std::string& tool_pool, bool from_node_pool,
-                    int64_t now);
+  /// A slot pool granted `ticket` (not 0). A step with an own pool (its
+  /// tool's or its provider's) takes that slot first; a subprocess then takes
+  /// one of the node's, a model call starts. Appends `return_grant` when
+  /// nothing waits for it.
+  void slot_granted(uint32_t ticket, slot_from from, int64_t now);
   /// The cluster placed step `idx`'s attempt on `node` (`remote`: not here).
   void placed(uint32_t idx, int32_t attempt, uint32_t ticket, const std::string& node,
               bool remote, int64_t now);
@@ -402,8 +408,18 @@ private:
   /// a final failure records `why`.
   void fail_attempt(uint32_t idx, const std::string& error, json result, int64_t now,
                     step_reason why = step_reason::none);
-  /// Starts step `idx`'s model call (machine_llm.cpp).
-  void start_llm(uint32_t idx, llm_start call, int64_t now);
+  /// Starts step `idx`'s model call with its resolved `messages`
+  /// (machine_llm.cpp).
+  void start_llm(uint32_t idx, json messages, int64_t now);
+  /// Step `idx`'s model call waits `queued` for a slot of its provider's pool.
+  void queue_llm(uint32_t idx, int64_t now);
+  /// Step `idx` got its provider's slot: its call starts.
+  void start_queued_llm(uint32_t idx, int64_t now);
+  /// Keeps `reserved` of the budget for `llm` step `idx`'s attempt.
+  void reserve(uint32_t idx, double reserved);
+  /// Gives back the reservation of `llm` step `idx`'s attempt, which left
+  /// its provider's queue without calling the model.
+  void unreserve(uint32_t idx);
   /// What an `llm` step's attempt needs before it is charged: the resolved
   /// messages and what it reserves, or why it cannot start (machine_llm.cpp).
   llm_start prepare_llm(uint32_t idx) const;
@@ -434,7 +450,9 @@ private:
   void lose_step(uint32_t idx, const std::string& why, bool worker_alive, int64_t now);
   void stop_owner(const std::string& owner, step_reason reason, int64_t now);
   const tool_def* tool_of(const step_def& def, std::string& error) const;
-  bool has_tool_pool(const std::string& name) const;
+  /// The own slot pool of step `idx`: its tool's or its provider's (with a
+  /// `max_parallel`), else the node's.
+  fx::pool_ref own_pool(uint32_t idx) const;
   void finish(int64_t now);
   void on_durable(const std::vector<uint32_t>& completed, int64_t now);
 

@@ -127,6 +127,8 @@ bool execution_machine::reset_in_memory(uint32_t idx, step_reason reason, int64_
   auto& s = steps_[idx];
   if (!is_active(s.phase))
     return false;
+  if (s.phase == step_phase::waiting_slot && g_->steps[idx].kind == step_kind::llm)
+    unreserve(idx); // it never called the model
   leave_waiting(idx);
   release_slots(idx);
   s.phase = step_phase::idle;

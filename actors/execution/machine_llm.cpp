@@ -4,11 +4,16 @@
 // text streaming in as output lines, a stop or a timeout cancelling it
 // (`set_fn_stop`), which closes its connection to the provider at once.
 //
+// A provider with a `max_parallel` bounds its calls on this node: a call
+// waits `queued` for a slot of the provider's own pool (never one of the
+// node's subprocess slots).
+//
 // A provider with a `price` makes tokens cost: an attempt reserves what it
 // may spend (estimated prompt tokens in, `max_tokens` out) with the step's
 // charge, under the tree's `budget`, and settles to the reported `usage`
 // when it completes. An attempt that ends without a usage (stopped, failed,
-// timed out) keeps its reservation.
+// timed out) keeps its reservation; one stopped while it still waited for
+// its provider's slot gives it back.
 
 #include "actors/execution/machine.hpp"
 
@@ -51,18 +56,52 @@ execution_machine::llm_start execution_machine::prepare_llm(uint32_t idx) const 
   return out;
 }
 
-void execution_machine::start_llm(uint32_t idx, llm_start call, int64_t now) {
+void execution_machine::reserve(uint32_t idx, double reserved) {
+  if (reserved <= 0)
+    return;
+  if (!reserved_)
+    reserved_ = std::make_unique<std::map<uint32_t, double>>();
+  (*reserved_)[idx] = reserved;
+}
+
+void execution_machine::unreserve(uint32_t idx) {
+  if (!reserved_)
+    return;
+  auto i = reserved_->find(idx);
+  if (i == reserved_->end())
+    return;
+  scope_->settle(-i->second);
+  scope_dirty_ = true;
+  reserved_->erase(i);
+}
+
+void execution_machine::start_llm(uint32_t idx, json messages, int64_t now) {
   auto& def = g_->steps[idx];
   auto& s = steps_[idx];
-  if (call.reserved > 0) {
-    if (!reserved_)
-      reserved_ = std::make_unique<std::map<uint32_t, double>>();
-    (*reserved_)[idx] = call.reserved;
-  }
   mark_running(idx, step_phase::running_fn, now);
-  effects_.emplace_back(fx::start_llm{idx, s.attempt, std::move(call.messages)});
+  effects_.emplace_back(fx::start_llm{idx, s.attempt, std::move(messages)});
   if (def.timeout)
     effects_.emplace_back(fx::timer{timer_kind::timeout, idx, s.attempt, def.timeout->count(), 0});
+}
+
+void execution_machine::queue_llm(uint32_t idx, int64_t now) {
+  auto& s = steps_[idx];
+  s.phase = step_phase::waiting_slot;
+  s.reason = step_reason::none;
+  s.ticket = next_ticket_++;
+  s.held |= held_own_pool;
+  emit("step.queued", now, g_->steps[idx].id, "queued");
+  put_step(idx);
+  effects_.emplace_back(fx::acquire_slot{s.ticket, own_pool(idx)});
+}
+
+void execution_machine::start_queued_llm(uint32_t idx, int64_t now) {
+  // The messages are resolved again: they depend on nothing that changes
+  // while the step waits; what it reserved stands.
+  auto call = prepare_llm(idx);
+  if (!call.error.empty())
+    return fail_attempt(idx, call.error, nullptr, now);
+  start_llm(idx, std::move(call.messages), now);
 }
 
 void execution_machine::settle_llm(uint32_t idx, json& result) {

@@ -160,10 +160,15 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
       start_wait(idx, now);
       break;
     case step_kind::llm:
-      if (is_loop(def)) // a tool-calling loop: one child per turn
+      if (is_loop(def)) { // a tool-calling loop: one child per turn
         spawn_child(idx, resolver_->graph_child(*this, idx, nullptr), 0, now);
+        break;
+      }
+      reserve(idx, call.reserved);
+      if (own_pool(idx).kind != fx::pool_ref::of::node)
+        queue_llm(idx, now); // the provider's max_parallel
       else
-        start_llm(idx, std::move(call), now);
+        start_llm(idx, std::move(call.messages), now);
       break;
     case step_kind::agent: {
       auto c = resolver_->agent_step(*this, idx);
@@ -247,9 +252,16 @@ const tool_def* execution_machine::tool_of(const step_def& def, std::string& err
   return nullptr;
 }
 
-bool execution_machine::has_tool_pool(const std::string& name) const {
-  return std::find(env_->tool_pools.begin(), env_->tool_pools.end(), name)
-         != env_->tool_pools.end();
+fx::pool_ref execution_machine::own_pool(uint32_t idx) const {
+  auto& def = g_->steps[idx];
+  auto in = [](const std::vector<std::string>& pools, const std::string& name) {
+    return std::find(pools.begin(), pools.end(), name) != pools.end();
+  };
+  if (def.kind == step_kind::tool && in(env_->tool_pools, def.target))
+    return {fx::pool_ref::of::tool, def.target};
+  if (def.kind == step_kind::llm && in(env_->provider_pools, def.llm->provider))
+    return {fx::pool_ref::of::provider, def.llm->provider};
+  return {};
 }
 
 void execution_machine::enqueue(uint32_t idx, const tool_def* tool,
@@ -264,8 +276,8 @@ void execution_machine::enqueue(uint32_t idx, const tool_def* tool,
   s.phase = step_phase::waiting_slot;
   s.reason = step_reason::none;
   s.ticket = next_ticket_++;
-  if (tool != nullptr && has_tool_pool(tool->name))
-    s.held |= held_tool_pool;
+  if (own_pool(idx).kind != fx::pool_ref::of::node)
+    s.held |= held_own_pool;
   emit("step.queued", now, g_->steps[idx].id, "queued");
   put_step(idx);
   if (env_->has_cluster) {
@@ -275,14 +287,15 @@ void execution_machine::enqueue(uint32_t idx, const tool_def* tool,
     return;
   }
   effects_.emplace_back(
-    fx::acquire_slot{s.ticket, (s.held & held_tool_pool) ? tool->name : std::string{}});
+    fx::acquire_slot{s.ticket, (s.held & held_own_pool) ? own_pool(idx) : fx::pool_ref{}});
 }
 
 void execution_machine::release_slots(uint32_t idx) {
   auto& s = steps_[idx];
-  if (s.ticket != 0)
+  if (s.ticket != 0) // a model call holds no slot of the node's pool
     effects_.emplace_back(fx::release_slot{
-      s.ticket, (s.held & held_tool_pool) ? g_->steps[idx].target : std::string{}});
+      s.ticket, (s.held & held_own_pool) ? own_pool(idx) : fx::pool_ref{},
+      g_->steps[idx].kind != step_kind::llm});
   if ((s.held & held_place) && env_->has_cluster)
     effects_.emplace_back(fx::release_place{s.node, s.ticket});
   s.ticket = 0;

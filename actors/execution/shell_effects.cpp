@@ -28,10 +28,11 @@ void later(execution_shell* self, millis delay, caf::message msg) {
   schedule(self, timer, delay, std::move(msg));
 }
 
-/// The actor of the slot pool for tool `tool` (empty: the node's pool).
-caf::actor pool_of(const execution_services& svc, const std::string& tool) {
-  if (!tool.empty())
-    if (auto i = svc.tool_slots.find(tool); i != svc.tool_slots.end())
+/// The actor of slot pool `p` (the node's when it has no own pool).
+caf::actor pool_of(const execution_services& svc, const fx::pool_ref& p) {
+  auto& own = p.kind == fx::pool_ref::of::tool ? svc.tool_slots : svc.provider_slots;
+  if (p.kind != fx::pool_ref::of::node)
+    if (auto i = own.find(p.name); i != own.end())
       return i->second;
   return svc.slots;
 }
@@ -50,12 +51,13 @@ struct effect_runner {
     self->send(svc().admission, acquire_atom::value, uint64_t{0});
   }
   void operator()(fx::acquire_slot& e) {
-    self->send(pool_of(svc(), e.tool), acquire_atom::value, uint64_t{e.ticket});
+    self->send(pool_of(svc(), e.pool), acquire_atom::value, uint64_t{e.ticket});
   }
   void operator()(fx::release_slot& e) {
-    if (!e.tool.empty())
-      self->send(pool_of(svc(), e.tool), release_atom::value, uint64_t{e.ticket});
-    self->send(svc().slots, release_atom::value, uint64_t{e.ticket});
+    if (e.own.kind != fx::pool_ref::of::node)
+      self->send(pool_of(svc(), e.own), release_atom::value, uint64_t{e.ticket});
+    if (e.node)
+      self->send(svc().slots, release_atom::value, uint64_t{e.ticket});
   }
   void operator()(fx::return_grant& e) {
     if (auto pool = caf::actor_cast<caf::actor>(self->current_sender()))

@@ -32,6 +32,9 @@ struct chat_provider {
   /// an error message of this client.
   std::string api_key;
   int max_retries = 5; ///< tries after the first, for 429, 5xx and connection errors
+  /// Calls at once on one node; more wait `queued` (the node config's
+  /// runtime gives each provider a slot pool of this size).
+  size_t max_parallel = 8;
   /// What its tokens cost (charged to the tree's `budget`); none: free.
   std::optional<token_price> price;
 };

@@ -23,9 +23,10 @@ function tail(text, n = TAIL_LINES) {
 
 function kindOf(def) {
   if (!def) return "";
-  for (const k of ["run", "tool", "graph", "plan", "agent", "fn", "wait"]) {
+  for (const k of ["run", "tool", "graph", "plan", "agent", "fn", "wait", "llm"]) {
     if (k in def) return typeof def[k] === "string" ? `${k} ${def[k]}`
-      : k === "wait" && def.wait && def.wait.signal ? `wait ${def.wait.signal}` : k;
+      : k === "wait" && def.wait && def.wait.signal ? `wait ${def.wait.signal}`
+      : k === "llm" && def.llm && def.llm.model ? `llm ${def.llm.model}` : k;
   }
   return "";
 }
@@ -106,6 +107,7 @@ export function stepPanel(ctx) {
       if (my !== fetching || !cur) return;
       detail = (doc.steps || {})[cur.step] || null;
       drawDetail();
+      drawLive();
     } catch { /* the live fields still show */ }
   }
 
@@ -140,6 +142,7 @@ export function stepPanel(ctx) {
     }
     setBadge(parts.badge, s.status);
     const pid = detail && detail.pid;
+    const result = detail && detail.result;
     const child = s.child_id || (detail && detail.child_id);
     fill(parts.live, dl([
       ["Attempt", String(s.attempt)],
@@ -157,6 +160,7 @@ export function stepPanel(ctx) {
       s.answeredBy ? ["Answered by", h("span", { "data-testid": "step-answered-by" }, s.answeredBy)] : [],
       ["Error", s.error ? h("span", { class: "error", "data-testid": "step-error" }, s.error) : null],
       pid ? ["Process", String(pid)] : [],
+      result && result.usage ? ["Model use", h("span", { "data-testid": "step-model-use" }, modelUse(result.usage, result.spend))] : [],
       child ? ["Child", h("a", { href: `#/executions/${child}`, "data-testid": "step-child-link" }, child)] : [],
     ].filter((p) => p.length)));
   }
@@ -221,6 +225,16 @@ export function stepPanel(ctx) {
     },
     refetch: () => cur && fetchDetail(),
   };
+}
+
+/**
+ * What model calls used: `702 tokens (600 in, 102 out) · spent 0.0702`, from
+ * a call's `usage` or a tree's `model` totals (`spend` null or absent: unpriced).
+ */
+export function modelUse(usage, spend) {
+  const inTok = usage.prompt_tokens || 0, outTok = usage.completion_tokens || 0;
+  const text = `${inTok + outTok} tokens (${inTok} in, ${outTok} out)`;
+  return typeof spend === "number" ? `${text} \u00b7 spent ${+spend.toPrecision(6)}` : text;
 }
 
 /** The limits of the execution's graph with their use, derived from the tree. */

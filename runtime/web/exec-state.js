@@ -217,6 +217,9 @@ export class ExecState {
         else if (def && def.cost) cost += def.cost * (s.attempt || 0);
       }
     }
+    // What the tree's model calls settled to (the document's totals).
+    const model = this.root() && this.root().model;
+    if (model && model.spend) cost += model.spend;
     return { attempts, cost, costKnown, depth };
   }
 }

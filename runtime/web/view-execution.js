@@ -8,7 +8,7 @@ import { api, request, followEvents } from "./api.js";
 import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, errorText, confirmDialog, LIVE_STATUSES } from "./ui.js";
 import { ExecState, GraphFinder } from "./exec-state.js";
 import { drawDag } from "./dag.js";
-import { eventLog, stepPanel, limitsBox, childTree, stopOutcome, stepOf } from "./exec-parts.js";
+import { eventLog, stepPanel, limitsBox, childTree, stopOutcome, stepOf, modelUse } from "./exec-parts.js";
 import { waitLabel, refreshWaits } from "./waits.js";
 
 const OPEN_CHILDREN = 12; // child DAGs drawn at once; the rest when opened
@@ -94,6 +94,8 @@ export function executionView(main, [id]) {
       ["Started", timeEl(x.started_at)],
       ["Ended", x.ended_at ? timeEl(x.ended_at) : null],
       ["Duration", x.started_at ? duration(x.started_at, x.ended_at) : null],
+      ["Model", x.model ? h("span", { "data-testid": "exec-model-use" },
+        `${x.model.calls} call${x.model.calls === 1 ? "" : "s"} \u00b7 ${modelUse(x.model, x.model.spend)}`) : null],
       ["Inputs", Object.keys(x.inputs || {}).length ? h("pre", {}, json(x.inputs)) : null],
       ["Outputs", x.outputs && Object.keys(x.outputs).length ? h("pre", { "data-testid": "exec-outputs" }, json(x.outputs)) : null],
     ].filter((p) => p.length), "kv", true));

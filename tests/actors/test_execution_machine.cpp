@@ -17,7 +17,7 @@ const json two_runs = {{"steps", {{"a", {{"run", {"true"}}}}, {"b", {{"run", {"t
 std::vector<effect> start_and_grant(machine_fixture& f, const std::string& id) {
   f.m->start(++f.now);
   f.fx();
-  f.m->slot_granted(f.step(id).ticket, {}, true, ++f.now);
+  f.m->slot_granted(f.step(id).ticket, slot_from::node, ++f.now);
   return f.fx();
 }
 
@@ -80,7 +80,7 @@ TEST_CASE("a grant nothing waits for goes back to its pool", "[actors][machine]"
   machine_fixture f{one_run};
   f.m->start(++f.now);
   f.fx();
-  f.m->slot_granted(999, {}, true, ++f.now);
+  f.m->slot_granted(999, slot_from::node, ++f.now);
   CHECK(count<fx::return_grant>(f.fx()) == 1);
 }
 
@@ -130,8 +130,8 @@ TEST_CASE("a step that fails for good halts its execution as failed", "[actors][
   machine_fixture f{two_runs};
   f.m->start(++f.now);
   f.fx();
-  f.m->slot_granted(f.step("a").ticket, {}, true, ++f.now);
-  f.m->slot_granted(f.step("b").ticket, {}, true, ++f.now);
+  f.m->slot_granted(f.step("a").ticket, slot_from::node, ++f.now);
+  f.m->slot_granted(f.step("b").ticket, slot_from::node, ++f.now);
   f.fx();
   f.m->step_done(f.idx("a"), 1, json::object(), "boom", ++f.now);
   auto xs = f.fx();

@@ -1,7 +1,8 @@
 // The execution machine's `llm` steps: the messages resolved and handed to
 // the shell's call (`start_llm`), the step running until its `done`, its text
 // as output events, a stop or a timeout cancelling the call (`set_fn_stop`),
-// an unknown provider failing the attempt with the configured ones named.
+// an unknown provider failing the attempt with the configured ones named,
+// a provider's own slot pool, prices reserved and settled.
 
 #include "machine_harness.hpp"
 
@@ -316,5 +317,58 @@ TEST_CASE("a priced llm step whose reservation would pass the budget is not star
   CHECK_FALSE(first<fx::start_llm>(seen));
   CHECK(f.m->record().reason == "budget_exceeded");
   CHECK(f.step("ask").attempt == 0);
+  CHECK(spent(f) == 0);
+}
+
+// -- the provider's max_parallel --------------------------------------------------------
+
+TEST_CASE("an llm step of a provider with its own pool waits queued for that pool's slot and "
+          "never takes one of the node's",
+          "[actors][machine][llm]") {
+  llm_fixture f;
+  f.env->provider_pools = {"default"};
+  f.m->start(++f.now);
+  auto seen = f.settle(f.fx());
+  CHECK_FALSE(first<fx::start_llm>(seen));
+  auto ask = first<fx::acquire_slot>(seen);
+  REQUIRE(ask);
+  CHECK(ask->pool.kind == fx::pool_ref::of::provider);
+  CHECK(ask->pool.name == "default");
+  CHECK(status_of(f.step("draft").phase) == step_status::queued);
+
+  f.m->slot_granted(ask->ticket, slot_from::own, ++f.now);
+  auto started = f.settle(f.fx());
+  auto call = first<fx::start_llm>(started);
+  REQUIRE(call);
+  CHECK(call->messages[0]["content"] == "Topic: Q3");
+  CHECK_FALSE(first<fx::acquire_slot>(started)); // no subprocess slot
+  CHECK(f.step("draft").phase == step_phase::running_fn);
+
+  f.m->step_done(call->idx, call->attempt, json{{"content", "ok"}}, {}, ++f.now);
+  auto done = f.settle(f.fx());
+  auto back = first<fx::release_slot>(done);
+  REQUIRE(back);
+  CHECK(back->own.kind == fx::pool_ref::of::provider);
+  CHECK_FALSE(back->node);
+  CHECK(f.m->record().status == execution_status::completed);
+}
+
+TEST_CASE("a priced llm step stopped while it waits for its provider's slot gives its "
+          "reservation back",
+          "[actors][machine][llm][budget]") {
+  auto f = priced(1);
+  auto p = providers();
+  p->at("default").price = token_price{100, 100};
+  f.env->providers = p;
+  f.env->provider_pools = {"default"};
+  f.m->start(++f.now);
+  auto seen = f.settle(f.fx());
+  REQUIRE(first<fx::acquire_slot>(seen));
+  CHECK(spent(f) > 0);
+  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  auto halt = f.settle(f.fx());
+  CHECK(first<fx::release_slot>(halt));
+  CHECK(f.m->record().status == execution_status::stopped);
+  CHECK(status_of(f.step("ask").phase) == step_status::pending);
   CHECK(spent(f) == 0);
 }

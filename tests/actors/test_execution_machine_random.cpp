@@ -154,7 +154,7 @@ struct world {
         snapshots += w->then == after_write::report ? 1 : 0;
         writes.push_back(std::move(*w));
       } else if (auto a = std::get_if<fx::acquire_slot>(&e)) {
-        if (a->tool.empty())
+        if (a->pool.kind == fx::pool_ref::of::node)
           tickets.push_back(a->ticket);
       } else if (auto r = effect_as<fx::spawn_runner>(e)) {
         REQUIRE_FALSE(completed[r->idx]);
@@ -237,7 +237,7 @@ struct world {
           auto i = pick(tickets.size());
           auto t = tickets[i];
           tickets.erase(tickets.begin() + static_cast<long>(i));
-          m.slot_granted(t, {}, true, now);
+          m.slot_granted(t, slot_from::node, now);
         } else if (admission) {
           admission = false;
           m.admitted(now);

@@ -16,7 +16,7 @@ const json one_run = {{"steps", {{"a", {{"run", {"true"}}}}}}};
 void start_and_grant(machine_fixture& f, const std::string& id) {
   f.m->start(++f.now);
   f.fx();
-  f.m->slot_granted(f.step(id).ticket, {}, true, ++f.now);
+  f.m->slot_granted(f.step(id).ticket, slot_from::node, ++f.now);
   f.fx();
   REQUIRE(f.step(id).phase == step_phase::running_runner);
 }

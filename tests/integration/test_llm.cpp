@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -223,6 +224,47 @@ TEST_CASE("run --config refuses a server's keys, a provider without a base URL a
   CHECK_FALSE(has_store(home.path)); // nothing was stored
 }
 
+TEST_CASE("a provider's max_parallel bounds its calls at once: the others wait queued and are "
+          "made one after another",
+          "[integration][cli][llm]") {
+  temp_dir home;
+  json reply = {{"content", "ok"}, {"delay_ms", 150}};
+  fake_llm llm{json::array({reply, reply, reply})};
+  auto config = home.write("one.json", json{{"providers",
+                                            {{"default",
+                                              {{"base_url", llm.base_url()},
+                                               {"max_parallel", 1}}}}}}
+                                         .dump());
+  auto graph = home.write("fan.json", R"({"name": "fan", "steps": {
+    "a": {"llm": {"model": "m", "messages": [{"role": "user", "content": "a"}]}},
+    "b": {"llm": {"model": "m", "messages": [{"role": "user", "content": "b"}]}},
+    "c": {"llm": {"model": "m", "messages": [{"role": "user", "content": "c"}]}}}})");
+  auto r = run_canopy(home.path, {"run", graph, "--config", config, "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  // A call is made once the one before it was answered, which took 150 ms.
+  std::vector<int64_t> at;
+  for (auto& e : llm.events("request"))
+    at.push_back(e["at_ms"].get<int64_t>());
+  REQUIRE(at.size() == 3);
+  std::sort(at.begin(), at.end());
+  CHECK(at[1] - at[0] >= 150);
+  CHECK(at[2] - at[1] >= 150);
+  size_t queued = 0;
+  for (auto& e : events_of(home.path, r.out_json()["id"].get<std::string>()))
+    queued += e["type"] == "step.queued" ? 1 : 0;
+  CHECK(queued == 3);
+
+  auto bad = home.write("bad.json", json{{"providers",
+                                         {{"default",
+                                           {{"base_url", llm.base_url()},
+                                            {"max_parallel", 0}}}}}}
+                                      .dump());
+  auto refused = run_canopy(home.path, {"run", graph, "--config", bad});
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("/providers/default/max_parallel"));
+}
+
 TEST_CASE("the llm_brief example runs offline against the provider double with one command",
           "[integration][cli][llm][examples]") {
   temp_dir home;
@@ -277,6 +319,11 @@ TEST_CASE("a priced provider's tokens are charged to the budget: a call that cou
   CHECK(llm.events("request").size() == 2);
   auto show = run_canopy(home.path, {"show", doc["id"].get<std::string>()});
   CHECK_THAT(show.out, Catch::Contains("50 tokens · spent 0.005"));
+  // The tree's totals: both calls.
+  CHECK_THAT(show.out, Catch::Contains("model: 2 calls · 100 tokens (70 in, 30 out) · spent 0.01"));
+  auto tree = show_doc(home.path, doc["id"].get<std::string>());
+  CHECK(tree["model"]["calls"] == 2);
+  CHECK(tree["model"]["spend"] == Approx(0.01));
 
   // Without max_tokens a priced call cannot know what it may spend.
   auto unbounded = home.write("unbounded.json", R"({"steps": {"x": {"llm": {"model": "m",

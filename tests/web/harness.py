@@ -5,6 +5,8 @@
   serves the dashboard from runtime/web on disk (CANOPY_WEB_DIR) unless
   --embedded is given. Always stopped and reaped, even on failure.
 - Relay: a TCP relay in front of the server whose connections can be cut.
+- Model double: tests/fake_llm/fake_llm.py with a script of replies, the
+  server's provider `default` (model_replies=..., model_price=...).
 - Browser: headless Chromium through selenium (1280x800), waits on DOM
   conditions (WebDriverWait, never a fixed sleep), screenshots to --out.
 - main(test): runs one test function with a fresh Harness and exits 0 on
@@ -65,6 +67,7 @@ class Server:
         self.proc = None
         self.log_path = self.root / "serve.log"
         self.starts = 0
+        self.extra_config = {}  # more keys of the node config (e.g. providers)
 
     @property
     def url(self):
@@ -79,6 +82,7 @@ class Server:
         if self.cluster_port:
             cfg["cluster"] = {"listen": f"127.0.0.1:{self.cluster_port}", "secret": "web-test-secret",
                               "heartbeat": "500ms", "timeout": "3s"}
+        cfg.update(self.extra_config)
         path = self.root / "config.json"
         path.write_text(json.dumps(cfg))
         return path
@@ -180,6 +184,35 @@ class Server:
         statuses = {statuses} if isinstance(statuses, str) else set(statuses)
         return wait_for(lambda: (lambda x: x if x["status"] in statuses else None)(self.execution(exec_id, token)),
                         timeout, f"execution {exec_id} to be {sorted(statuses)}")
+
+
+class ModelDouble:
+    """tests/fake_llm/fake_llm.py playing `replies` on a free 127.0.0.1 port,
+    in its own process group; stop() kills and reaps it."""
+
+    def __init__(self, root, replies):
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        script = root / "replies.json"
+        script.write_text(json.dumps({"replies": replies}))
+        port_file = root / "port"
+        self.log_path = root / "requests.jsonl"
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", str(REPO / "tests" / "fake_llm" / "fake_llm.py"), "--script", str(script),
+             "--log", str(self.log_path), "--port-file", str(port_file)],
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_for(lambda: port_file.exists() and port_file.read_text().strip(), 20, "the model double to listen")
+        self.base_url = f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
+
+    def stop(self):
+        p, self.proc = self.proc, None
+        if p is None:
+            return
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
 
 
 class Relay:
@@ -406,7 +439,7 @@ class Browser:
 class Harness:
     """A server, a browser and a temp dir for one test; `with Harness(args) as hx:`."""
 
-    def __init__(self, args, name, cluster=False, relay=False):
+    def __init__(self, args, name, cluster=False, relay=False, model_replies=None, model_price=None):
         self.args = args
         self.name = name
         self.tmp = Path(tempfile.mkdtemp(prefix=f"canopy-web-{name}-"))
@@ -418,11 +451,20 @@ class Harness:
         self.relay = None
         self.browser = None
         self.workers = []
+        self.model_replies = model_replies  # a model double's script: the node gets provider `default`
+        self.model_price = model_price      # {"input": N, "output": N} per million tokens, or None
+        self.model = None
 
     def __enter__(self):
         # `with` calls __exit__ only after __enter__ returned: clean up here
         # when the browser (or the relay) cannot start, so no server is left.
         try:
+            if self.model_replies is not None:
+                self.model = ModelDouble(self.tmp / "model", self.model_replies)
+                provider = {"base_url": self.model.base_url}
+                if self.model_price:
+                    provider["price"] = self.model_price
+                self.server.extra_config["providers"] = {"default": provider}
             self.server.start()
             if self.relay_wanted:
                 self.relay = Relay(self.server.port)
@@ -468,6 +510,8 @@ class Harness:
         if kind is not None:
             print("server log (tail):\n" + self.server.log_tail(), file=sys.stderr)
         self.server.stop()
+        if self.model:
+            self.model.stop()
         if not self.args.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
