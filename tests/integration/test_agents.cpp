@@ -1,14 +1,11 @@
 // Acceptance tests through the library: agents, their history,
 // cancel, the `on_busy` policies, `agent` steps that carry a stop across
-// agents, and recursion through agents (SPEC §9, §13 rule 21). A real store
-// in a temp home and real subprocess steps. Waits are on events (a pid file
-// that appears, a run that ends), never on sleeps.
-
-#include <signal.h>
-#include <unistd.h>
+// agents, and recursion through agents. A real store in a temp home and real
+// subprocess steps; the writer/critic example runs whole through its run.sh
+// against the provider double. Waits are on events (a pid file that appears,
+// a run that ends), never on sleeps.
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -25,8 +22,6 @@ using namespace canopy::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-namespace fs = std::filesystem;
 
 std::unique_ptr<runtime> open_rt(const std::string& home) {
   runtime_options opts;
@@ -411,30 +406,70 @@ TEST_CASE("an agent messaging itself, directly or through another, is stopped by
   }
 }
 
-TEST_CASE("the writer and critic example converses for three rounds",
-          "[integration][agents][examples]") {
-  temp_dir dir;
-  auto rt = open_rt(dir.path + "/home");
-  auto ex = source_dir() + "/examples/writer_critic/";
-  for (auto& name : {"writer", "critic"}) {
-    auto parsed = rt->parse_file(ex + name + ".json");
-    REQUIRE(parsed);
-    REQUIRE(check_agent_graph(*parsed.value).empty());
-    REQUIRE(rt->create_agent("", name, *parsed.value, busy_policy::cancel_previous));
+namespace {
+
+/// The request bodies in the provider double's log `path`, in arrival order.
+std::vector<json> requests_in(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in{path};
+  for (std::string line; std::getline(in, line);) {
+    auto e = json::parse(line, nullptr, false);
+    if (e.is_object() && e.value("event", "") == "request")
+      out.push_back(e["body"]);
   }
-  auto conv = rt->parse_file(ex + "conversation.json");
-  REQUIRE(conv);
-  auto h = rt->start(conv.value, {{"topic", "actor runtimes"}});
-  REQUIRE(h);
-  auto done = h->wait();
-  REQUIRE(done);
-  REQUIRE(done->status == execution_status::completed);
-  CHECK(done->outputs["final"].get<std::string>().rfind("Draft 3:", 0) == 0);
-  CHECK(done->outputs["verdict"].get<std::string>().rfind("Approved:", 0) == 0);
-  auto writer = rt->db()->history("", "writer");
-  REQUIRE(writer);
-  REQUIRE(writer->size() == 6);
-  CHECK((*writer)[1].content == "Draft 1: actor runtimes let many small workers share one job.");
-  CHECK((*writer)[2].content == "Name a concrete example.");
-  CHECK(rt->db()->history("", "critic")->size() == 6);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("the writer and critic example converses for three rounds through a model with one "
+          "command",
+          "[integration][agents][llm][examples]") {
+  temp_dir dir;
+  auto home = dir.path + "/home";
+  auto log = dir.path + "/requests.jsonl";
+  auto r = run_command({"env", "FAKE_LLM_LOG=" + log, "sh",
+                        source_dir() + "/examples/writer_critic/run.sh", canopy_binary(), home});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto history = [&](const std::string& agent) {
+    auto h = run_canopy(home, {"agent", "history", agent, "--json"});
+    REQUIRE(h.exit_code == 0);
+    return h.out_json();
+  };
+  auto writer = history("writer");
+  auto critic = history("critic");
+  REQUIRE(writer.size() == 6);
+  REQUIRE(critic.size() == 6);
+  CHECK(writer[0]["content"] == "Write a paragraph about actor runtimes.");
+  CHECK_THAT(writer[1]["content"].get<std::string>(),
+             Catch::StartsWith("An actor runtime runs many small workers"));
+  for (size_t i = 0; i < 6; i += 2) { // each draft reached the critic, each review the writer
+    CHECK(critic[i]["content"] == writer[i + 1]["content"]);
+    if (i + 2 < 6)
+      CHECK(writer[i + 2]["content"] == critic[i + 1]["content"]);
+  }
+  auto ls = run_canopy(home, {"ls", "--json"});
+  REQUIRE(ls.exit_code == 0);
+  auto show = run_canopy(home, {"show", ls.out_json()[0]["id"].get<std::string>(), "--json"});
+  REQUIRE(show.exit_code == 0);
+  auto outputs = show.out_json()["outputs"];
+  CHECK(outputs["final"] == writer[5]["content"]); // the third draft
+  CHECK_THAT(outputs["final"].get<std::string>(),
+             Catch::EndsWith("while the system keeps serving everyone else."));
+  CHECK_THAT(outputs["verdict"].get<std::string>(), Catch::StartsWith("Approved:"));
+  // Six model calls, the writer's and the critic's in turn. A call's last
+  // message is what the agent was sent; its system message holds the
+  // agent's conversation so far, as JSON.
+  auto calls = requests_in(log);
+  REQUIRE(calls.size() == 6);
+  for (auto& c : calls)
+    CHECK(c["model"] == "qwen2.5-7b-instruct");
+  auto sent = [&](size_t call, size_t message) {
+    return calls[call]["messages"][message]["content"].get<std::string>();
+  };
+  CHECK(sent(1, 1) == writer[1]["content"]); // the critic's first call saw the first draft
+  CHECK(sent(5, 1) == writer[5]["content"]);
+  CHECK_THAT(sent(5, 0), Catch::Contains(critic[3]["content"].dump())); // its earlier review
+  CHECK_THAT(sent(4, 0), Catch::Contains(writer[3]["content"].dump())); // the writer's draft 2
 }
