@@ -159,8 +159,11 @@ int cmd_agent_create(const global_options& g, const agent_options& o) {
 }
 
 int cmd_agent_send(const global_options& g, const agent_options& o) {
+  std::optional<node_config> cfg;
+  if (!o.config.empty() && !(cfg = read_run_config(o.config)))
+    return exit_usage;
   interrupt_guard guard;
-  auto opened = open_runtime(g);
+  auto opened = open_runtime(g, cfg ? &*cfg : nullptr);
   if (!opened)
     return fail(opened.error());
   auto& rt = **opened;
@@ -385,6 +388,8 @@ void add_agent_commands(CLI::App& app, agent_commands& cmds,
   agent_send->add_option("name", ao.name, "agent name")->required();
   agent_send->add_option("text", ao.text, "the message (a JSON string)")->required();
   agent_send->add_flag("--json", ao.json, "print {reply, execution_id, status}");
+  agent_send->add_option("--config", ao.config,
+                         "a node config file whose tools and providers the agent's run may use");
   add_remote(agent_send);
   auto agent_cancel = cmds.cancel =
     agent->add_subcommand("cancel", "cancel the agent's live run");
@@ -408,8 +413,11 @@ std::optional<int> run_agent_command(const agent_commands& cmds, const global_op
   bool on_server = !r.server.empty();
   if (cmds.create->parsed())
     return on_server ? remote_agent_create(r, ao) : cmd_agent_create(g, ao);
-  if (cmds.send->parsed())
+  if (cmds.send->parsed()) {
+    if (on_server && !ao.config.empty())
+      return usage_error("--config is for a local send: a server has its own");
     return on_server ? remote_agent_send(r, ao) : cmd_agent_send(g, ao);
+  }
   if (cmds.cancel->parsed())
     return on_server ? remote_agent_cancel(r, ao) : cmd_agent_cancel(g, ao);
   if (cmds.history->parsed())

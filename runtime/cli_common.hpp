@@ -288,6 +288,7 @@ struct agent_options {
   std::string on_busy;                    ///< create; empty: not given
   std::string node;                       ///< create; empty: any node
   std::string text;                       ///< send
+  std::string config;                     ///< send: `--config FILE`, its tools and providers
   std::optional<double> wait_s;           ///< cancel; nullopt: not given
   bool json = false;
 };

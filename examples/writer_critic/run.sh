@@ -14,10 +14,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/fake_llm/start_double.sh"
 start_double "$here/replies.json"
 sed "s|@PORT@|$port|" "$here/node.json.in" > "$tmp/node.json"
-# Ctrl-C is canopy's to handle (it stops the run and prints its id). sh only
-# waits for it, then stops the double, which ignores Ctrl-C as a background
-# job, and exits with canopy's status.
-trap : INT
 status=0
 if [ $# -ge 3 ]; then
   "$canopy" --home "$home" resume "$3" --config "$tmp/node.json" || status=$?

@@ -10,6 +10,10 @@ start_double() {
     --port-file "$tmp/port" &
   double_pid=$!
   trap stop_double EXIT
+  # Ctrl-C is canopy's to handle (it stops the run and prints its id): sh
+  # only waits for it, then stops the double (a background job, which
+  # ignores Ctrl-C) and exits with canopy's status.
+  trap : INT
   tries=0
   until [ -s "$tmp/port" ]; do # the double writes its port once it listens
     tries=$((tries + 1))

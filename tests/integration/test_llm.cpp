@@ -265,6 +265,28 @@ TEST_CASE("a provider's max_parallel bounds its calls at once: the others wait q
   CHECK_THAT(refused.err, Catch::Contains("/providers/default/max_parallel"));
 }
 
+TEST_CASE("agent send --config gives a local agent's run the providers of the file",
+          "[integration][cli][llm][agents]") {
+  temp_dir home;
+  fake_llm llm{json::array({{{"content", "A paragraph on actors."}}})};
+  auto config = config_for(home, llm);
+  auto writer = source_dir() + "/examples/writer_critic/writer.json";
+  REQUIRE(run_canopy(home.path, {"agent", "create", "writer", "--graph", writer}).exit_code == 0);
+  auto r = run_with_key(home.path, {"agent", "send", "writer", "Write about actors.", "--config",
+                                    config, "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out_json()["reply"] == "A paragraph on actors.");
+  auto sent = llm.events("request");
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0]["body"]["messages"][1]["content"] == "Write about actors.");
+
+  auto bad = run_canopy(home.path, {"agent", "send", "writer", "x", "--config",
+                                    home.write("bad.json", R"({"listen": "x"})")});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("listen"));
+}
+
 TEST_CASE("the llm_brief example runs offline against the provider double with one command",
           "[integration][cli][llm][examples]") {
   temp_dir home;
