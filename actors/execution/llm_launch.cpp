@@ -72,7 +72,7 @@ void start_llm_call(execution_shell* self, fx::start_llm& e) {
   auto call = std::make_shared<chat_call>(
     provider, std::move(req), [text](std::string_view t) { text->add(t); },
     def.timeout ? def.timeout->count() : -1);
-  st.llm_calls.set(e.idx, call);
+  st.calls.set(e.idx, running_call{nullptr, call});
   std::thread{[me, call, text, idx, attempt, want_json] {
     auto r = call->run();
     text->flush();

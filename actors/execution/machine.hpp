@@ -484,15 +484,19 @@ private:
   std::vector<uint32_t> dep_offsets_;
   std::vector<uint32_t> dep_targets_;
   std::vector<uint32_t> ready_;
-  /// The rendered prompts of wait steps (allocated when the first arms: a
-  /// step state stays small).
-  std::unique_ptr<std::map<uint32_t, std::string>> prompts_;
-  /// The current iteration of repeating steps (allocated when the first
-  /// child of one is spawned).
-  std::unique_ptr<std::map<uint32_t, int32_t>> iterations_;
-  /// What the running attempt of priced `llm` steps reserved (allocated by
-  /// the first).
-  std::unique_ptr<std::map<uint32_t, double>> reserved_;
+  /// What only some kinds of steps keep, by step: apart, so that a step
+  /// state stays small, and allocated by the first step that keeps any.
+  struct side_tables {
+    std::map<uint32_t, std::string> prompts; ///< wait steps' rendered prompts
+    std::map<uint32_t, int32_t> iterations;  ///< repeating steps' current iteration
+    std::map<uint32_t, double> reserved;     ///< priced `llm` attempts' reservations
+  };
+  std::unique_ptr<side_tables> side_;
+  side_tables& side() {
+    if (!side_)
+      side_ = std::make_unique<side_tables>();
+    return *side_;
+  }
   size_t durable_completed_ = 0; ///< completed or skipped, and committed
   uint32_t skipped_ = 0;         ///< steps skipped so far (stored ones too)
   uint32_t next_ticket_ = 1;

@@ -59,20 +59,18 @@ execution_machine::llm_start execution_machine::prepare_llm(uint32_t idx) const 
 void execution_machine::reserve(uint32_t idx, double reserved) {
   if (reserved <= 0)
     return;
-  if (!reserved_)
-    reserved_ = std::make_unique<std::map<uint32_t, double>>();
-  (*reserved_)[idx] = reserved;
+  side().reserved[idx] = reserved;
 }
 
 void execution_machine::unreserve(uint32_t idx) {
-  if (!reserved_)
+  if (!side_)
     return;
-  auto i = reserved_->find(idx);
-  if (i == reserved_->end())
+  auto i = side_->reserved.find(idx);
+  if (i == side_->reserved.end())
     return;
   scope_->settle(-i->second);
   scope_dirty_ = true;
-  reserved_->erase(i);
+  side_->reserved.erase(i);
 }
 
 void execution_machine::start_llm(uint32_t idx, json messages, int64_t now) {
@@ -105,13 +103,13 @@ void execution_machine::start_queued_llm(uint32_t idx, int64_t now) {
 }
 
 void execution_machine::settle_llm(uint32_t idx, json& result) {
-  if (!reserved_)
+  if (!side_)
     return;
-  auto i = reserved_->find(idx);
-  if (i == reserved_->end())
+  auto i = side_->reserved.find(idx);
+  if (i == side_->reserved.end())
     return;
   auto reserved = i->second;
-  reserved_->erase(i);
+  side_->reserved.erase(i);
   auto& llm = *g_->steps[idx].llm;
   auto& price = env_->providers->at(llm.provider).price;
   auto spent = result.is_object() ? spend_of(*price, result.value("usage", json{}))

@@ -28,10 +28,10 @@ json iteration_results(const std::vector<step_record>& steps) {
 }
 
 int32_t execution_machine::iteration(uint32_t idx) const {
-  if (!iterations_)
+  if (!side_)
     return 0;
-  auto i = iterations_->find(idx);
-  return i == iterations_->end() ? 0 : i->second;
+  auto i = side_->iterations.find(idx);
+  return i == side_->iterations.end() ? 0 : i->second;
 }
 
 void execution_machine::iteration_done(uint32_t idx, json outputs, const json& steps,

@@ -36,10 +36,10 @@ bool execution_machine::skipped(const std::string& step) const {
 
 const std::string& execution_machine::prompt(uint32_t idx) const {
   static const std::string none;
-  if (!prompts_)
+  if (!side_)
     return none;
-  auto i = prompts_->find(idx);
-  return i == prompts_->end() ? none : i->second;
+  auto i = side_->prompts.find(idx);
+  return i == side_->prompts.end() ? none : i->second;
 }
 
 step_record execution_machine::step_record_of(uint32_t idx) const {

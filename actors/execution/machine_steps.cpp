@@ -342,9 +342,7 @@ bool execution_machine::spawn_child(uint32_t idx, child_launch c, uint64_t turn,
   bool next = s.phase == step_phase::running_child;
   s.child_id = c.record.id;
   if (is_loop(def)) {
-    if (!iterations_)
-      iterations_ = std::make_unique<std::map<uint32_t, int32_t>>();
-    (*iterations_)[idx] = std::max(c.record.iteration, 1);
+    side().iterations[idx] = std::max(c.record.iteration, 1);
   }
   if (!c.queued.empty())
     batch_or_new().append(std::move(c.queued));

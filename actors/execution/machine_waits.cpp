@@ -29,9 +29,7 @@ void execution_machine::start_wait(uint32_t idx, int64_t now) {
       return fail_attempt(idx, "prompt: " + message_of(text.error()), nullptr, now);
     prompt = std::move(*text);
   }
-  if (!prompts_)
-    prompts_ = std::make_unique<std::map<uint32_t, std::string>>();
-  (*prompts_)[idx] = prompt;
+  side().prompts[idx] = prompt;
   // The deadline is set once, when first armed: a stop keeps it, so a resume
   // waits for the rest of it, not for a new timeout.
   if (s.deadline == 0 && w.timeout)

@@ -66,6 +66,20 @@ private:
   execution_shell* self_ = nullptr;
 };
 
+/// A function or a model call running on a thread of its own: a stop sets
+/// the function's flag, or cancels the model call (which closes its
+/// connection at once); its `done` follows either way.
+struct running_call {
+  std::shared_ptr<std::atomic<bool>> flag;
+  std::shared_ptr<chat_call> model;
+  void stop() {
+    if (flag)
+      flag->store(true, std::memory_order_release);
+    if (model)
+      model->cancel();
+  }
+};
+
 struct execution_shell_state {
   /// Counts the execution out of the directory, which sweeps its entry later
   /// (its state goes as it quits, just before its attachables run: no
@@ -82,8 +96,7 @@ struct execution_shell_state {
   step_map<caf::actor> workers; ///< step runners and child executions
   step_map<caf::actor> nodes;   ///< the worker node a step was placed on
   step_map<caf::actor> agents;  ///< the agent an `agent` step asked for a turn
-  step_map<std::shared_ptr<std::atomic<bool>>> fn_flags; ///< running functions
-  step_map<std::shared_ptr<chat_call>> llm_calls;         ///< running model calls
+  step_map<running_call> calls; ///< running functions and model calls
   /// In-process stop requests' answers, for the next write that says
   /// `reply` (rare: allocated when one comes).
   std::unique_ptr<std::vector<caf::response_promise>> replies;

@@ -99,13 +99,9 @@ struct effect_runner {
     start_llm_call(self, e);
   }
   void operator()(fx::set_fn_stop& e) {
-    if (auto flag = st().fn_flags.find(e.idx)) {
-      (*flag)->store(true, std::memory_order_release);
-      st().fn_flags.erase(e.idx);
-    }
-    if (auto call = st().llm_calls.find(e.idx)) {
-      (*call)->cancel(); // closes its connection now; its `done` follows
-      st().llm_calls.erase(e.idx);
+    if (auto call = st().calls.find(e.idx)) {
+      call->stop();
+      st().calls.erase(e.idx);
     }
   }
   void operator()(fx::timer& e) {
@@ -308,8 +304,7 @@ void forget_stale(execution_shell_state& st) {
   prune(st.workers, [](const step& s) {
     return s.phase == step_phase::running_runner || s.phase == step_phase::running_child;
   });
-  prune(st.fn_flags, [](const step& s) { return s.phase == step_phase::running_fn; });
-  prune(st.llm_calls, [](const step& s) { return s.phase == step_phase::running_fn; });
+  prune(st.calls, [](const step& s) { return s.phase == step_phase::running_fn; });
   prune(st.nodes, [](const step& s) {
     return (s.held & execution_machine::held_place) || (s.held & execution_machine::held_remote);
   });

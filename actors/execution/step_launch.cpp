@@ -250,7 +250,7 @@ void start_pooled_fn(execution_shell* self, fx::start_fn& e) {
   auto& st = self->state;
   auto fn = st.svc->fns ? st.svc->fns->find(e.name) : nullptr;
   auto flag = std::make_shared<std::atomic<bool>>(false);
-  st.fn_flags.set(e.idx, flag);
+  st.calls.set(e.idx, running_call{flag, nullptr});
   auto& m = *st.m;
   auto ctx = std::make_shared<fn_context>(std::move(e.with), m.record().id,
                                           m.graph_def().steps[e.idx].id, e.attempt, flag);
