@@ -134,7 +134,8 @@ caf::expected<json> load_document(const store& db, const std::string& id,
                                   document_options opts) {
   auto doc = load_tree(db, id, opts);
   if (doc && opts.steps && opts.children)
-    (*doc)["model"] = model_totals(*doc);
+    if (auto totals = model_totals(*doc); !totals.is_null())
+      (*doc)["model"] = std::move(totals);
   return doc;
 }
 

@@ -31,7 +31,8 @@ nlohmann::json stop_summary(const stop_record* req, const std::string& result,
 /// by name (steps never started appear `pending` with attempt 0), each with
 /// its `kind` and `needs` from the graph (readers order them by `needs`),
 /// and with `opts.children` every descendant under `children` and, at the
-/// top, the tree's `model` totals (see `model_totals`).
+/// top of a tree that made a model call, its `model` totals (see
+/// `model_totals`; a tree without one has no `model` key).
 /// @returns the document, `not_found`, or a store error. Thread-safe.
 /// What the model calls of document `tree` and its `children` used:
 /// `{calls, prompt_tokens, completion_tokens, tokens, spend}` summed over
