@@ -97,7 +97,14 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
     return false;
   std::string error;
   auto why = skip_reason(idx, error);
-  if (!error.empty()) {
+  // A model call's messages and price come first: it reserves what it may cost.
+  llm_start call;
+  if (error.empty() && why == step_reason::none && def.kind == step_kind::llm
+      && !is_loop(def)) {
+    call = prepare_llm(idx);
+    error = std::move(call.error);
+  }
+  if (!error.empty()) { // an attempt that fails before it starts
     ++s.attempt;
     s.started_at = now;
     fail_attempt(idx, error, nullptr, now);
@@ -106,17 +113,6 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
   if (why != step_reason::none) {
     skip_step(idx, why, now);
     return true;
-  }
-  // A model call's messages and price come first: it reserves what it may cost.
-  llm_start call;
-  if (def.kind == step_kind::llm && !is_loop(def)) {
-    call = prepare_llm(idx);
-    if (!call.error.empty()) {
-      ++s.attempt;
-      s.started_at = now;
-      fail_attempt(idx, call.error, nullptr, now);
-      return true;
-    }
   }
   if (auto refused = scope_->charge(def.cost + call.reserved)) {
     blocked_ = true;

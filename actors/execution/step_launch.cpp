@@ -130,9 +130,16 @@ std::string errors_text(const std::vector<graph_error>& errors) {
 child_launch turn_of(const execution_services& svc, const execution_machine& m, uint32_t idx,
                      const next_iteration* next) {
   auto& def = m.graph_def().steps[idx];
-  if (next == nullptr)
-    if (auto g = stored_graph_of(svc, m, m.step(idx).child_id))
+  auto& child_id = m.step(idx).child_id;
+  if (next == nullptr && !child_id.empty()) {
+    if (auto g = stored_graph_of(svc, m, child_id))
       return make_child(svc, m, idx, std::move(g), json::object(), {}, m.record().node, 1);
+    // A turn's graph holds the conversation so far: without it the stored
+    // turn cannot be resumed, and turn 1 must not run in its place.
+    if (svc.db->execution(child_id))
+      return failure("the graph of the loop's current turn (" + child_id
+                     + ") cannot be loaded from the store");
+  }
   json history;
   if (next != nullptr) {
     history = next->carry.value("messages", json::array());
