@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "actors/subprocess.hpp"
+#include "persistence/store.hpp"
 #include "tests/fake_llm/fake_llm.hpp"
 #include "tests/integration/helpers.hpp"
 
@@ -197,6 +198,47 @@ TEST_CASE("a tool-calling loop stopped at turn 3 of 5 resumes at turn 3: no comp
   CHECK(stopped["steps"]["research"]["status"] == "pending");
   REQUIRE(eventually([&] { return !llm.events("disconnected").empty(); }, 10s));
   resume_and_check(home.path, id, config, llm, tally);
+}
+
+TEST_CASE("a tool-calling loop whose current turn's stored graph is unreadable fails on resume "
+          "and never starts over at turn 1",
+          "[integration][cli][llm][loops]") {
+  temp_dir home;
+  auto tally = home.path + "/tally";
+  fake_llm llm{interrupted_script()};
+  auto config = config_for(home, llm, tally);
+  auto r = run_canopy(home.path, {"run", graph_file(home), "--config", config, "--detach",
+                                  "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto id = r.out_json()["id"].get<std::string>();
+  REQUIRE(eventually([&] { return llm.events("request").size() == 3; }, 30s, 20ms));
+  REQUIRE(run_canopy(home.path, {"stop", id}).exit_code == 0);
+  std::string turn3;
+  json stopped;
+  REQUIRE(eventually([&] {
+    stopped = show_doc(home.path, id);
+    for (auto& c : stopped["children"])
+      if (c["iteration"] == 3 && c["status"] == "stopped")
+        turn3 = c["id"].get<std::string>();
+    return stopped["status"] == "stopped" && !turn3.empty();
+  }));
+  INFO(stopped.dump());
+  {
+    // Damage turn 3's stored graph (the conversation so far lives in it).
+    auto db = canopy::store::open({home.path});
+    REQUIRE(db);
+    canopy::write_batch b;
+    b.graphs.emplace_back(turn3, canopy::stored_graph{json{{"steps", 5}}, home.path, json::object()});
+    REQUIRE(!(*db)->commit(b));
+  }
+  auto resumed = run_canopy(home.path, {"resume", id, "--config", config, "--json"});
+  INFO(resumed.out << resumed.err);
+  CHECK(resumed.exit_code == 1);
+  auto doc = resumed.out_json();
+  CHECK(doc["steps"]["research"]["status"] == "failed");
+  CHECK_THAT(doc["steps"]["research"]["error"].get<std::string>(),
+             Catch::Contains("(" + turn3 + ") cannot be loaded"));
+  CHECK(llm.events("request").size() == 3); // no turn asked again, turn 1 least of all
 }
 
 TEST_CASE("a tool-calling loop whose process is killed at turn 3 of 5 resumes at turn 3",
