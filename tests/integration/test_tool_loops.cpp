@@ -97,6 +97,18 @@ json interrupted_script() {
   return script;
 }
 
+/// Runs the research graph detached and stops it while turn 3's answer
+/// streams (request 3). @returns the execution's id.
+std::string stop_at_turn_3(const temp_dir& home, const fake_llm& llm, const std::string& config) {
+  auto r = run_canopy(home.path, {"run", graph_file(home), "--config", config, "--detach",
+                                  "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto id = r.out_json()["id"].get<std::string>();
+  REQUIRE(eventually([&] { return llm.events("request").size() == 3; }, 30s, 20ms));
+  REQUIRE(run_canopy(home.path, {"stop", id}).exit_code == 0);
+  return id;
+}
+
 /// Resumes `id`, which was interrupted during turn 3's model call (request
 /// 3), and checks the run: the answer an uninterrupted run gives, turns 3 to
 /// 5 asked once more each, nothing else.
@@ -185,14 +197,7 @@ TEST_CASE("a tool-calling loop stopped at turn 3 of 5 resumes at turn 3: no comp
   auto tally = home.path + "/tally";
   fake_llm llm{interrupted_script()};
   auto config = config_for(home, llm, tally);
-  auto r = run_canopy(home.path, {"run", graph_file(home), "--config", config, "--detach",
-                                  "--json"});
-  REQUIRE(r.exit_code == 0);
-  auto id = r.out_json()["id"].get<std::string>();
-  // The stop lands while turn 3's answer streams.
-  REQUIRE(eventually([&] { return llm.events("request").size() == 3; }, 30s, 20ms));
-  auto stop = run_canopy(home.path, {"stop", id});
-  REQUIRE(stop.exit_code == 0);
+  auto id = stop_at_turn_3(home, llm, config);
   auto stopped = show_doc(home.path, id);
   CHECK(stopped["status"] == "stopped");
   CHECK(stopped["steps"]["research"]["status"] == "pending");
@@ -207,12 +212,7 @@ TEST_CASE("a tool-calling loop whose current turn's stored graph is unreadable f
   auto tally = home.path + "/tally";
   fake_llm llm{interrupted_script()};
   auto config = config_for(home, llm, tally);
-  auto r = run_canopy(home.path, {"run", graph_file(home), "--config", config, "--detach",
-                                  "--json"});
-  REQUIRE(r.exit_code == 0);
-  auto id = r.out_json()["id"].get<std::string>();
-  REQUIRE(eventually([&] { return llm.events("request").size() == 3; }, 30s, 20ms));
-  REQUIRE(run_canopy(home.path, {"stop", id}).exit_code == 0);
+  auto id = stop_at_turn_3(home, llm, config);
   std::string turn3;
   json stopped;
   REQUIRE(eventually([&] {

@@ -49,6 +49,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def signal_group(p, sig):
+    """Sends sig to process p's group (it runs in a session of its own)."""
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def wait_for(cond, timeout=10.0, message="condition", interval=0.05):
     """Polls cond() (any callable) until it returns a truthy value; returns it."""
     return WebDriverWait(None, timeout, poll_frequency=interval).until(lambda _: cond(), message=f"timed out after {timeout}s waiting for {message}")
@@ -119,17 +127,11 @@ class Server:
         p, self.proc = self.proc, None
         if p is None:
             return
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        signal_group(p, signal.SIGTERM)
         try:
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            signal_group(p, signal.SIGKILL)
             p.wait()
         if p.stdout:
             p.stdout.close()
@@ -206,13 +208,9 @@ class ModelDouble:
 
     def stop(self):
         p, self.proc = self.proc, None
-        if p is None:
-            return
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
+        if p is not None:
+            signal_group(p, signal.SIGKILL)
+            p.wait()
 
 
 class Relay:
@@ -486,10 +484,7 @@ class Harness:
         return p
 
     def stop_worker(self, p, sig=signal.SIGKILL):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            pass
+        signal_group(p, sig)
         p.wait(timeout=20)
 
     def __exit__(self, kind, value, tb):
