@@ -14,8 +14,10 @@ add_custom_command(OUTPUT ${dist_out}/canopy.bash
   DEPENDS canopy ${dist}/completion.cmake
   COMMENT "Writing canopy's bash completion")
 add_custom_target(canopy_completion ALL DEPENDS ${dist_out}/canopy.bash)
+# OPTIONAL: a tree built with `--target canopy` alone has no completion yet,
+# and still installs (cpack builds everything first).
 install(FILES ${dist_out}/canopy.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
-  RENAME canopy)
+  RENAME canopy OPTIONAL)
 
 # The unit names the binary of the prefix installed to, known only at install
 # time (cpack installs this tree again with the prefix /usr). Configured into
