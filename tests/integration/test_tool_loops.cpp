@@ -99,7 +99,8 @@ json interrupted_script() {
 
 /// Runs the research graph detached and stops it while turn 3's answer
 /// streams (request 3). @returns the execution's id.
-std::string stop_at_turn_3(const temp_dir& home, const fake_llm& llm, const std::string& config) {
+std::string run_and_stop_at_turn_3(const temp_dir& home, const fake_llm& llm,
+                                   const std::string& config) {
   auto r = run_canopy(home.path, {"run", graph_file(home), "--config", config, "--detach",
                                   "--json"});
   REQUIRE(r.exit_code == 0);
@@ -108,6 +109,16 @@ std::string stop_at_turn_3(const temp_dir& home, const fake_llm& llm, const std:
   REQUIRE(run_canopy(home.path, {"stop", id}).exit_code == 0);
   return id;
 }
+
+/// The research graph over the interrupted script, stopped at turn 3
+/// (members in the order they are made).
+struct stopped_at_turn_3 {
+  temp_dir home;
+  std::string tally = home.path + "/tally";
+  fake_llm llm{interrupted_script()};
+  std::string config = config_for(home, llm, tally);
+  std::string id = run_and_stop_at_turn_3(home, llm, config);
+};
 
 /// Resumes `id`, which was interrupted during turn 3's model call (request
 /// 3), and checks the run: the answer an uninterrupted run gives, turns 3 to
@@ -193,26 +204,20 @@ TEST_CASE("an llm step with tools runs the tools the model asks for and feeds th
 TEST_CASE("a tool-calling loop stopped at turn 3 of 5 resumes at turn 3: no completed turn is "
           "asked again and no completed tool runs again",
           "[integration][cli][llm][loops]") {
-  temp_dir home;
-  auto tally = home.path + "/tally";
-  fake_llm llm{interrupted_script()};
-  auto config = config_for(home, llm, tally);
-  auto id = stop_at_turn_3(home, llm, config);
-  auto stopped = show_doc(home.path, id);
+  stopped_at_turn_3 s;
+  auto stopped = show_doc(s.home.path, s.id);
   CHECK(stopped["status"] == "stopped");
   CHECK(stopped["steps"]["research"]["status"] == "pending");
-  REQUIRE(eventually([&] { return !llm.events("disconnected").empty(); }, 10s));
-  resume_and_check(home.path, id, config, llm, tally);
+  REQUIRE(eventually([&] { return !s.llm.events("disconnected").empty(); }, 10s));
+  resume_and_check(s.home.path, s.id, s.config, s.llm, s.tally);
 }
 
 TEST_CASE("a tool-calling loop whose current turn's stored graph is unreadable fails on resume "
           "and never starts over at turn 1",
           "[integration][cli][llm][loops]") {
-  temp_dir home;
-  auto tally = home.path + "/tally";
-  fake_llm llm{interrupted_script()};
-  auto config = config_for(home, llm, tally);
-  auto id = stop_at_turn_3(home, llm, config);
+  stopped_at_turn_3 s;
+  auto& home = s.home;
+  auto& id = s.id;
   std::string turn3;
   json stopped;
   REQUIRE(eventually([&] {
@@ -231,14 +236,14 @@ TEST_CASE("a tool-calling loop whose current turn's stored graph is unreadable f
     b.graphs.emplace_back(turn3, canopy::stored_graph{json{{"steps", 5}}, home.path, json::object()});
     REQUIRE(!(*db)->commit(b));
   }
-  auto resumed = run_canopy(home.path, {"resume", id, "--config", config, "--json"});
+  auto resumed = run_canopy(home.path, {"resume", id, "--config", s.config, "--json"});
   INFO(resumed.out << resumed.err);
   CHECK(resumed.exit_code == 1);
   auto doc = resumed.out_json();
   CHECK(doc["steps"]["research"]["status"] == "failed");
   CHECK_THAT(doc["steps"]["research"]["error"].get<std::string>(),
              Catch::Contains("(" + turn3 + ") cannot be loaded"));
-  CHECK(llm.events("request").size() == 3); // no turn asked again, turn 1 least of all
+  CHECK(s.llm.events("request").size() == 3); // no turn asked again, turn 1 least of all
 }
 
 TEST_CASE("a tool-calling loop whose process is killed at turn 3 of 5 resumes at turn 3",
