@@ -205,10 +205,11 @@ caf::behavior make_handlers() {
       }
       auto pool = caf::actor_cast<caf::actor>(self->current_sender());
       auto from = pool == st.svc->slots ? slot_from::node : slot_from::elsewhere;
-      for (auto* own : {&st.svc->tool_slots, &st.svc->provider_slots})
-        for (auto& kv : *own)
-          if (kv.second == pool)
-            from = slot_from::own;
+      if (from != slot_from::node) // the node's grants, the common case, look no further
+        for (auto* own : {&st.svc->tool_slots, &st.svc->provider_slots})
+          for (auto& kv : *own)
+            if (kv.second == pool)
+              from = slot_from::own;
       st.m->slot_granted(static_cast<uint32_t>(ticket), from, now_ms());
       run_effects(self);
     },
