@@ -12,7 +12,7 @@
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- helpers shared with the execution actor ---------------------------------------
 
@@ -446,4 +446,4 @@ caf::actor spawn_agent(caf::actor_system& sys, std::string owner, std::string na
   return sys.spawn(agent, std::move(owner), std::move(name), std::move(svc));
 }
 
-} // namespace canopy
+} // namespace canopy::core

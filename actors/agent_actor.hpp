@@ -38,7 +38,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 struct execution_services;
 
@@ -74,4 +74,4 @@ event_record make_agent_event(const execution_record& rec, const char* type, jso
 parse_result parse_agent_graph(const agent_record& ag, const execution_services& svc,
                                int depth, int max_depth);
 
-} // namespace canopy
+} // namespace canopy::core

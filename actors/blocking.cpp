@@ -2,7 +2,7 @@
 
 #include <caf/all.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 bool await_down(caf::actor_system& sys, const caf::actor& who, std::optional<millis> timeout,
                 caf::error* reason) {
@@ -32,4 +32,4 @@ bool await_down(caf::actor_system& sys, const caf::actor& who, std::optional<mil
   return true;
 }
 
-} // namespace canopy
+} // namespace canopy::core

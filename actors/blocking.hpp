@@ -26,7 +26,7 @@
 #include "actors/error.hpp"
 #include "persistence/duration.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Sends `xs...` to `dest` as a request that answers one `T` and blocks the
 /// calling thread until the answer, `dest` going down without answering, or
@@ -93,4 +93,4 @@ caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest,
 bool await_down(caf::actor_system& sys, const caf::actor& who,
                 std::optional<millis> timeout = std::nullopt, caf::error* reason = nullptr);
 
-} // namespace canopy
+} // namespace canopy::core

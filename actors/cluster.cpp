@@ -16,7 +16,7 @@
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 void add_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<node_info>("canopy_node_info");
@@ -520,4 +520,4 @@ caf::actor spawn_worker_node(caf::actor_system& sys, worker_options opts) {
   return sys.spawn(worker_node, std::move(opts));
 }
 
-} // namespace canopy
+} // namespace canopy::core

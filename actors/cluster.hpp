@@ -67,7 +67,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/tools.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- atoms -------------------------------------------------------------------------
 
@@ -201,4 +201,4 @@ struct worker_options {
 /// steps, and rejoins after losing the supervisor. Threading: any thread.
 caf::actor spawn_worker_node(caf::actor_system& sys, worker_options opts);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -3,7 +3,7 @@
 #include <caf/make_message.hpp>
 #include <caf/message.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 caf::error make_error(actors_errc x, std::string context) {
   return caf::error{static_cast<uint8_t>(x), actors_category,
@@ -57,4 +57,4 @@ const char* to_string(actors_errc x) {
   return "unknown";
 }
 
-} // namespace canopy
+} // namespace canopy::core

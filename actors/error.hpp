@@ -6,7 +6,7 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Errors and exit reasons of the actor layer.
 enum class actors_errc : uint8_t {
@@ -52,4 +52,4 @@ bool is_compact_stop(const caf::error& err, uint64_t& events);
 
 const char* to_string(actors_errc x);
 
-} // namespace canopy
+} // namespace canopy::core

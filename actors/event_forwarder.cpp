@@ -4,7 +4,7 @@
 
 #include "actors/messages.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -14,6 +14,8 @@ struct forwarder_state {
   bool ready = false;
   uint64_t replayed_upto = 0;
   std::vector<event_record> early;
+  /// Flushes asked for before the replay: answered once it is done.
+  std::vector<caf::response_promise> flushes;
   static const char* name;
 };
 
@@ -38,6 +40,9 @@ caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::a
       for (auto& e : st.early)
         deliver(e);
       st.early.clear();
+      for (auto& rp : st.flushes)
+        rp.deliver(true);
+      st.flushes.clear();
     });
   return {
     [=](events_atom, const event_list& events) {
@@ -49,8 +54,14 @@ caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::a
           deliver(e);
       }
     },
-    // Answered after every event queued before it was delivered.
-    [=](flush_atom) { return true; },
+    // Answered after every event queued before it was delivered (once the
+    // replay is done: events that came early wait for it).
+    [=](flush_atom) -> caf::result<bool> {
+      if (self->state.ready)
+        return true;
+      self->state.flushes.push_back(self->make_response_promise());
+      return caf::delegated<bool>{};
+    },
   };
 }
 
@@ -64,4 +75,4 @@ caf::actor spawn_event_forwarder(caf::actor_system& sys, caf::actor writer,
                    std::move(root_id));
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -20,7 +20,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Spawns a forwarder calling `f` with the events of tree `root_id` (empty:
 /// every event, live ones only). `f` runs on the forwarder's thread.
@@ -30,4 +30,4 @@ caf::actor spawn_event_forwarder(caf::actor_system& sys, caf::actor writer,
                                  std::function<void(const event_record&)> f,
                                  std::string root_id);
 
-} // namespace canopy
+} // namespace canopy::core

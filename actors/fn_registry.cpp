@@ -2,7 +2,7 @@
 
 #include "actors/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 caf::error fn_context::checkpoint() const {
   if (stop_requested())
@@ -72,4 +72,4 @@ void fn_pool::submit(std::function<void()> job) {
   cv_.notify_one();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -21,7 +21,7 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// What a running `fn` step sees.
 class fn_context {
@@ -98,4 +98,4 @@ private:
   std::vector<std::thread> threads_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -28,7 +28,7 @@
 #include <mutex>
 #include <vector>
 
-namespace canopy {
+namespace canopy::core {
 
 template <class T>
 class graveyard {
@@ -131,4 +131,4 @@ private:
   bool busy_at_last_look_ = false;
 };
 
-} // namespace canopy
+} // namespace canopy::core

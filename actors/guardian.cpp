@@ -17,7 +17,7 @@
 #include <new>
 #include <unordered_map>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -316,4 +316,4 @@ size_t guarded_group_count() {
   return n;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -28,7 +28,7 @@
 
 #include <cstddef>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Registers process group `pgid` (> 1) with the guardian, starting the
 /// guardian first if this process has none. @returns nothing; when the
@@ -59,4 +59,4 @@ bool guardian_running();
 /// Threading: any thread.
 size_t guarded_group_count();
 
-} // namespace canopy
+} // namespace canopy::core

@@ -12,13 +12,14 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- atoms ---------------------------------------------------------------------
 
 using write_atom = caf::atom_constant<caf::atom("write")>;         ///< store writer: commit a batch
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>; ///< store writer: live events
 using unsubscribe_atom = caf::atom_constant<caf::atom("unsubscr")>;
+using sync_atom = caf::atom_constant<caf::atom("sync")>; ///< writer: answered after sending every committed event
 using events_atom = caf::atom_constant<caf::atom("events")>;     ///< committed events, to subscribers
 using acquire_atom = caf::atom_constant<caf::atom("acquire")>;   ///< slot pool: ask for a slot
 using grant_atom = caf::atom_constant<caf::atom("grant")>;       ///< slot pool: a slot is yours
@@ -74,14 +75,14 @@ typename Inspector::result_type inspect(Inspector& f, stop_record& x) {
            x.requested_at, x.handled_at, x.who);
 }
 
-} // namespace canopy
+} // namespace canopy::core
 
 // Local-only message types. They never cross the middleman: the store writer
 // and the execution actors live in the process that owns the store.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::write_batch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::signal_record)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::step_outcome)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::agent_reply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<canopy::event_record>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<canopy::event_record>>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::core::write_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::core::signal_record)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::core::step_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::core::agent_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<canopy::core::event_record>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<canopy::core::event_record>>)

@@ -23,7 +23,7 @@
 #include "actors/messages.hpp"
 #include "actors/subprocess.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -216,4 +216,4 @@ void process_watch::stop() {
   proc_ = nullptr;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -25,7 +25,7 @@
 
 #include <caf/actor_addr.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 class subprocess;
 
@@ -65,4 +65,4 @@ private:
   std::array<int, 3> fds_{{-1, -1, -1}}; ///< as registered: stdout, stderr, stdin
 };
 
-} // namespace canopy
+} // namespace canopy::core

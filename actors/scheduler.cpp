@@ -5,7 +5,7 @@
 
 #include <caf/timestamp.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 void configure_scheduler(caf::actor_system_config& cfg) {
   // CAF's work-stealing workers look for work in three phases: spinning
@@ -25,4 +25,4 @@ void configure_scheduler(caf::actor_system_config& cfg) {
           caf::timespan{std::chrono::milliseconds{50}});
 }
 
-} // namespace canopy
+} // namespace canopy::core

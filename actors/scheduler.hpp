@@ -5,9 +5,9 @@
 
 #include <caf/actor_system_config.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Sets CAF's scheduler options on `cfg` (before the actor system is made).
 void configure_scheduler(caf::actor_system_config& cfg);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -9,7 +9,7 @@
 #include "actors/messages.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 bool may_take(const armed_wait& w, const signal_record& s) {
   return s.state == signal_state::buffered && s.root_id == w.root && s.name == w.name
@@ -218,4 +218,4 @@ caf::actor spawn_signal_desk(caf::actor_system& sys, std::shared_ptr<const store
   return sys.spawn(signal_desk, std::move(db), std::move(armed));
 }
 
-} // namespace canopy
+} // namespace canopy::core

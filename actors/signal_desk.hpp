@@ -39,7 +39,7 @@
 
 #include "persistence/records.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 class store;
 
@@ -69,4 +69,4 @@ constexpr auto signal_poll_interval = std::chrono::milliseconds{100};
 caf::actor spawn_signal_desk(caf::actor_system& sys, std::shared_ptr<const store> db,
                              std::shared_ptr<std::atomic<size_t>> armed);
 
-} // namespace canopy
+} // namespace canopy::core

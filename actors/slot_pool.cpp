@@ -7,7 +7,7 @@
 
 #include "actors/messages.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -83,4 +83,4 @@ caf::actor spawn_slot_pool(caf::actor_system& sys, size_t slots) {
   return sys.spawn(slot_pool, slots);
 }
 
-} // namespace canopy
+} // namespace canopy::core

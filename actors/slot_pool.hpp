@@ -12,9 +12,9 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Spawns a slot pool with `slots` slots (at least 1). Threading: any thread.
 caf::actor spawn_slot_pool(caf::actor_system& sys, size_t slots);
 
-} // namespace canopy
+} // namespace canopy::core

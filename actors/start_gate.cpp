@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace canopy {
+namespace canopy::core {
 
 start_gate::start_gate(size_t permits) : permits_(std::max<size_t>(1, permits)) {
 }
@@ -80,4 +80,4 @@ void start_gate::compact() {
                queue_.end());
 }
 
-} // namespace canopy
+} // namespace canopy::core

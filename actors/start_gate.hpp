@@ -25,7 +25,7 @@
 #include <memory>
 #include <mutex>
 
-namespace canopy {
+namespace canopy::core {
 
 class start_gate {
 public:
@@ -77,4 +77,4 @@ private:
   std::deque<std::shared_ptr<ticket>> queue_; ///< arrival order; may hold left tickets
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -9,7 +9,7 @@
 #include "actors/process_watch.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -275,4 +275,4 @@ caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec) {
   return parent->spawn<caf::linked + caf::monitored>(step_runner, caf::actor_cast<caf::actor>(parent), std::move(spec));
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -31,7 +31,7 @@
 #include "actors/subprocess.hpp"
 #include "persistence/graph.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// The name of signal `sig` in the `step.signalled` event: `SIGINT`,
 /// `SIGTERM`, `SIGKILL`, else `SIG` and its number.
@@ -66,4 +66,4 @@ caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec);
 caf::actor spawn_remote_step_runner(caf::event_based_actor* node, caf::actor parent,
                                     runner_spec spec);
 
-} // namespace canopy
+} // namespace canopy::core

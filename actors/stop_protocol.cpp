@@ -8,7 +8,7 @@
 #include "actors/messages.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -197,4 +197,4 @@ caf::expected<stop_result> await_stop(store& db, const stop_ticket& ticket, mill
   }
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -39,7 +39,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- outcomes --------------------------------------------------------------------
 // (`stop_mode`, graceful or force, is in actors/execution/outcomes.hpp.)
@@ -127,4 +127,4 @@ caf::expected<stop_ticket> request_stop(store& db, const std::string& id, stop_m
 caf::expected<stop_result> await_stop(store& db, const stop_ticket& ticket, millis wait,
                                       const std::function<caf::error()>& between = {});
 
-} // namespace canopy
+} // namespace canopy::core

@@ -9,7 +9,7 @@
 #include "actors/messages.hpp"
 #include "actors/stop_protocol.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -75,4 +75,4 @@ caf::actor spawn_stop_watcher(caf::actor_system& sys,
   return w;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -18,7 +18,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 struct execution_services;
 
@@ -30,4 +30,4 @@ constexpr auto stop_poll_interval = std::chrono::milliseconds{50};
 caf::actor spawn_stop_watcher(caf::actor_system& sys,
                               std::shared_ptr<const execution_services> svc);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -16,7 +16,7 @@
 #include "actors/subprocess.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -378,6 +378,9 @@ caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
         return last.error();
       return *last;
     },
+    // Answered after every event already committed was sent to the
+    // subscribers (a commit sends its events in the handler that commits).
+    [=](sync_atom) { return true; },
     [=](unsubscribe_atom, const caf::actor& who) {
       auto& subs = self->state.subscribers;
       subs.erase(std::remove(subs.begin(), subs.end(), who), subs.end());
@@ -394,4 +397,4 @@ caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
   return sys.spawn<caf::detached>(store_writer, std::move(db), opts);
 }
 
-} // namespace canopy
+} // namespace canopy::core

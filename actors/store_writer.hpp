@@ -8,6 +8,8 @@
 //                                               after the answered seq
 //   (unsubscribe_atom, actor) -> bool           stop sending; answered after every
 //                                               event committed so far was sent
+//   (sync_atom) -> bool                         answered after every event committed
+//                                               so far was sent to the subscribers
 // Subscribers receive (events_atom, event_list) after each commit,
 // with seqs assigned, in seq order: the batch's own events, the store's, and
 // those a compact snapshot of the batch stands for (read back after the commit).
@@ -37,7 +39,7 @@
 
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Leases (store.hpp, "Leases and fencing"): the writer holds the epoch of
 /// every tree this process owns. A write with a lease claim on tree R
@@ -71,4 +73,4 @@ struct store_writer_options {
 caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
                               store_writer_options opts = {});
 
-} // namespace canopy
+} // namespace canopy::core

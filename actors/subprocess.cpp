@@ -20,7 +20,7 @@
 #include "actors/guardian.hpp"
 #include "actors/subprocess_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -283,4 +283,4 @@ uint64_t process_start_time(int64_t pid) {
   return start;
 }
 
-} // namespace canopy
+} // namespace canopy::core

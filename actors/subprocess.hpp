@@ -15,7 +15,7 @@
 
 #include <caf/expected.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Largest stdout or stderr kept per process; beyond it only the tail is kept.
 constexpr size_t max_captured_output = 1024u * 1024u;
@@ -142,4 +142,4 @@ private:
   bool guarded_ = false;    ///< the group is registered with the guardian
 };
 
-} // namespace canopy
+} // namespace canopy::core

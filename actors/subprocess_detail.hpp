@@ -5,7 +5,7 @@
 
 #include <unistd.h>
 
-namespace canopy::subprocess_detail {
+namespace canopy::core::subprocess_detail {
 
 /// Closes `fd` (if open) and sets it to -1.
 inline void close_fd(int& fd) {
@@ -15,4 +15,4 @@ inline void close_fd(int& fd) {
   }
 }
 
-} // namespace canopy::subprocess_detail
+} // namespace canopy::core::subprocess_detail

@@ -10,7 +10,7 @@
 
 #include "actors/subprocess_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -143,4 +143,4 @@ void subprocess::drain(int& fd, captured_output& buf, std::string& partial,
   }
 }
 
-} // namespace canopy
+} // namespace canopy::core

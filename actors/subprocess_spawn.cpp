@@ -19,7 +19,7 @@
 
 extern char** environ;
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -276,4 +276,4 @@ caf::expected<subprocess> subprocess::start(const subprocess_options& opts) {
   return result;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -9,7 +9,7 @@
 
 #include "actors/messages.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -125,4 +125,4 @@ void schedule(caf::event_based_actor* self, const caf::actor& timer, millis dela
              std::move(msg));
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -24,7 +24,7 @@
 
 #include "persistence/duration.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// How often the timer service drops the timers of receivers that ended.
 constexpr millis sweep_interval{2000};
@@ -38,4 +38,4 @@ caf::actor spawn_timer(caf::actor_system& sys);
 void schedule(caf::event_based_actor* self, const caf::actor& timer, millis delay,
               caf::message msg);
 
-} // namespace canopy
+} // namespace canopy::core

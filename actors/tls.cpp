@@ -15,7 +15,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -139,7 +139,7 @@ bool is_loopback_host(const std::string& host) {
   return false;
 }
 
-} // namespace canopy
+} // namespace canopy::core
 
 // -- OpenSSL's error queue under CAF's openssl module ---------------------------------
 //
@@ -158,7 +158,10 @@ bool is_loopback_host(const std::string& host) {
 // process, CAF included: they are found before libssl's (the executable's
 // symbols come first), clear the calling thread's queue and call libssl's.
 // Any program that links canopy's actors library gets them; for a caller that
-// already clears the queue they change nothing.
+// already clears the queue they change nothing. The layers are built with
+// hidden visibility, so these are marked visible: a hidden definition would
+// not be found by libcaf_openssl. libcanopy.so does not export them (it
+// exports its API alone, and it has no cluster port).
 
 namespace {
 
@@ -174,6 +177,7 @@ F next_definition(const char* name) {
 
 } // namespace
 
+#pragma GCC visibility push(default)
 extern "C" {
 
 int SSL_read(SSL* ssl, void* buf, int num) {
@@ -201,3 +205,4 @@ int SSL_connect(SSL* ssl) {
 }
 
 } // extern "C"
+#pragma GCC visibility pop

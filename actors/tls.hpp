@@ -10,7 +10,7 @@
 
 struct ssl_ctx_st; // OpenSSL's SSL_CTX
 
-namespace canopy {
+namespace canopy::core {
 
 /// The PEM files of a node's `cluster.tls`. With them the cluster port runs
 /// over CAF's openssl module, and each side of a connection verifies the
@@ -49,4 +49,4 @@ std::vector<tls_problem> check_tls_files(const tls_files& files);
 /// `::1`. A wildcard (`0.0.0.0`, `::`) or any other name is not.
 bool is_loopback_host(const std::string& host);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -7,7 +7,7 @@
 
 #include "persistence/graph.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- directory -------------------------------------------------------------------
 
@@ -174,4 +174,4 @@ std::vector<std::pair<std::string, tree_counters>> limit_scope::snapshot() const
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -20,7 +20,7 @@
 
 #include "persistence/records.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- directory -------------------------------------------------------------------
 
@@ -167,4 +167,4 @@ private:
   tree_counters used_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

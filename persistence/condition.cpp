@@ -5,7 +5,7 @@
 #include "persistence/error.hpp"
 #include "persistence/json_text.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -163,4 +163,4 @@ caf::expected<bool> evaluate_condition(const json& when, const reference_scope& 
   return make_error(persistence_errc::bad_reference, "when: not a condition");
 }
 
-} // namespace canopy
+} // namespace canopy::core

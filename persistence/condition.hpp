@@ -29,7 +29,7 @@
 
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -61,4 +61,4 @@ void check_condition(const json& when, const std::string& path,
 /// Thread-safe.
 caf::expected<bool> evaluate_condition(const json& when, const reference_scope& scope);
 
-} // namespace canopy
+} // namespace canopy::core

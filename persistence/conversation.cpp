@@ -6,7 +6,7 @@
 #include "persistence/json_text.hpp"
 #include "persistence/value_schema.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -193,4 +193,4 @@ json loop_result(const json& outputs, int turns) {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -22,7 +22,7 @@
 #include "persistence/reference.hpp"
 #include "persistence/tools.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -69,4 +69,4 @@ json next_history(const json& outputs);
 /// conversation (`messages`).
 json loop_result(const json& outputs, int turns);
 
-} // namespace canopy
+} // namespace canopy::core

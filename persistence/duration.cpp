@@ -5,7 +5,7 @@
 
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 caf::expected<millis> parse_duration(const std::string& text) {
   auto bad = [&] {
@@ -70,4 +70,4 @@ caf::expected<millis> duration_from_json(const nlohmann::json& v) {
   return parse_duration(v.get<std::string>());
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -7,7 +7,7 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Milliseconds, the unit of every duration and time in canopy.
 using millis = std::chrono::milliseconds;
@@ -34,4 +34,4 @@ int64_t now_ms();
 /// e.g. `"2026-11-22T09:22:21.042Z"`.
 std::string to_rfc3339(int64_t ms_since_epoch);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -3,7 +3,7 @@
 #include <caf/make_message.hpp>
 #include <caf/message.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 caf::error make_error(persistence_errc x, std::string message) {
   return caf::error{static_cast<uint8_t>(x), persistence_category,
@@ -38,4 +38,4 @@ bool is(const caf::error& err, persistence_errc x) {
          && err.code() == static_cast<uint8_t>(x);
 }
 
-} // namespace canopy
+} // namespace canopy::core

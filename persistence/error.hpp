@@ -6,7 +6,7 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Errors of the persistence layer (graph documents and the LMDB store).
 enum class persistence_errc : uint8_t {
@@ -44,4 +44,4 @@ bool is(const caf::error& err, persistence_errc x);
 /// Returns the human-readable message stored with `err`, or `to_string(err)`.
 std::string message_of(const caf::error& err);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -14,7 +14,7 @@
 #include "persistence/graph_paths.hpp"
 #include "persistence/json_text.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace fs = std::filesystem;
 
@@ -285,4 +285,4 @@ std::string check_node_name(const std::string& name) {
   return check_word(name, "a node name", 255);
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -19,7 +19,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/json_text.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -237,6 +237,9 @@ struct parse_options {
   std::set<std::string> fns;
   /// Registered tool names; `tool`/`plan` steps naming another are an error.
   std::set<std::string> tools;
+  /// Accept any `fn` name (a graph checked before it meets a runtime: the
+  /// library's `graph::parse`; the runtime checks the names at start).
+  bool any_fn = false;
   /// Accept any tool name (resuming on a cluster node: the workers that have
   /// a stored graph's tools may not have joined yet; its steps wait for them).
   bool any_tool = false;
@@ -334,4 +337,4 @@ std::string check_graph_id(const std::string& name);
 /// @returns what is wrong, or an empty string.
 std::string check_node_name(const std::string& name);
 
-} // namespace canopy
+} // namespace canopy::core

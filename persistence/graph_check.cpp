@@ -9,7 +9,7 @@
 #include "persistence/reference.hpp"
 #include "persistence/suggest.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 // -- dependencies --------------------------------------------------------------
 
@@ -114,4 +114,4 @@ void graph_parser::check_text(const std::string& base, const std::string& rel,
   }
 }
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

@@ -20,7 +20,7 @@
 #include "persistence/graph_paths.hpp"
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -417,4 +417,4 @@ parse_result load_stored_graph(json document, const std::string& base_dir, const
   return result;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -6,7 +6,7 @@
 #include <limits>
 #include <queue>
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 namespace {
 
@@ -242,4 +242,4 @@ std::vector<bool> upstream(const needs_lists& needs, const std::vector<size_t>& 
   return answers;
 }
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 /// `needs[i]` lists the steps that step `i` needs: valid positions, without
 /// duplicates and without `i` itself.
@@ -50,4 +50,4 @@ struct upstream_query {
 std::vector<bool> upstream(const needs_lists& needs, const std::vector<size_t>& order,
                            const std::vector<upstream_query>& queries);
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

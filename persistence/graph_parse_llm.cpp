@@ -13,7 +13,7 @@
 #include "persistence/reference.hpp"
 #include "persistence/suggest.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 namespace {
 
@@ -194,4 +194,4 @@ void graph_parser::parse_message(step_work& w, json& m, const std::string& mpath
   }
 }
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

@@ -14,7 +14,7 @@
 #include "persistence/reference.hpp"
 #include "persistence/suggest.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 namespace {
 
@@ -106,4 +106,4 @@ void graph_parser::parse_repeat(step_work& w, const json& v, const std::string& 
   w.def.repeat = std::move(def);
 }
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

@@ -15,7 +15,7 @@
 #include "persistence/shell_argv.hpp"
 #include "persistence/suggest.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 namespace fs = std::filesystem;
 
@@ -282,7 +282,7 @@ void graph_parser::parse_kind(step_work& w, const std::string& key, const json& 
     def.kind = step_kind::fn;
     if (auto name = non_empty_string(v, path, "a function name")) {
       def.target = *name;
-      if (!contains(builtin_fns, *name) && opts_.fns.count(*name) == 0) {
+      if (!opts_.any_fn && !contains(builtin_fns, *name) && opts_.fns.count(*name) == 0) {
         std::set<std::string> known{builtin_fns.begin(), builtin_fns.end()};
         known.insert(opts_.fns.begin(), opts_.fns.end());
         fail(path, "unknown function '" + *name + "' (known: " + join(known) + ")"
@@ -428,4 +428,4 @@ void graph_parser::check_child_inputs(const step_work& w, const graph& child) {
                                      : " (declared: " + join(child.inputs) + ")"));
 }
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

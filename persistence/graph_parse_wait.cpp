@@ -14,7 +14,7 @@
 #include "persistence/suggest.hpp"
 #include "persistence/value_schema.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 namespace {
 
@@ -209,4 +209,4 @@ void graph_parser::parse_wait(step_work& w, const json& v, const std::string& pa
   }
 }
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

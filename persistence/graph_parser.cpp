@@ -14,7 +14,7 @@
 #include "persistence/reference.hpp"
 #include "persistence/suggest.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 namespace {
 
@@ -252,4 +252,4 @@ std::optional<millis> graph_parser::duration(const json& v, const std::string& p
   return *d;
 }
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

@@ -24,7 +24,7 @@
 #include "persistence/graph_order.hpp"
 #include "persistence/json_text.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 // -- files ---------------------------------------------------------------------
 
@@ -245,4 +245,4 @@ private:
   std::vector<graph_error> errors_;
 };
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

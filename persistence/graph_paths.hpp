@@ -8,7 +8,7 @@
 
 #include "persistence/graph.hpp"
 
-namespace canopy::detail {
+namespace canopy::core::detail {
 
 /// Returns `p` as an absolute, lexically normal path without a trailing slash
 /// (relative to the working directory; empty: the working directory).
@@ -36,4 +36,4 @@ constexpr const char* run_refusal = "a 'run' step runs an argv given in the grap
 /// What `inline_refusal` says of a `plan` step with an argv.
 constexpr const char* plan_refusal = "a 'plan' step with an argv runs a command given in the graph";
 
-} // namespace canopy::detail
+} // namespace canopy::core::detail

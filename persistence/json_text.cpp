@@ -6,7 +6,7 @@
 
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -377,4 +377,4 @@ std::string got(const nlohmann::json& v) {
   return std::string{"got "} + v.type_name();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -11,7 +11,7 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Deepest JSON nesting accepted in a document, against stack exhaustion.
 constexpr int max_json_nesting = 128;
@@ -49,4 +49,4 @@ caf::expected<std::string> read_regular_file(const std::string& path, size_t max
 /// as `\xHH`, for messages that quote input.
 std::string sanitize_utf8(std::string_view text);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace canopy::msgpack {
+namespace canopy::core::msgpack {
 
 using json = nlohmann::json;
 
@@ -491,4 +491,4 @@ void reader::skip() {
   }
 }
 
-} // namespace canopy::msgpack
+} // namespace canopy::core::msgpack

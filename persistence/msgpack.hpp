@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace canopy::msgpack {
+namespace canopy::core::msgpack {
 
 /// Thrown by `reader` on malformed or truncated input (a parsing seam: the
 /// record decoders turn it into `persistence_errc::corrupt_record`).
@@ -140,4 +140,4 @@ private:
   int depth_ = 0;
 };
 
-} // namespace canopy::msgpack
+} // namespace canopy::core::msgpack

@@ -9,7 +9,7 @@
 
 #include "persistence/duration.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -127,4 +127,4 @@ json wait_document(const open_wait& w) {
           {"approvers", w.def.approvers}};
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -3,7 +3,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -414,4 +414,4 @@ json agent_document(const agent_record& x) {
           {"updated_at", to_rfc3339(x.updated_at)}};
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -12,7 +12,7 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -411,4 +411,4 @@ json agent_document(const agent_record& x);
 /// Renders an event as SPEC §8 describes it (RFC 3339 time, null fields omitted).
 json event_document(const event_record& x);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -10,7 +10,7 @@
 #include "persistence/msgpack.hpp"
 #include "persistence/records_into.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -367,4 +367,4 @@ caf::expected<subtree_stop> decode_subtree_stop(std::string_view bytes) {
     });
 }
 
-} // namespace canopy
+} // namespace canopy::core

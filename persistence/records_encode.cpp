@@ -10,7 +10,7 @@
 #include "persistence/msgpack.hpp"
 #include "persistence/records_into.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -295,4 +295,4 @@ std::string encode(const history_entry& x) {
   return w.finish();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -8,7 +8,7 @@
 
 #include "persistence/records.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Replaces the contents of `out` with `encode(x)`, reusing its capacity.
 /// Threading: pure; any thread.
@@ -18,4 +18,4 @@ void encode_into(std::string& out, const step_record& x);
 /// Threading: pure; any thread.
 void encode_into(std::string& out, const event_record& x);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,7 +5,7 @@
 
 #include "persistence/records.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -196,4 +196,4 @@ std::string encode_json(const history_entry& x) {
   return w.finish();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,7 +5,7 @@
 
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -310,4 +310,4 @@ bool json_step_results::skipped(const std::string& step) const {
   return i != results_.end() && i->is_null();
 }
 
-} // namespace canopy
+} // namespace canopy::core

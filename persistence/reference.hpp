@@ -15,7 +15,7 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -90,4 +90,4 @@ caf::expected<json> resolve(const json& v, const reference_scope& scope);
 /// Like `resolve` for one string, always giving text (for argv, env, cwd, stdin).
 caf::expected<std::string> resolve_text(const std::string& s, const reference_scope& scope);
 
-} // namespace canopy
+} // namespace canopy::core

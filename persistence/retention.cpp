@@ -2,7 +2,7 @@
 
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 std::optional<millis> retention_rules::age_of(execution_status status) const {
   switch (status) {
@@ -125,4 +125,4 @@ caf::expected<prune_result> prune(const store& db, const retention_rules& rules,
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -19,7 +19,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// How long a settled root tree is kept, by its root's final status; a
 /// status without an age is kept for good.
@@ -71,4 +71,4 @@ caf::expected<prune_result> prune(const store& db, const retention_rules& rules,
                                   bool dry_run, const batch_committer& commit,
                                   size_t trees_per_commit = 64);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -6,7 +6,7 @@
 
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -322,4 +322,4 @@ std::optional<graph_error> check_shell_argv(const json& argv, const std::string&
   return graph_error{std::move(where), std::move(message), {}};
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -26,7 +26,7 @@
 
 #include "persistence/graph.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Where an argv pastes references into the script of a shell's `-c`.
 struct shell_script_use {
@@ -56,4 +56,4 @@ std::optional<shell_script_use> find_shell_script_use(const json& argv);
 std::optional<graph_error> check_shell_argv(const json& argv, const std::string& path,
                                             const std::string& name);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -12,7 +12,7 @@
 #include "persistence/suggest.hpp"
 #include "persistence/value_schema.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -383,4 +383,4 @@ signal_decision decide_signal(const store& db, const signal_request& req,
   return d;
 }
 
-} // namespace canopy
+} // namespace canopy::core

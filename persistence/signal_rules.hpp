@@ -24,7 +24,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Bounds of what a tree keeps.
 struct signal_limits {
@@ -144,4 +144,4 @@ void add_received(write_batch& batch, const execution_record& target, signal_rec
 /// an Idempotency-Key is checked against: 16 hex digits (FNV-1a, 64 bit).
 std::string signal_fingerprint(const signal_request& req);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -21,7 +21,7 @@
 #include "persistence/error.hpp"
 #include "persistence/store_lmdb.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace store_lmdb;
 
@@ -343,4 +343,4 @@ void store::unlock_writers() {
   ::flock(lock_fd_, LOCK_UN);
 }
 
-} // namespace canopy
+} // namespace canopy::core

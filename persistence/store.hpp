@@ -129,7 +129,7 @@
 struct MDB_env;
 struct MDB_txn;
 
-namespace canopy {
+namespace canopy::core {
 
 namespace store_subtree {
 struct dbs;
@@ -611,4 +611,4 @@ std::string make_execution_id();
 /// @returns it, or -1 when `id` is not such an id. Thread-safe.
 int64_t execution_id_ms(std::string_view id);
 
-} // namespace canopy
+} // namespace canopy::core

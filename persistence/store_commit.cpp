@@ -19,7 +19,7 @@
 #include "persistence/store_lmdb.hpp"
 #include "persistence/store_subtree.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace store_lmdb;
 
@@ -225,4 +225,4 @@ caf::expected<materialize_outcome> store::materialize(const std::string& root_id
   return materialize_outcome::done;
 }
 
-} // namespace canopy
+} // namespace canopy::core

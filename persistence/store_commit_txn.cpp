@@ -15,7 +15,7 @@
 #include "persistence/store_index.hpp"
 #include "persistence/store_lmdb.hpp"
 
-namespace canopy::store_detail {
+namespace canopy::core::store_detail {
 
 using namespace store_lmdb;
 
@@ -542,4 +542,4 @@ void commit_txn::del_prefix(unsigned dbi, const std::string& prefix,
   mdb_cursor_close(cur);
 }
 
-} // namespace canopy::store_detail
+} // namespace canopy::core::store_detail

@@ -30,7 +30,7 @@
 #include "persistence/store.hpp"
 #include "persistence/store_subtree.hpp"
 
-namespace canopy::store_detail {
+namespace canopy::core::store_detail {
 
 /// One attempt at committing a batch in write transaction `txn`: the
 /// store (a friend: its database handles), the running LMDB code and the seq
@@ -168,4 +168,4 @@ private:
   std::string kbuf_, vbuf_;
 };
 
-} // namespace canopy::store_detail
+} // namespace canopy::core::store_detail

@@ -14,7 +14,7 @@
 #include "persistence/store.hpp"
 #include "persistence/store_lmdb.hpp"
 
-namespace canopy::store_detail {
+namespace canopy::core::store_detail {
 
 using store_lmdb::as_string;
 using store_lmdb::as_val;
@@ -200,9 +200,9 @@ inline uint64_t newest_history_seq(MDB_txn* txn, unsigned dbi, const std::string
   return newest;
 }
 
-} // namespace canopy::store_detail
+} // namespace canopy::core::store_detail
 
-namespace canopy {
+namespace canopy::core {
 
 // -- store::read and store::get_record -----------------------------------------------
 
@@ -250,4 +250,4 @@ caf::expected<T> store::get_record(unsigned dbi, const std::string& key,
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

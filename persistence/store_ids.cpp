@@ -8,7 +8,7 @@
 
 #include "persistence/duration.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 std::string make_execution_id() {
   static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
@@ -59,4 +59,4 @@ int64_t execution_id_ms(std::string_view id) {
   return ms;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -20,7 +20,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store_lmdb.hpp"
 
-namespace canopy::store_index {
+namespace canopy::core::store_index {
 
 /// The kind byte of a root's and of a child's index entry.
 constexpr char root_kind = 'r';
@@ -113,4 +113,4 @@ inline int read_counts(MDB_txn* txn, unsigned meta, status_counts& out) {
   return 0;
 }
 
-} // namespace canopy::store_index
+} // namespace canopy::core::store_index

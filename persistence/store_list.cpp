@@ -15,7 +15,7 @@
 #include "persistence/store_lmdb.hpp"
 #include "persistence/store_subtree.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace store_lmdb;
 using namespace store_detail;
@@ -219,4 +219,4 @@ caf::expected<std::array<uint64_t, 6>> store::status_counts() const {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

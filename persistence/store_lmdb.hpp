@@ -15,7 +15,7 @@
 
 #include "persistence/error.hpp"
 
-namespace canopy::store_lmdb {
+namespace canopy::core::store_lmdb {
 
 /// Schema 3: binary records (records.hpp) and the status index with its
 /// counts (store_index.hpp). Schema 2: binary records without the index;
@@ -130,4 +130,4 @@ inline int last_log_seq(MDB_txn* txn, unsigned dbi, const std::string& root, uin
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-} // namespace canopy::store_lmdb
+} // namespace canopy::core::store_lmdb

@@ -15,7 +15,7 @@
 #include "persistence/store_index.hpp"
 #include "persistence/store_lmdb.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace store_lmdb;
 
@@ -247,4 +247,4 @@ caf::error store::rewrite_text_records() {
   }, "migrating the store");
 }
 
-} // namespace canopy
+} // namespace canopy::core

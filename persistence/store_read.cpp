@@ -13,7 +13,7 @@
 #include "persistence/store_lmdb.hpp"
 #include "persistence/store_subtree.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace store_lmdb;
 using namespace store_detail;
@@ -334,4 +334,4 @@ caf::expected<std::vector<execution_record>> store::live() const {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

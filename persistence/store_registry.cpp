@@ -11,7 +11,7 @@
 #include "persistence/store_lmdb.hpp"
 #include "persistence/store_subtree.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace store_lmdb;
 using namespace store_detail;
@@ -263,4 +263,4 @@ caf::expected<std::string> store::schema() const {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -8,7 +8,7 @@
 #include "persistence/store_index.hpp"
 #include "persistence/store_lmdb.hpp"
 
-namespace canopy::store_subtree {
+namespace canopy::core::store_subtree {
 
 using namespace store_lmdb;
 
@@ -388,4 +388,4 @@ int materialize_touching(MDB_txn* txn, const dbs& d, const std::string& root,
   return 0;
 }
 
-} // namespace canopy::store_subtree
+} // namespace canopy::core::store_subtree

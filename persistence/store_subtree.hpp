@@ -31,7 +31,7 @@
 
 #include "persistence/records.hpp"
 
-namespace canopy::store_subtree {
+namespace canopy::core::store_subtree {
 
 /// The type of the compact entry in the event log. Never shown: every reader
 /// of the log expands it (`tree_events`).
@@ -164,4 +164,4 @@ int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::
 int materialize_touching(MDB_txn* txn, const dbs& d, const std::string& root,
                          const std::string& id, const std::string& parent);
 
-} // namespace canopy::store_subtree
+} // namespace canopy::core::store_subtree

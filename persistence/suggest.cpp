@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace canopy {
+namespace canopy::core {
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   // Three rows of the dynamic programme: i-2, i-1 and i.
@@ -44,4 +44,4 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   return near ? "; did you mean '" + *near + "'?" : std::string{};
 }
 
-} // namespace canopy
+} // namespace canopy::core

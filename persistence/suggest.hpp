@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace canopy {
+namespace canopy::core {
 
 /// The number of single-character insertions, deletions, substitutions and
 /// swaps of two adjacent characters that turn `a` into `b` (optimal string
@@ -27,4 +27,4 @@ std::optional<std::string> nearest(std::string_view word,
 /// is no close candidate. Thread-safe.
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
-} // namespace canopy
+} // namespace canopy::core

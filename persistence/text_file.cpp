@@ -10,7 +10,7 @@
 #include "persistence/error.hpp"
 #include "persistence/json_text.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- files ---------------------------------------------------------------------
 
@@ -72,4 +72,4 @@ caf::expected<std::string> read_regular_file(const std::string& path, size_t max
   return result;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -9,7 +9,7 @@
 #include "persistence/shell_argv.hpp"
 #include "persistence/value_schema.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -183,4 +183,4 @@ tool_table parse_tools(const json& tools, const std::string& path,
   }
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -14,7 +14,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/graph.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// One registered tool.
 struct tool_def {
@@ -49,4 +49,4 @@ using tool_table = std::map<std::string, tool_def>;
 tool_table parse_tools(const json& tools, const std::string& path,
                        std::vector<graph_error>& errors);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -10,7 +10,7 @@
 #include "persistence/reference.hpp"
 #include "persistence/suggest.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -450,4 +450,4 @@ std::vector<schema_error> validate_value(const json& schema, const json& value) 
   return checker.finish();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -41,7 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -130,4 +130,4 @@ std::vector<schema_error> check_schema(const json& schema);
 /// depth of `value`. Never throws but `std::bad_alloc`. Thread-safe.
 std::vector<schema_error> validate_value(const json& schema, const json& value);
 
-} // namespace canopy
+} // namespace canopy::core

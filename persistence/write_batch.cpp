@@ -5,7 +5,7 @@
 
 #include <utility>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -81,4 +81,4 @@ void write_batch::collect_subtree_stops(std::vector<subtree_stop>& out) const {
     n.collect_subtree_stops(out);
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace canopy {
+namespace canopy::core {
 
 const asset* find_asset(std::string_view path) {
   for (size_t i = 0; i < embedded_asset_count; ++i)
@@ -43,4 +43,4 @@ std::optional<std::string> read_web_file(const std::string& dir, std::string_vie
   return out.str();
 }
 
-} // namespace canopy
+} // namespace canopy::core

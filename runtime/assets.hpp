@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace canopy {
+namespace canopy::core {
 
 /// One embedded file.
 struct asset {
@@ -42,4 +42,4 @@ std::string_view content_type_of(std::string_view name);
 /// not such a name or cannot be read. Thread-safe.
 std::optional<std::string> read_web_file(const std::string& dir, std::string_view name);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-namespace canopy {
+namespace canopy::core {
 
 // -- construction --------------------------------------------------------------
 
@@ -38,4 +38,4 @@ token_table::digest token_table::sha256(const std::string& text) {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace canopy {
+namespace canopy::core {
 
 /// User name → bearer token, looked up in constant time. Immutable after
 /// construction: `find` may be called from any thread.
@@ -44,4 +44,4 @@ private:
   std::vector<entry> entries_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -16,7 +16,7 @@
 #include "runtime/cli_help.hpp"
 #include "runtime/worker.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -259,4 +259,4 @@ int cli_main(int argc, char** argv) {
   return exit_usage;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -16,7 +16,7 @@
 #include "runtime/error.hpp"
 #include "runtime/render.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -34,7 +34,7 @@ std::string cli_who() {
 int agent_fail(const std::string& name, const caf::error& err) {
   if (is(err, persistence_errc::not_found)) {
     std::cerr << "error: unknown agent " << name << "\n";
-    return canopy::exit_code_of(err);
+    return canopy::core::exit_code_of(err);
   }
   return fail(err);
 }
@@ -427,4 +427,4 @@ std::optional<int> run_agent_command(const agent_commands& cmds, const global_op
   return std::nullopt;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

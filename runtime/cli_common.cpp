@@ -14,7 +14,7 @@
 #include "runtime/error.hpp"
 #include "runtime/render.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -129,7 +129,7 @@ caf::expected<json> parse_inputs(const std::vector<std::string>& items) {
 
 int fail(const caf::error& err) {
   std::cerr << "error: " << message_of(err) << "\n";
-  return canopy::exit_code_of(err);
+  return canopy::core::exit_code_of(err);
 }
 
 int usage_error(const std::string& msg) {
@@ -286,4 +286,4 @@ caf::error follow_store(store& db, const std::string& id, const std::string& roo
   }
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -22,7 +22,7 @@
 
 /// The command line's internals, shared by its files; nothing outside the
 /// `canopy` binary uses them.
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 // -- exit codes (SPEC §6) ------------------------------------------------------
 
@@ -420,4 +420,4 @@ int cmd_graph_push(const std::string& file, const remote_options& remote, bool a
 /// `canopy validate FILE [--server URL]`. @returns the exit code.
 int cmd_validate(const std::string& file, const remote_options& remote);
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -11,7 +11,7 @@
 #include "runtime/render.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 int follow(const global_options& g, runtime& rt, const execution_handle& h,
            interrupt_guard& guard, bool as_json, uint64_t after) {
@@ -53,4 +53,4 @@ int follow(const global_options& g, runtime& rt, const execution_handle& h,
   return view.finish(*rec, *doc);
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -8,7 +8,7 @@
 #include "persistence/error.hpp"
 #include "runtime/cli_common.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 /// `canopy graph push FILE --server URL`: validates the file as `run
 /// --server` does, then registers it.
@@ -61,4 +61,4 @@ int cmd_validate(const std::string& file, const remote_options& remote) {
   return 0;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

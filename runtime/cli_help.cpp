@@ -5,7 +5,7 @@
 #include <map>
 #include <vector>
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -175,10 +175,23 @@ std::string completion_script(const CLI::App& app, completion_shell shell) {
   auto bash = bash_script(app);
   if (shell == completion_shell::bash)
     return bash;
+  // zsh runs the bash function through bashcompinit, named `_canopy_bash`:
+  // installed in $fpath as `_canopy` (the .deb's vendor-completions), this
+  // file is autoloaded on the first Tab and runs as `_canopy`'s body, which
+  // must not redefine itself; the body then completes that first Tab too.
+  // Sourced (`source <(canopy completion zsh)`), the last line does nothing.
+  auto replace = [&](const std::string& from, const std::string& to) {
+    auto at = bash.find(from);
+    if (at != std::string::npos)
+      bash.replace(at, from.size(), to);
+  };
+  replace("\n_canopy() {", "\n_canopy_bash() {");
+  replace("-F _canopy canopy", "-F _canopy_bash canopy");
   return "#compdef canopy\n# zsh completion for canopy (canopy completion zsh): the bash\n"
          "# function, loaded through zsh's bashcompinit.\n"
          "autoload -U +X bashcompinit && bashcompinit\n"
-         + bash;
+         + bash
+         + "[[ ${funcstack[1]-} == _canopy ]] && _bash_complete -o filenames -F _canopy_bash\n";
 }
 
 CLI::App* add_completion_command(CLI::App& app, std::string& shell) {
@@ -198,4 +211,4 @@ int print_completion(const CLI::App& app, const std::string& shell) {
   return 0;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

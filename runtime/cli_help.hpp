@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 /// Puts every top-level command of `app` under its heading in `--help`
 /// (Run, Inspect, Agents, Nodes, Maintenance, About).
@@ -34,4 +34,4 @@ CLI::App* add_completion_command(CLI::App& app, std::string& shell);
 /// @returns 0, or 2 (usage) for another shell name.
 int print_completion(const CLI::App& app, const std::string& shell);
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

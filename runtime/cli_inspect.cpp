@@ -8,7 +8,7 @@
 #include "runtime/document.hpp"
 #include "runtime/render.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 int cmd_show(const global_options& g, const std::string& id, bool as_json) {
   auto db = open_store(g, store_use::read);
@@ -75,4 +75,4 @@ int cmd_events(const global_options& g, const std::string& id, bool follow_live,
   return err ? fail(err) : 0;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -24,7 +24,7 @@
 #include "runtime/cli_common.hpp"
 #include "runtime/document.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -348,4 +348,4 @@ int remote_logs(const remote_options& r, const logs_options& o) {
   return 0;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

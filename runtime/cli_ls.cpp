@@ -17,7 +17,7 @@
 #include "runtime/render.hpp"
 #include "runtime/worker.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 void add_ls_command(CLI::App& app, ls_options& o,
                     const std::function<void(CLI::App*)>& add_remote) {
@@ -156,4 +156,4 @@ int run_ls(const global_options& g, const remote_options& r, const ls_options& o
   return on_server ? remote_ls(r, *q) : cmd_ls(g, *q);
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -10,7 +10,7 @@
 #include "runtime/cli_common.hpp"
 #include "runtime/config.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -114,4 +114,4 @@ int cmd_prune(const global_options& g, const prune_options& o) {
   return 0;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -13,7 +13,7 @@
 #include "runtime/error.hpp"
 #include "runtime/render.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -195,4 +195,4 @@ int remote_events(const remote_options& r, const std::string& id, bool follow_li
   return 0;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

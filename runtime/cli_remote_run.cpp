@@ -20,7 +20,7 @@
 #include "runtime/foreground_view.hpp"
 #include "runtime/render.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -314,4 +314,4 @@ int remote_graph_ls(const remote_options& r, bool as_json) {
   return exit_completed;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -17,7 +17,7 @@
 
 extern char** environ;
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -206,4 +206,4 @@ int cmd_stop(const global_options& g, const std::string& id, bool force, double 
   return 0;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -10,7 +10,7 @@
 #include "runtime/http_tls.hpp"
 #include "runtime/server.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 // -- serve ----------------------------------------------------------------------------------
 
@@ -111,4 +111,4 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
   return run_server(opts);
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -18,7 +18,7 @@
 #include "runtime/render.hpp"
 #include "runtime/error.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -299,4 +299,4 @@ std::optional<int> run_signal_command(const signal_commands& c, const global_opt
   return std::nullopt;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

@@ -17,7 +17,7 @@
 #include "runtime/error.hpp"
 #include "runtime/client_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace client_detail;
 
@@ -254,4 +254,4 @@ caf::expected<api_answer> api_client::post(const std::string& target, const json
   return finish(a->first, a->second);
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -6,8 +6,8 @@
 // stream (Server-Sent Events, SPEC §13 rule 20) that reconnects where it left
 // off.
 //
-//   auto url = canopy::parse_server_url("http://127.0.0.1:8080");
-//   canopy::api_client api{{*url, token}};
+//   auto url = canopy::core::parse_server_url("http://127.0.0.1:8080");
+//   canopy::core::api_client api{{*url, token}};
 //   auto doc = api.tree(id);              // the execution document with children
 //   api.stream_events(id, 0, [](const json& e) { ...; return true; });
 
@@ -25,7 +25,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/records.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- server addresses ----------------------------------------------------------
 
@@ -282,4 +282,4 @@ private:
   client_options opts_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -7,7 +7,7 @@
 #include "runtime/client_detail.hpp"
 #include "runtime/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace client_detail;
 
@@ -143,4 +143,4 @@ caf::expected<std::string> api_client::cancel_agent(const std::string& name,
   return result;
 }
 
-} // namespace canopy
+} // namespace canopy::core

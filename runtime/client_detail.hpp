@@ -14,7 +14,7 @@
 #include "persistence/json_text.hpp"
 #include "runtime/client.hpp"
 
-namespace canopy::client_detail {
+namespace canopy::core::client_detail {
 
 /// Parses a server's answer as strict JSON (`parse_json_text`).
 /// @returns the document, or a discarded value when it is not one.
@@ -79,4 +79,4 @@ inline void set_socket_options(httplib::Client& c, millis connect, millis read) 
   c.set_tcp_nodelay(true);
 }
 
-} // namespace canopy::client_detail
+} // namespace canopy::core::client_detail

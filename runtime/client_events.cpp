@@ -8,7 +8,7 @@
 
 #include "runtime/client_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -203,4 +203,4 @@ caf::error api_client::stream_events(const std::string& id, uint64_t after,
   }
 }
 
-} // namespace canopy
+} // namespace canopy::core

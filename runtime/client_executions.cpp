@@ -6,7 +6,7 @@
 
 #include "runtime/client_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using namespace client_detail;
 
@@ -110,4 +110,4 @@ caf::expected<std::vector<json>> api_client::waits() const {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

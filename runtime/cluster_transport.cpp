@@ -2,7 +2,7 @@
 
 #include "actors/tls.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 std::vector<graph_error> check_cluster_transport(const std::optional<cluster_config>& cluster,
                                                  const std::string& host,
@@ -28,4 +28,4 @@ std::vector<graph_error> check_cluster_transport(const std::optional<cluster_con
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -11,7 +11,7 @@
 #include "persistence/graph.hpp"
 #include "runtime/config.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Checks the transport of a cluster endpoint on `host` (the supervisor's
 /// cluster port, or the address a worker joins) before anything starts:
@@ -27,4 +27,4 @@ std::vector<graph_error> check_cluster_transport(const std::optional<cluster_con
                                                  const std::string& endpoint,
                                                  const std::string& file);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -14,7 +14,7 @@
 #include "runtime/error.hpp"
 #include "runtime/secrets.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -519,4 +519,4 @@ bool split_host_port(const std::string& text, std::string& host, int& port) {
   return true;
 }
 
-} // namespace canopy
+} // namespace canopy::core

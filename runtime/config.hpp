@@ -16,7 +16,7 @@
 #include "persistence/retention.hpp"
 #include "persistence/tools.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// The `cluster` object.
 struct cluster_config {
@@ -108,4 +108,4 @@ config_result load_tools_file(const std::string& path);
 /// Splits `HOST:PORT`. @returns false when it is not of that form (port 0..65535).
 bool split_host_port(const std::string& text, std::string& host, int& port);
 
-} // namespace canopy
+} // namespace canopy::core

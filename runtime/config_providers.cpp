@@ -18,7 +18,7 @@
 #include "persistence/reference.hpp"
 #include "runtime/secrets.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -144,4 +144,4 @@ std::map<std::string, chat_provider> parse_providers(const json& v, const std::s
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -2,7 +2,7 @@
 
 #include "persistence/duration.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -194,4 +194,4 @@ caf::expected<json> load_tree(const store& db, const std::string& id, document_o
 
 } // namespace
 
-} // namespace canopy
+} // namespace canopy::core

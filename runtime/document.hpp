@@ -10,7 +10,7 @@
 
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// What to include in a document.
 struct document_options {
@@ -44,4 +44,4 @@ nlohmann::json model_totals(const nlohmann::json& tree);
 caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
                                             document_options opts = {});
 
-} // namespace canopy
+} // namespace canopy::core

@@ -6,7 +6,7 @@
 
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 caf::error make_error(runtime_errc x, std::string message) {
   return caf::error{static_cast<uint8_t>(x), runtime_category,
@@ -52,4 +52,4 @@ bool is(const caf::error& err, runtime_errc x) {
   return err.category() == runtime_category && err.code() == static_cast<uint8_t>(x);
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -6,7 +6,7 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Errors of the runtime layer (library API, CLI).
 enum class runtime_errc : uint8_t {
@@ -36,4 +36,4 @@ bool is(const caf::error& err, runtime_errc x);
 /// input, 4 not found, 5 store unavailable, 1 otherwise.
 int exit_code_of(const caf::error& err);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -10,7 +10,7 @@
 #include "persistence/error.hpp"
 #include "runtime/cli_common.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 namespace {
 
@@ -200,4 +200,4 @@ void foreground_view::redraw() {
   dirty_ = false;
 }
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

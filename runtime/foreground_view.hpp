@@ -21,7 +21,7 @@
 #include "runtime/live_frame.hpp"
 #include "runtime/render.hpp"
 
-namespace canopy::cli {
+namespace canopy::core::cli {
 
 struct global_options;
 class interrupt_guard;
@@ -118,4 +118,4 @@ private:
   std::thread drawer_;
 };
 
-} // namespace canopy::cli
+} // namespace canopy::core::cli

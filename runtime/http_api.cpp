@@ -8,7 +8,7 @@
 #include "runtime/logging.hpp"
 #include "runtime/memory.hpp"
 
-namespace canopy::api {
+namespace canopy::core::api {
 
 // -- errors ---------------------------------------------------------------------
 
@@ -520,4 +520,4 @@ http_error api_server::live_quota_exceeded(const std::string& user) const {
           ""};
 }
 
-} // namespace canopy::api
+} // namespace canopy::core::api

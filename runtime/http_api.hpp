@@ -32,7 +32,7 @@
 #include "runtime/runtime.hpp"
 #include "runtime/worker.hpp"
 
-namespace canopy::api {
+namespace canopy::core::api {
 
 // -- constants ------------------------------------------------------------------
 
@@ -398,4 +398,4 @@ private:
   bool closing_ = false;
 };
 
-} // namespace canopy::api
+} // namespace canopy::core::api

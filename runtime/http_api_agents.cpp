@@ -1,6 +1,6 @@
 #include "runtime/http_api.hpp"
 
-namespace canopy::api {
+namespace canopy::core::api {
 
 std::optional<agent_record> api_server::owned_agent(call& c, const std::string& name) {
   if (check_agent_name(name).empty()) {
@@ -254,4 +254,4 @@ void api_server::cancel_agent(call& c) {
   reply(c.res, 200, {{"result", *result}});
 }
 
-} // namespace canopy::api
+} // namespace canopy::core::api

@@ -1,6 +1,6 @@
 #include "runtime/http_api.hpp"
 
-namespace canopy::api {
+namespace canopy::core::api {
 
 void api_server::get_events(call& c) {
   auto rec = owned(c, c.capture);
@@ -148,4 +148,4 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
     });
 }
 
-} // namespace canopy::api
+} // namespace canopy::core::api

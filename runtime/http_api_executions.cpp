@@ -4,7 +4,7 @@
 
 #include "persistence/retention.hpp"
 
-namespace canopy::api {
+namespace canopy::core::api {
 
 void api_server::post_graph(call& c) {
   if (c.req.body.size() > max_graph_bytes)
@@ -346,4 +346,4 @@ void api_server::resume_execution(call& c) {
     reply(c.res, 200, *doc);
 }
 
-} // namespace canopy::api
+} // namespace canopy::core::api

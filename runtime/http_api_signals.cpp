@@ -6,7 +6,7 @@
 #include "persistence/error.hpp"
 #include "runtime/http_api.hpp"
 
-namespace canopy::api {
+namespace canopy::core::api {
 
 namespace {
 
@@ -120,4 +120,4 @@ void api_server::list_waits(call& c) {
   reply(c.res, 200, {{"items", std::move(items)}});
 }
 
-} // namespace canopy::api
+} // namespace canopy::core::api

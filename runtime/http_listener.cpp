@@ -23,7 +23,7 @@
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -547,4 +547,4 @@ bool http_listener::process_and_close_socket(socket_t sock) {
   return ret;
 }
 
-} // namespace canopy
+} // namespace canopy::core

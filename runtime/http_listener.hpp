@@ -43,7 +43,7 @@
 
 #include "runtime/http_tls.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Bounds of the connection model (see the file comment).
 struct http_limits {
@@ -86,4 +86,4 @@ private:
   std::map<std::string, size_t> open_; ///< client address → open connections
 };
 
-} // namespace canopy
+} // namespace canopy::core

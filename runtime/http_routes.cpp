@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-namespace canopy {
+namespace canopy::core {
 
 // -- labels -----------------------------------------------------------------------
 
@@ -127,4 +127,4 @@ const std::string& route_table::label(std::string_view method, std::string_view 
   return m ? routes_[m.index].pattern : unknown;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace canopy {
+namespace canopy::core {
 
 /// The methods the API knows; any other method is `other` in labels.
 const std::vector<std::string>& http_methods();
@@ -79,4 +79,4 @@ private:
   std::vector<entry> routes_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,7 +5,7 @@
 
 #include "actors/tls.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -50,4 +50,4 @@ http_transport load_http_transport(const node_config& cfg, const std::string& ho
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

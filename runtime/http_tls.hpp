@@ -14,7 +14,7 @@
 
 struct ssl_ctx_st; // OpenSSL's SSL_CTX
 
-namespace canopy {
+namespace canopy::core {
 
 /// An OpenSSL server context (TLS 1.2 or later, the certificate chain and
 /// key loaded), shared by every connection of the listener. Null: plain HTTP.
@@ -35,4 +35,4 @@ struct http_transport {
 http_transport load_http_transport(const node_config& cfg, const std::string& host,
                                    const std::string& file);
 
-} // namespace canopy
+} // namespace canopy::core

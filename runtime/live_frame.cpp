@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -241,4 +241,4 @@ std::string printable(const std::string& text) {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

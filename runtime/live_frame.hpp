@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace canopy {
+namespace canopy::core {
 
 // -- the model --------------------------------------------------------------------------
 
@@ -83,4 +83,4 @@ std::string fit_width(const std::string& text, size_t cols);
 /// the cursor or colour the frame, and its width is what `display_width` says.
 std::string printable(const std::string& text);
 
-} // namespace canopy
+} // namespace canopy::core

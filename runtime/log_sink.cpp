@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <climits>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -93,4 +93,4 @@ size_t fd_sink::write_within(const char* data, size_t size, std::chrono::millise
   return written;
 }
 
-} // namespace canopy
+} // namespace canopy::core

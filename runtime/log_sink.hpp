@@ -12,7 +12,7 @@
 
 #include <spdlog/sinks/base_sink.h>
 
-namespace canopy {
+namespace canopy::core {
 
 /// How long fd_sink waits for its descriptor.
 struct fd_sink_timing {
@@ -77,4 +77,4 @@ private:
   bool cut_ = false;            ///< the last line written was cut short
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -15,7 +15,7 @@
 
 #include "runtime/log_sink.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -105,4 +105,4 @@ log_status current_log_status() {
   return st;
 }
 
-} // namespace canopy
+} // namespace canopy::core

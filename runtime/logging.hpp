@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Lines the log's queue holds; when it is full, a new line overwrites the
 /// oldest.
@@ -53,4 +53,4 @@ public:
 /// nothing dropped when none was. Any thread.
 log_status current_log_status();
 
-} // namespace canopy
+} // namespace canopy::core

@@ -1,5 +1,5 @@
 #include "runtime/cli.hpp"
 
 int main(int argc, char** argv) {
-  return canopy::cli_main(argc, argv);
+  return canopy::core::cli_main(argc, argv);
 }

@@ -19,7 +19,7 @@ int MallocExtension_GetNumericProperty(const char* property, size_t* value)
 void MallocExtension_ReleaseFreeMemory() __attribute__((weak));
 }
 
-namespace canopy {
+namespace canopy::core {
 
 void fix_malloc_thresholds() {
   static std::once_flag once;
@@ -85,4 +85,4 @@ caf::actor spawn_memory_keeper(caf::actor_system& sys, std::function<void()> swe
   return sys.spawn(memory_keeper, std::move(sweep));
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -8,7 +8,7 @@
 
 #include <caf/fwd.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Fixes glibc's mmap threshold at its default (128 KiB), which turns off its
 /// dynamic adjustment. Left dynamic, the threshold rises to the size of the
@@ -59,4 +59,4 @@ constexpr int memory_keeper_interval_ms = 1000;
 /// Stopped with an exit message.
 caf::actor spawn_memory_keeper(caf::actor_system& sys, std::function<void()> sweep);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,7 +5,7 @@
 
 #include "runtime/http_routes.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- histogram -------------------------------------------------------------------
 
@@ -184,4 +184,4 @@ std::string metrics::render(size_t live_actors, const std::array<uint64_t, 6>& e
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

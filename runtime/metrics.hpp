@@ -16,7 +16,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// A Prometheus histogram with fixed upper bounds (seconds).
 class histogram {
@@ -86,4 +86,4 @@ private:
     {"agent.cancelled", 0}, {"agent.message", 0}, {"agent.reply", 0}};
 };
 
-} // namespace canopy
+} // namespace canopy::core

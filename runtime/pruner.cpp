@@ -7,7 +7,7 @@
 #include "runtime/metrics.hpp"
 #include "runtime/runtime.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 pruner::pruner(runtime& rt, metrics& m, retention_rules rules)
   : rt_(rt), metrics_(m), rules_(std::move(rules)) {
@@ -43,4 +43,4 @@ void pruner::run() {
   }
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -11,7 +11,7 @@
 
 #include "persistence/retention.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 class metrics;
 class runtime;
@@ -40,4 +40,4 @@ private:
   std::thread thread_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -1,6 +1,6 @@
 #include "runtime/quota.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 live_quota::live_quota(size_t limit, std::function<bool(const std::string&)> is_live,
                        seed_fn seed)
@@ -41,4 +41,4 @@ void live_quota::commit(const std::string& user, const std::string& id) {
     u.ids.insert(id);
 }
 
-} // namespace canopy
+} // namespace canopy::core

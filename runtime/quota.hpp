@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Counts each user's live executions started (or resumed) over the API
 /// against one limit. It remembers the ids it admitted and asks `is_live`
@@ -54,4 +54,4 @@ private:
   std::map<std::string, user_state> users_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

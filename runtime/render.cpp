@@ -7,7 +7,7 @@
 #include "persistence/duration.hpp"
 #include "runtime/client.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -420,4 +420,4 @@ std::string render_nodes(const nlohmann::json& docs) {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -17,7 +17,7 @@
 #include "runtime/step_logs.hpp"
 #include "runtime/live_frame.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// The text of a `step.output` event's data: its `line`, or a model's
 /// `text` piece (stream `model`) with its line breaks made spaces.
@@ -194,4 +194,4 @@ std::string render_history(const nlohmann::json& docs);
 /// SUPERVISOR `yes` or `no`.
 std::string render_nodes(const nlohmann::json& docs);
 
-} // namespace canopy
+} // namespace canopy::core

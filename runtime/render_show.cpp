@@ -19,7 +19,7 @@
 #include "runtime/render.hpp"
 #include "runtime/step_logs.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -385,4 +385,4 @@ std::vector<std::string> steps_in_order(const nlohmann::json& steps) {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -31,7 +31,7 @@
 #include "runtime/error.hpp"
 #include "runtime/memory.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- free functions ------------------------------------------------------------
 
@@ -50,10 +50,13 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
                       "(at least 1)");
   if (opts.home.empty())
     opts.home = default_home();
-  // A step that closes its stdin must not kill us with SIGPIPE.
-  std::signal(SIGPIPE, SIG_IGN);
-  raise_open_files_limit();
-  fix_malloc_thresholds(); // large transient buffers go back to the kernel
+  // Process-wide, each with its opt-out (runtime_options).
+  if (opts.ignore_sigpipe)
+    std::signal(SIGPIPE, SIG_IGN); // a step that closes its stdin must not kill us
+  if (opts.raise_open_files_limit)
+    raise_open_files_limit();
+  if (opts.tune_malloc)
+    fix_malloc_thresholds(); // large transient buffers go back to the kernel
   auto db = store::open({opts.home});
   if (!db)
     return db.error();
@@ -265,4 +268,4 @@ caf::actor_system& runtime::system() {
   return *sys_;
 }
 
-} // namespace canopy
+} // namespace canopy::core

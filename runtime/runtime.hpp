@@ -1,14 +1,9 @@
 #pragma once
 
-// The embeddable runtime (SPEC §11): configure a home, register `fn` steps,
-// start executions and hold handles to them. The CLI is a thin layer over it.
-//
-//   auto rt = canopy::runtime::open({".canopy"});
-//   (*rt)->register_fn("greet", [](canopy::fn_context& ctx) -> caf::expected<json> {
-//     return json{{"text", "hello " + ctx.with().value("name", "")}};
-//   });
-//   auto h = (*rt)->start_file("graph.json", {{"topic", "actors"}});
-//   h->wait();
+// The runtime inside the library, the CLI and the server: a home, `fn`
+// steps, executions and handles to them, in CAF's terms. Not a public
+// header: programs use <canopy/canopy.hpp> (runtime/library/), a facade over
+// this class without CAF.
 
 #include <atomic>
 #include <functional>
@@ -40,7 +35,7 @@ class actor_system;
 class actor_system_config;
 } // namespace caf
 
-namespace canopy {
+namespace canopy::core {
 
 /// Where and how a supervisor accepts workers.
 struct cluster_listen {
@@ -101,6 +96,13 @@ struct runtime_options {
   /// middleman (heartbeat and connection timeout set; with `tls`, CAF's
   /// openssl module) and publishes the cluster actor there.
   std::optional<cluster_listen> cluster;
+  /// Process-wide effects of `open`: ignore SIGPIPE (a step that closes its
+  /// stdin must not end the process), raise the soft open-files limit to
+  /// the hard one, and glibc's mmap threshold so large freed buffers go
+  /// back to the kernel (runtime/memory.hpp).
+  bool ignore_sigpipe = true;
+  bool raise_open_files_limit = true;
+  bool tune_malloc = true;
 };
 
 /// Options of `runtime::start`.
@@ -139,6 +141,11 @@ public:
   /// callbacks; blocks until no callback runs. After `handle.wait()`,
   /// `cancel()` guarantees the execution's final events were delivered.
   void cancel();
+
+  /// Returns once every event committed before this call was handed to the
+  /// callback (the subscription goes on). Threading: any non-actor thread
+  /// but the callback's.
+  void drain() const;
 
 private:
   friend subscription make_subscription(caf::actor_system&, const caf::actor&,
@@ -285,6 +292,10 @@ public:
   /// Ids that `open` turned into `stopped`/`interrupted` (dead owners).
   const std::vector<std::string>& recovered() const { return recovered_; }
 
+  /// A handle to stored execution `id`, holding its actor when it lives in
+  /// this process. @returns `not_found`, or a store error.
+  caf::expected<execution_handle> attach(const std::string& id);
+
   /// Resumes a stopped, failed or interrupted execution from its snapshot.
   /// @returns the handle; `not_found`; `wrong_state` for a running execution.
   caf::expected<execution_handle> resume(const std::string& id,
@@ -371,7 +382,7 @@ public:
   subscription subscribe(std::function<void(const event_record&)> f);
 
   /// The store (reads from any thread).
-  const std::shared_ptr<canopy::store>& db() const { return db_; }
+  const std::shared_ptr<canopy::core::store>& db() const { return db_; }
 
   caf::actor_system& system();
 
@@ -390,7 +401,7 @@ private:
   caf::expected<caf::actor> agent_actor(const std::string& owner, const std::string& name);
 
   runtime_options opts_;
-  std::shared_ptr<canopy::store> db_;
+  std::shared_ptr<canopy::core::store> db_;
   std::shared_ptr<fn_registry> fns_;
   std::unique_ptr<caf::actor_system_config> cfg_;
   std::unique_ptr<caf::actor_system> sys_;
@@ -442,4 +453,4 @@ bool only_waits_interrupted(const store& db, const std::string& root);
 
 
 
-} // namespace canopy
+} // namespace canopy::core

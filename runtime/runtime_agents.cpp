@@ -15,7 +15,7 @@
 #include "runtime/error.hpp"
 #include "runtime/runtime_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using runtime_detail::commit_bound;
 
@@ -114,10 +114,10 @@ caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
   }
   auto deadline = std::chrono::steady_clock::now() + wait;
   for (auto& t : tickets)
-    canopy::await_stop(*sys_, stop_ctx(), t,
+    canopy::core::await_stop(*sys_, stop_ctx(), t,
                        std::max(millis{0}, std::chrono::duration_cast<millis>(
                                              deadline - std::chrono::steady_clock::now())));
   return std::string{"cancelled"};
 }
 
-} // namespace canopy
+} // namespace canopy::core

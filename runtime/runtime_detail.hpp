@@ -5,7 +5,7 @@
 
 #include "persistence/store.hpp"
 
-namespace canopy::runtime_detail {
+namespace canopy::core::runtime_detail {
 
 /// The longest a commit through the store writer may take: the writers'
 /// lock wait, plus headroom for the commit itself.
@@ -13,4 +13,4 @@ inline millis commit_bound(const store& db) {
   return db.write_wait() + millis{5000};
 }
 
-} // namespace canopy::runtime_detail
+} // namespace canopy::core::runtime_detail

@@ -17,7 +17,7 @@
 #include "runtime/error.hpp"
 #include "runtime/runtime_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using runtime_detail::commit_bound;
 
@@ -66,6 +66,17 @@ void subscription::cancel() {
   await_down(sys, subscriber_);
   subscriber_ = nullptr;
   writer_ = nullptr;
+}
+
+void subscription::drain() const {
+  if (!subscriber_)
+    return;
+  // The writer sends a commit's events in the handler that commits: once it
+  // answers, every event committed before is in the forwarder's mailbox,
+  // and the forwarder answers after delivering them.
+  auto& sys = subscriber_->home_system();
+  (void) blocking_request(sys, writer_, std::nullopt, sync_atom::value);
+  (void) blocking_request(sys, subscriber_, std::nullopt, flush_atom::value);
 }
 
 // -- execution handle --------------------------------------------------------------
@@ -127,6 +138,18 @@ bool runtime::wait_settled(const std::string& id, millis timeout) {
   }
 }
 
+caf::expected<execution_handle> runtime::attach(const std::string& id) {
+  auto rec = db_->execution(id);
+  if (!rec)
+    return rec.error();
+  execution_handle h;
+  h.rt_ = this;
+  h.id_ = rec->id;
+  h.root_id_ = rec->root_id;
+  h.actor_ = svc_->directory->find(id);
+  return h;
+}
+
 caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, json inputs,
                                                const start_options& opts) {
   if (auto err = check_inputs(*g, inputs))
@@ -161,7 +184,7 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
 }
 
 caf::expected<prune_result> runtime::prune(const retention_rules& rules, int64_t now) {
-  return canopy::prune(*db_, rules, now, false, [this](write_batch batch) {
+  return canopy::core::prune(*db_, rules, now, false, [this](write_batch batch) {
     return blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value,
                             std::move(batch));
   });
@@ -268,7 +291,7 @@ caf::expected<stop_ticket> runtime::stop(const std::string& id, stop_mode mode,
 }
 
 stop_result runtime::await_stop(const stop_ticket& ticket, millis wait) {
-  return canopy::await_stop(*sys_, stop_ctx(), ticket, wait);
+  return canopy::core::await_stop(*sys_, stop_ctx(), ticket, wait);
 }
 
 stop_context runtime::stop_ctx() const {
@@ -279,4 +302,4 @@ subscription runtime::subscribe(std::function<void(const event_record&)> f) {
   return make_subscription(*sys_, writer_, db_, std::move(f), {});
 }
 
-} // namespace canopy
+} // namespace canopy::core

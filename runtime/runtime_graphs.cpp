@@ -12,7 +12,7 @@
 #include "runtime/error.hpp"
 #include "runtime/runtime_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 using runtime_detail::commit_bound;
 
@@ -86,4 +86,4 @@ parse_result runtime::parse_file(const std::string& path) const {
   return parse_graph_file(path, graph_options());
 }
 
-} // namespace canopy
+} // namespace canopy::core

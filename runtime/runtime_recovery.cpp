@@ -13,7 +13,7 @@
 #include "actors/execution/machine.hpp"
 #include "actors/subprocess.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- free functions ------------------------------------------------------------
 
@@ -219,4 +219,4 @@ bool only_waits_interrupted(const store& db, const std::string& root) {
   return waits > 0;
 }
 
-} // namespace canopy
+} // namespace canopy::core

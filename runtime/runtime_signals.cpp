@@ -10,7 +10,7 @@
 #include "persistence/duration.hpp"
 #include "runtime/runtime_detail.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 caf::expected<signal_answer> execution_handle::signal(const std::string& name, json value,
                                                      const signal_options& opts) const {
@@ -58,4 +58,4 @@ caf::expected<signal_answer> runtime::signal(signal_request req, millis wait) {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -12,7 +12,7 @@
 
 #include "runtime/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -115,4 +115,4 @@ caf::expected<std::string> read_token_env(const std::string& name) {
   return token;
 }
 
-} // namespace canopy
+} // namespace canopy::core

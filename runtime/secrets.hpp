@@ -20,7 +20,7 @@
 
 #include <caf/expected.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// The longest token (and token file) accepted, in bytes.
 constexpr size_t max_token_bytes = 4096;
@@ -43,4 +43,4 @@ caf::expected<std::string> read_token_file(const std::string& path);
 /// Reads the environment: not safe against concurrent `setenv`.
 caf::expected<std::string> read_token_env(const std::string& name);
 
-} // namespace canopy
+} // namespace canopy::core

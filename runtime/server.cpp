@@ -22,7 +22,7 @@
 #include "runtime/pruner.hpp"
 #include "runtime/runtime.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -230,4 +230,4 @@ int run_server(const server_options& opts) {
   return code;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -10,7 +10,7 @@
 #include "runtime/config.hpp"
 #include "runtime/http_tls.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// What `canopy serve` runs with: the config (from `--config`, with the
 /// command line's flags already applied over it).
@@ -29,4 +29,4 @@ struct server_options {
 ///          unusable configuration, 5 when the store cannot be opened.
 int run_server(const server_options& opts);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -2,7 +2,7 @@
 
 #include <deque>
 
-namespace canopy {
+namespace canopy::core {
 
 std::vector<std::string> last_lines(const std::string& text, size_t n) {
   std::deque<std::string> kept;
@@ -38,4 +38,4 @@ std::vector<std::string> stderr_tail(const nlohmann::json& step, size_t n) {
   return last_lines(err->get<std::string>(), n);
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 /// How many stderr lines `show` prints under a failed step.
 constexpr size_t failed_step_stderr_lines = 5;
@@ -23,4 +23,4 @@ std::vector<std::string> last_lines(const std::string& text, size_t n);
 /// the result has no stderr. Thread-safe.
 std::vector<std::string> stderr_tail(const nlohmann::json& step, size_t n);
 
-} // namespace canopy
+} // namespace canopy::core

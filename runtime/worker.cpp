@@ -33,7 +33,7 @@
 #include "runtime/config.hpp"
 #include "runtime/logging.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -294,4 +294,4 @@ int run_worker(const worker_flags& f) {
   return refused ? exit_usage : exit_ok;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -14,7 +14,7 @@
 #include "actors/cluster.hpp"
 #include "persistence/duration.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// The command line of `canopy worker`.
 struct worker_flags {
@@ -59,4 +59,4 @@ std::string host_name();
 /// i.e. 0).
 nlohmann::json node_document(const node_info& n);
 
-} // namespace canopy
+} // namespace canopy::core

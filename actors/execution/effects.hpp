@@ -17,7 +17,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// What happens once a write is acknowledged.
 enum class after_write : uint8_t {
@@ -105,7 +105,7 @@ struct timer {
 /// `turn` (non-zero): tell the agent that its granted turn's run started.
 struct spawn_child {
   uint32_t idx;
-  std::shared_ptr<const canopy::graph> graph;
+  std::shared_ptr<const canopy::core::graph> graph;
   execution_record record;
   std::vector<step_record> steps;
   uint64_t turn = 0;
@@ -220,4 +220,4 @@ T* effect_as(effect& e) {
   return const_cast<T*>(effect_as<T>(static_cast<const effect&>(e)));
 }
 
-} // namespace canopy
+} // namespace canopy::core

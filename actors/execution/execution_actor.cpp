@@ -12,7 +12,7 @@
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 const char* execution_shell_state::name = "execution";
 
@@ -391,4 +391,4 @@ caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
   return a;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -89,7 +89,7 @@
 #include "persistence/store.hpp"
 #include "persistence/tools.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// Services every execution actor of a process shares.
 struct execution_services {
@@ -166,7 +166,7 @@ std::shared_ptr<const machine_env> make_machine_env(const execution_services& sv
 /// already stored (empty for a new execution).
 struct execution_init {
   execution_record record;
-  std::shared_ptr<const canopy::graph> graph;
+  std::shared_ptr<const canopy::core::graph> graph;
   std::vector<step_record> steps;
   /// This execution's halt token (chained to its parent's), created and
   /// registered in the directory by the spawner before the actor runs.
@@ -208,4 +208,4 @@ parse_options run_time_parse_options(const execution_services& svc, int depth, i
 /// The exit reason that stops a worker with `reason` in `mode`.
 caf::error make_stop(step_reason reason, stop_mode mode);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -11,7 +11,7 @@
 #include "actors/messages.hpp"
 #include "persistence/conversation.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -87,4 +87,4 @@ void start_llm_call(execution_shell* self, fx::start_llm& e) {
   }}.detach();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace canopy {
+namespace canopy::core {
 
 // -- phases ---------------------------------------------------------------------------
 
@@ -295,4 +295,4 @@ std::vector<effect> execution_machine::flush_effects() {
   return take_effects();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -41,7 +41,7 @@
 #include "persistence/store.hpp"
 #include "persistence/tools.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 class fn_registry;
 
@@ -120,7 +120,7 @@ struct machine_env {
 /// What a machine starts from.
 struct machine_init {
   execution_record record;
-  std::shared_ptr<const canopy::graph> graph;
+  std::shared_ptr<const canopy::core::graph> graph;
   std::vector<step_record> steps; ///< stored steps (resume), else empty
   std::shared_ptr<halt_token> token;
   std::shared_ptr<limit_scope> scope;
@@ -145,7 +145,7 @@ class execution_machine;
 struct child_launch {
   std::string error;                   ///< non-empty: the attempt fails with it
   json error_result;                   ///< kept with the failure (a planner's output)
-  std::shared_ptr<const canopy::graph> graph;  ///< null with an error (or see the call)
+  std::shared_ptr<const canopy::core::graph> graph;  ///< null with an error (or see the call)
   execution_record record;             ///< new (with `queued`), or stored (resume)
   std::vector<step_record> steps;      ///< stored steps of a resumed child
   write_batch queued;                  ///< stores a new child; empty on resume
@@ -530,4 +530,4 @@ private:
   uint64_t lease_epoch_ = 0;   ///< the epoch that take-over compares
 };
 
-} // namespace canopy
+} // namespace canopy::core

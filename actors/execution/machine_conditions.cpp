@@ -7,7 +7,7 @@
 #include "persistence/condition.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 step_reason execution_machine::skip_reason(uint32_t idx, std::string& error) const {
   auto& def = g_->steps[idx];
@@ -49,4 +49,4 @@ void execution_machine::skip_step(uint32_t idx, step_reason reason, int64_t now)
   batch_completed_.push_back(idx); // its dependents are decided once it is durable
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -243,4 +243,4 @@ void execution_machine::report_and_quit() {
   phase_ = exec_phase::done;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace canopy {
+namespace canopy::core {
 
 // -- attempts ---------------------------------------------------------------------------
 
@@ -247,4 +247,4 @@ void execution_machine::turn_failed(uint32_t idx, int32_t attempt, const std::st
   flush();
 }
 
-} // namespace canopy
+} // namespace canopy::core

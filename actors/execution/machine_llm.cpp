@@ -20,7 +20,7 @@
 #include "persistence/conversation.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 execution_machine::llm_start execution_machine::prepare_llm(uint32_t idx) const {
   auto& llm = *g_->steps[idx].llm;
@@ -121,4 +121,4 @@ void execution_machine::settle_llm(uint32_t idx, json& result) {
   result["spend"] = *spent;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -14,7 +14,7 @@
 #include "persistence/conversation.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 json iteration_results(const std::vector<step_record>& steps) {
   json out(json::value_t::object);
@@ -82,4 +82,4 @@ void execution_machine::turn_done(uint32_t idx, json outputs, int64_t now) {
   spawn_child(idx, resolver_->graph_child(*this, idx, &next), 0, now);
 }
 
-} // namespace canopy
+} // namespace canopy::core

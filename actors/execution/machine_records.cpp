@@ -2,7 +2,7 @@
 
 #include "actors/execution/machine.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 write_batch& execution_machine::batch_or_new() {
   if (!batch_)
@@ -159,4 +159,4 @@ void execution_machine::flush(after_write then) {
   effects_.insert(at, std::make_unique<fx::write>(std::move(w)));
 }
 
-} // namespace canopy
+} // namespace canopy::core

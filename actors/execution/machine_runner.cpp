@@ -7,7 +7,7 @@
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 void execution_machine::start_runner(uint32_t idx, int64_t now) {
   auto& def = g_->steps[idx];
@@ -86,4 +86,4 @@ void execution_machine::start_runner(uint32_t idx, int64_t now) {
   effects_.emplace_back(std::make_unique<fx::spawn_runner>(std::move(out)));
 }
 
-} // namespace canopy
+} // namespace canopy::core

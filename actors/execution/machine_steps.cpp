@@ -8,7 +8,7 @@
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -474,4 +474,4 @@ void execution_machine::finish(int64_t now) {
   flush(after_write::report);
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -13,7 +13,7 @@
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 // -- arming -----------------------------------------------------------------------------
 
@@ -138,4 +138,4 @@ void execution_machine::wait_due(uint32_t idx, int32_t attempt, int64_t now) {
   flush();
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -52,4 +52,4 @@ const char* to_string(turn_verdict x) {
   return "busy";
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Why a step was reset to `pending`, or why an execution stopped or failed.
 enum class step_reason : uint8_t {
@@ -61,4 +61,4 @@ const char* to_string(stop_mode x);
 bool from_string(const std::string& s, stop_mode& x);
 const char* to_string(turn_verdict x);
 
-} // namespace canopy
+} // namespace canopy::core

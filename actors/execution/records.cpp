@@ -4,7 +4,7 @@
 
 #include "actors/execution/execution_actor.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 parse_options run_time_parse_options(const execution_services& svc, int depth, int max_depth) {
   parse_options opts = svc.child_options;
@@ -43,4 +43,4 @@ write_batch make_queued_batch(const execution_record& rec, const graph& g) {
   return b;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -16,7 +16,7 @@
 #include "actors/execution/execution_actor.hpp"
 #include "actors/execution/machine.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 /// A few handles keyed by step index; executions hold one per running step at most.
 template <class T>
@@ -126,4 +126,4 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
                                  std::shared_ptr<const execution_services> svc,
                                  caf::actor parent);
 
-} // namespace canopy
+} // namespace canopy::core

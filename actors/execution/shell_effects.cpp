@@ -13,7 +13,7 @@
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -332,4 +332,4 @@ void run_effects(execution_shell* self) {
   }
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -11,7 +11,7 @@
 #include "persistence/error.hpp"
 #include "persistence/reference.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -281,4 +281,4 @@ void start_pooled_fn(execution_shell* self, fx::start_fn& e) {
   });
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace canopy {
+namespace canopy::core {
 
 /// Splits `base_url` into the scheme-host-port part and the path prefix
 /// (`http://h:8080/v1` → `http://h:8080`, `/v1`). @returns false when it is
@@ -26,4 +26,4 @@ inline bool split_base_url(const std::string& base_url, std::string& origin,
   return origin.size() > scheme + 3;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -8,7 +8,7 @@
 #include "actors/llm/chat_retry.hpp"
 #include "persistence/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -162,4 +162,4 @@ chat_result chat_call::try_once(int& status, std::string& retry_after) {
   return out;
 }
 
-} // namespace canopy
+} // namespace canopy::core

@@ -22,7 +22,7 @@ namespace httplib {
 class Client;
 } // namespace httplib
 
-namespace canopy {
+namespace canopy::core {
 
 /// Where a model is: a provider of the node config.
 struct chat_provider {
@@ -86,4 +86,4 @@ private:
   std::atomic<bool> cancelled_{false};
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -2,7 +2,7 @@
 
 #include "actors/error.hpp"
 
-namespace canopy {
+namespace canopy::core {
 
 namespace {
 
@@ -243,4 +243,4 @@ chat_reply chat_stream_decoder::take() {
   return std::move(reply_);
 }
 
-} // namespace canopy
+} // namespace canopy::core

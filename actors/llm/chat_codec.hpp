@@ -16,7 +16,7 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
-namespace canopy {
+namespace canopy::core {
 
 using json = nlohmann::json;
 
@@ -122,4 +122,4 @@ private:
   std::string error_;
 };
 
-} // namespace canopy
+} // namespace canopy::core

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <ctime>
 
-namespace canopy {
+namespace canopy::core {
 
 chat_retry decide_chat_retry(int status, std::optional<int64_t> retry_after_ms, int tries_done,
                              int max_retries, int64_t left_ms, double jitter) {
@@ -40,4 +40,4 @@ std::optional<int64_t> parse_retry_after(const std::string& value, int64_t now_m
   return std::max<int64_t>(0, at - now_ms);
 }
 
-} // namespace canopy
+} // namespace canopy::core

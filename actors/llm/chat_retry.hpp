@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-namespace canopy {
+namespace canopy::core {
 
 /// The first back-off (before jitter), doubled on each further try.
 constexpr int64_t chat_backoff_base_ms = 500;
@@ -40,4 +40,4 @@ chat_retry decide_chat_retry(int status, std::optional<int64_t> retry_after_ms, 
 ///          for anything else.
 std::optional<int64_t> parse_retry_after(const std::string& value, int64_t now_ms);
 
-} // namespace canopy
+} // namespace canopy::core

@@ -5,19 +5,22 @@
 set(dist ${PROJECT_SOURCE_DIR}/runtime/dist)
 set(dist_out ${PROJECT_BINARY_DIR}/dist)
 
-# bash completion, from the built binary (the script lists its commands).
-# zsh's is not installed: `canopy completion zsh` is meant to be sourced and,
-# autoloaded from $fpath, would complete nothing on the first Tab.
-add_custom_command(OUTPUT ${dist_out}/canopy.bash
-  COMMAND ${CMAKE_COMMAND} -DCANOPY=$<TARGET_FILE:canopy> -DSHELL=bash
-    -DOUT=${dist_out}/canopy.bash -P ${dist}/completion.cmake
-  DEPENDS canopy ${dist}/completion.cmake
-  COMMENT "Writing canopy's bash completion")
-add_custom_target(canopy_completion ALL DEPENDS ${dist_out}/canopy.bash)
-# OPTIONAL: a tree built with `--target canopy` alone has no completion yet,
+# Shell completions, from the built binary (the scripts list its commands):
+# bash's, and zsh's for $fpath (Debian's zsh reads vendor-completions).
+foreach(shell bash zsh)
+  add_custom_command(OUTPUT ${dist_out}/canopy.${shell}
+    COMMAND ${CMAKE_COMMAND} -DCANOPY=$<TARGET_FILE:canopy> -DSHELL=${shell}
+      -DOUT=${dist_out}/canopy.${shell} -P ${dist}/completion.cmake
+    DEPENDS canopy ${dist}/completion.cmake
+    COMMENT "Writing canopy's ${shell} completion")
+endforeach()
+add_custom_target(canopy_completion ALL DEPENDS ${dist_out}/canopy.bash ${dist_out}/canopy.zsh)
+# OPTIONAL: a tree built with `--target canopy` alone has no completions yet,
 # and still installs (cpack builds everything first).
 install(FILES ${dist_out}/canopy.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
   RENAME canopy OPTIONAL)
+install(FILES ${dist_out}/canopy.zsh DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions
+  RENAME _canopy OPTIONAL)
 
 # The unit names the binary of the prefix installed to, known only at install
 # time (cpack installs this tree again with the prefix /usr). Configured into
@@ -54,24 +57,28 @@ set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION_SUMMARY}
  canopy runs agent graphs (subprocess, function, model and nested graph
  steps) as CAF actor trees whose state is committed to LMDB, so a crash or a
  stop never loses a finished step. The package holds the canopy command, the
- supervisor node as a systemd service (canopy.service), and the static
- library with its headers and CMake package for embedding canopy.")
+ supervisor node as a systemd service (canopy.service), shell completions,
+ and libcanopy with its headers, CMake package and pkg-config file for
+ embedding canopy in C++ programs.")
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${CANOPY_PACKAGE_MAINTAINER}")
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# What a program that embeds the library compiles and links against.
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS
-  "libcaf-dev, liblmdb-dev, libssl-dev, nlohmann-json3-dev, libcpp-httplib-dev, libspdlog-dev")
+# A shlibs file for libcanopy (programs built against it depend on this
+# package) and the ldconfig trigger.
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+# What a program that embeds the library compiles against: its headers
+# include nlohmann/json's.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "nlohmann-json3-dev")
 # Installed with DESTDIR and the prefix /usr, so that the unit names
 # /usr/bin/canopy and node.json lands in /etc.
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_INSTALL_PREFIX /usr)
 set(CPACK_SET_DESTDIR ON)
-# The binary without its line tables, as dh_strip would (static libraries
-# are never stripped).
+# The binary and the library without their line tables, as dh_strip would.
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
-  ${dist}/deb/conffiles ${dist}/deb/postinst ${dist}/deb/prerm ${dist}/deb/postrm)
+  ${dist}/deb/conffiles ${dist}/deb/postinst ${dist}/deb/prerm ${dist}/deb/postrm
+  ${dist}/deb/triggers)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

@@ -13,7 +13,7 @@
 #include "actors/execution/machine.hpp"
 #include "persistence/conversation.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// Parses `doc` (builtin functions, one tool `t`, inline commands allowed).
 inline std::shared_ptr<const graph> graph_of(const json& doc) {
@@ -230,4 +230,4 @@ inline bool has_event(const std::vector<effect>& xs, const std::string& type) {
   return std::find(types.begin(), types.end(), type) != types.end();
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -8,7 +8,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// An actor system with the console logger off.
 struct system_fixture {
@@ -20,4 +20,4 @@ struct system_fixture {
   }
 };
 
-} // namespace canopy::test
+} // namespace canopy::core::test

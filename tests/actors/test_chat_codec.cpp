@@ -8,7 +8,7 @@
 
 #include <catch2/catch.hpp>
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

@@ -5,8 +5,8 @@
 
 #include "machine_harness.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 
 namespace {
 

@@ -8,8 +8,8 @@
 
 #include "persistence/duration.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 
 namespace {
 

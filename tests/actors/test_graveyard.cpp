@@ -9,7 +9,7 @@
 
 #include "actors/graveyard.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include "actors/subprocess.hpp"
 #include "persistence/error.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using namespace std::chrono_literals;
 
 namespace {
@@ -168,7 +168,7 @@ struct owner_report {
 };
 
 /// A child of the test that owns a step: it starts `sh -c 'sleep 600 &
-/// wait'` with canopy::subprocess, reports the pids through a pipe and waits
+/// wait'` with canopy::core::subprocess, reports the pids through a pipe and waits
 /// to be killed. The destructor SIGKILLs and reaps it if the test did not.
 class forked_owner {
 public:

@@ -17,8 +17,8 @@
 #include "persistence/error.hpp"
 #include "tests/actors/system_fixture.hpp"
 
-using namespace canopy;
-using canopy::test::system_fixture;
+using namespace canopy::core;
+using canopy::core::test::system_fixture;
 using namespace std::chrono_literals;
 
 namespace {

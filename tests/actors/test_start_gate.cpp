@@ -7,7 +7,7 @@
 
 #include "actors/start_gate.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

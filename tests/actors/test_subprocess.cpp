@@ -1,4 +1,4 @@
-// Tests of canopy::subprocess against real processes. Every wait is a poll
+// Tests of canopy::core::subprocess against real processes. Every wait is a poll
 // loop with a deadline, so a hang fails the test instead of blocking it.
 
 #include "actors/subprocess.hpp"
@@ -26,7 +26,7 @@
 
 #include "persistence/error.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using namespace std::chrono_literals;
 
 namespace {

@@ -55,7 +55,7 @@
 
 extern char** environ;
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 

@@ -14,7 +14,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/records.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

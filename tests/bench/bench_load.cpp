@@ -38,7 +38,7 @@
 #include "tests/bench/load_graphs.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using clock_type = std::chrono::steady_clock;
 
 namespace {

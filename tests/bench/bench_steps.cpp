@@ -21,7 +21,7 @@
 
 #include "runtime/runtime.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using clock_type = std::chrono::steady_clock;
 
 namespace {

@@ -86,7 +86,7 @@
 #include "runtime/runtime.hpp"
 #include "tests/integration/mapped_kib.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using clock_type = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -131,8 +131,8 @@ struct rss_sample {
 };
 
 double heap_in_use() {
-  canopy::heap_figures h;
-  if (canopy::tcmalloc_figures(h))
+  canopy::core::heap_figures h;
+  if (canopy::core::tcmalloc_figures(h))
     return static_cast<double>(h.used_bytes);
   auto mi = mallinfo2();
   return static_cast<double>(mi.uordblks + mi.hblkhd);
@@ -153,7 +153,7 @@ rss_sample sample_rss(bool trim = false, bool with_map = true) {
     release_free_heap(); // return freed heap, so a delta starts from a clean baseline
   rss_sample s{status_kib("VmRSS"), status_kib("RssAnon"), status_kib("RssFile")};
   if (with_map)
-    s.store_map = canopy::test::mapped_kib("/data.mdb");
+    s.store_map = canopy::core::test::mapped_kib("/data.mdb");
   s.heap = heap_in_use();
   return s;
 }
@@ -595,7 +595,7 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
   auto t_req = clock_type::now();
   if (!req)
     die("stop failed: " + caf::to_string(req.error()));
-  if (req->result == canopy::stop_result::no_execution)
+  if (req->result == canopy::core::stop_result::no_execution)
     die("stop answered no_execution");
   if (!h->wait_for(std::chrono::duration_cast<millis>(timeout))) {
     auto rec = h->status();

@@ -54,8 +54,8 @@
 #include "runtime/runtime.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 using clock_type = std::chrono::steady_clock;
 
 namespace {

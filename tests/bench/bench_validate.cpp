@@ -24,7 +24,7 @@
 
 #include "persistence/graph.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include "tests/integration/server_process.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// A keep-alive client of alice's with TCP_NODELAY (a POST's body is not
 /// held back by Nagle) and generous timeouts.
@@ -51,4 +51,4 @@ inline bool register_load_graphs(httplib::Client& c) {
   return true;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -22,7 +22,7 @@
 
 extern char** environ;
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 class fake_llm {
 public:
@@ -91,4 +91,4 @@ private:
   int port_ = 0;
 };
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -24,19 +24,19 @@ void check(bool ok, const char* what) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto doc = canopy::parse_json_text(std::string(reinterpret_cast<const char*>(data), size));
+  auto doc = canopy::core::parse_json_text(std::string(reinterpret_cast<const char*>(data), size));
   if (!doc)
     return 0;
-  auto cfg = canopy::parse_node_config(*doc);
+  auto cfg = canopy::core::parse_node_config(*doc);
   if (!cfg) {
     check(!cfg.errors.empty(), "a refused config names no error");
     for (auto& e : cfg.errors)
-      check(!canopy::to_string(e).empty(), "an error renders as an empty string");
+      check(!canopy::core::to_string(e).empty(), "an error renders as an empty string");
     return 0;
   }
   std::string host;
   int port = -1;
-  check(canopy::split_host_port(cfg.value->listen, host, port),
+  check(canopy::core::split_host_port(cfg.value->listen, host, port),
         "an accepted config has a listen address that is not HOST:PORT");
   check(cfg.value->max_parallel > 0, "an accepted config allows no step to run");
   return 0;

@@ -17,7 +17,7 @@
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 
-using canopy::json;
+using canopy::core::json;
 
 namespace {
 
@@ -32,7 +32,7 @@ caf::expected<json> load_file(const std::string& path) {
     {"/fuzz/bad.json", json::parse(R"({"steps": {"a": {}}})")}};
   auto i = files.find(path);
   if (i == files.end())
-    return canopy::make_error(canopy::persistence_errc::io_error, "no such file: " + path);
+    return canopy::core::make_error(canopy::core::persistence_errc::io_error, "no such file: " + path);
   return i->second;
 }
 
@@ -46,28 +46,28 @@ void check(bool ok, const char* what) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto doc = canopy::parse_json_text(std::string(reinterpret_cast<const char*>(data), size));
+  auto doc = canopy::core::parse_json_text(std::string(reinterpret_cast<const char*>(data), size));
   if (!doc)
     return 0;
-  canopy::parse_options opts;
+  canopy::core::parse_options opts;
   opts.tools = {"writer", "planner"};
   opts.load_file = load_file;
-  auto local = canopy::parse_graph(*doc, "/fuzz", opts);
+  auto local = canopy::core::parse_graph(*doc, "/fuzz", opts);
   for (auto& e : local.errors)
-    check(!canopy::to_string(e).empty(), "an error renders as an empty string");
+    check(!canopy::core::to_string(e).empty(), "an error renders as an empty string");
   opts.allow_inline = false; // a server's default
-  auto served = canopy::parse_graph(*doc, "/fuzz", opts);
+  auto served = canopy::core::parse_graph(*doc, "/fuzz", opts);
   check(!served || local, "a graph valid without inline commands is invalid with them");
   if (!local)
     return 0;
   check(local.errors.empty(), "an accepted graph comes with errors");
   // Resume: the stored form decodes and loads without validation.
   auto& g = *local.value;
-  auto bytes = canopy::encode_graph(g.document, g.base_dir, g.files);
-  auto stored = canopy::decode_graph(bytes);
+  auto bytes = canopy::core::encode_graph(g.document, g.base_dir, g.files);
+  auto stored = canopy::core::decode_graph(bytes);
   check(static_cast<bool>(stored), "the stored form of an accepted graph does not decode");
   opts.allow_inline = true;
-  auto again = canopy::load_stored_graph(stored->document, stored->base_dir,
+  auto again = canopy::core::load_stored_graph(stored->document, stored->base_dir,
                                          stored->files, opts);
   check(static_cast<bool>(again), "load_stored_graph refuses a graph parse_graph accepted");
   check(again.value->steps.size() == g.steps.size(), "the stored graph lost steps");

@@ -28,7 +28,7 @@ namespace httplib::detail {
 bool read_headers(Stream& strm, Headers& headers);
 } // namespace httplib::detail
 
-using canopy::json;
+using canopy::core::json;
 
 namespace {
 
@@ -41,27 +41,27 @@ void check(bool ok, const char* what) {
 
 /// The route's body handling.
 void body(const std::string& path, const std::string& text) {
-  auto doc = canopy::parse_json_text(text);
+  auto doc = canopy::core::parse_json_text(text);
   if (!doc || !doc->is_object())
     return;
-  canopy::parse_options opts;
+  canopy::core::parse_options opts;
   opts.allow_inline = false;
   opts.load_file = [](const std::string& p) -> caf::expected<json> {
-    return canopy::make_error(canopy::persistence_errc::io_error, "no file on a fuzzed server: " + p);
+    return canopy::core::make_error(canopy::core::persistence_errc::io_error, "no file on a fuzzed server: " + p);
   };
   if (path == "/v1/graphs") {
-    auto r = canopy::parse_graph(*doc, "/home", opts);
+    auto r = canopy::core::parse_graph(*doc, "/home", opts);
     check(static_cast<bool>(r) == r.errors.empty(), "a graph both accepted and refused");
   } else if (path == "/v1/agents") {
     if (auto n = doc->find("name"); n != doc->end() && n->is_string())
-      (void) canopy::check_agent_name(n->get<std::string>());
+      (void) canopy::core::check_agent_name(n->get<std::string>());
     if (auto b = doc->find("on_busy"); b != doc->end() && b->is_string()) {
-      canopy::busy_policy p;
-      (void) canopy::from_string(b->get<std::string>(), p);
+      canopy::core::busy_policy p;
+      (void) canopy::core::from_string(b->get<std::string>(), p);
     }
     if (auto g = doc->find("graph"); g != doc->end() && g->is_object())
-      if (auto r = canopy::parse_graph(*g, "/home", opts))
-        (void) canopy::check_agent_graph(*r.value);
+      if (auto r = canopy::core::parse_graph(*g, "/home", opts))
+        (void) canopy::core::check_agent_graph(*r.value);
   }
 }
 

@@ -30,7 +30,7 @@ void round_trip(std::string_view bytes, Decode decode, const char* what) {
   auto x = decode(bytes);
   if (!x)
     return;
-  auto again = decode(canopy::encode(*x));
+  auto again = decode(canopy::core::encode(*x));
   check(static_cast<bool>(again), what);
 }
 
@@ -38,28 +38,28 @@ void round_trip(std::string_view bytes, Decode decode, const char* what) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes{reinterpret_cast<const char*>(data), size};
-  round_trip(bytes, canopy::decode_execution, "execution does not re-decode");
-  round_trip(bytes, canopy::decode_step, "step does not re-decode");
-  round_trip(bytes, canopy::decode_event, "event does not re-decode");
-  round_trip(bytes, canopy::decode_stop, "stop does not re-decode");
-  round_trip(bytes, canopy::decode_counters, "counters do not re-decode");
-  round_trip(bytes, canopy::decode_registered_graph, "registered graph does not re-decode");
-  round_trip(bytes, canopy::decode_agent, "agent does not re-decode");
-  round_trip(bytes, canopy::decode_history, "history entry does not re-decode");
-  round_trip(bytes, canopy::decode_subtree_stop, "subtree stop does not re-decode");
-  round_trip(bytes, canopy::decode_graph, "stored graph does not re-decode");
-  (void) canopy::decode_event_execution(bytes);
-  if (auto e = canopy::decode_execution(bytes))
-    (void) canopy::to_json(*e).dump();
-  if (auto s = canopy::decode_step(bytes))
-    (void) canopy::to_json(*s).dump();
-  if (auto ev = canopy::decode_event(bytes))
-    (void) canopy::event_document(*ev).dump();
+  round_trip(bytes, canopy::core::decode_execution, "execution does not re-decode");
+  round_trip(bytes, canopy::core::decode_step, "step does not re-decode");
+  round_trip(bytes, canopy::core::decode_event, "event does not re-decode");
+  round_trip(bytes, canopy::core::decode_stop, "stop does not re-decode");
+  round_trip(bytes, canopy::core::decode_counters, "counters do not re-decode");
+  round_trip(bytes, canopy::core::decode_registered_graph, "registered graph does not re-decode");
+  round_trip(bytes, canopy::core::decode_agent, "agent does not re-decode");
+  round_trip(bytes, canopy::core::decode_history, "history entry does not re-decode");
+  round_trip(bytes, canopy::core::decode_subtree_stop, "subtree stop does not re-decode");
+  round_trip(bytes, canopy::core::decode_graph, "stored graph does not re-decode");
+  (void) canopy::core::decode_event_execution(bytes);
+  if (auto e = canopy::core::decode_execution(bytes))
+    (void) canopy::core::to_json(*e).dump();
+  if (auto s = canopy::core::decode_step(bytes))
+    (void) canopy::core::to_json(*s).dump();
+  if (auto ev = canopy::core::decode_event(bytes))
+    (void) canopy::core::event_document(*ev).dump();
   // Any JSON value read back from MessagePack dumps (strings are sanitised).
   try {
-    canopy::msgpack::reader r{bytes};
+    canopy::core::msgpack::reader r{bytes};
     (void) r.value().dump();
-  } catch (const canopy::msgpack::format_error&) {
+  } catch (const canopy::core::msgpack::format_error&) {
   }
   return 0;
 }

@@ -9,7 +9,7 @@
 
 #include "persistence/records.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

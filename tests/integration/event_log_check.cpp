@@ -9,7 +9,7 @@
 
 #include "persistence/error.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 using json = nlohmann::json;
 
@@ -326,4 +326,4 @@ std::vector<event_record> checked_tree_events(const store& db, const std::string
   return std::move(*events);
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

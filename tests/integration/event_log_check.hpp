@@ -45,7 +45,7 @@
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// The violations of the invariants above in `events` (event documents
 /// `{seq, time, type, execution_id, root_id, parent_id, step, status,
@@ -86,4 +86,4 @@ private:
 /// with check_event_log. Throws std::runtime_error when it cannot be read.
 std::vector<event_record> checked_tree_events(const store& db, const std::string& root);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

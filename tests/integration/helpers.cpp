@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace fs = std::filesystem;
 
@@ -343,4 +343,4 @@ bool has_store(const std::string& home) {
   return std::ifstream{home + "/data.mdb"}.good();
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

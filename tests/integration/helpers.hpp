@@ -12,7 +12,7 @@
 
 #include "actors/subprocess.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 using json = nlohmann::json;
 
@@ -164,4 +164,4 @@ std::string read_file(const std::string& path);
 /// Creates (or rewrites) the file `path`: opens a test's gate.
 void touch(const std::string& path);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

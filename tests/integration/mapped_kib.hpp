@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// KiB of the file whose path ends with `file` that this process has in its
 /// RSS through its mappings (the `Rss:` lines of /proc/self/smaps). Reads the
@@ -30,4 +30,4 @@ inline long mapped_kib(const std::string& file) {
   return total;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -15,7 +15,7 @@
 
 extern char** environ;
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace {
 
@@ -157,4 +157,4 @@ std::string openapi_mismatch(const std::string& method, const std::string& path,
   return the_checker().check(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

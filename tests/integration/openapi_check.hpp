@@ -10,7 +10,7 @@
 
 #include <string>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// What an answer's status, content type and body break in the document
 /// for `method path` (the path may carry a query); empty when it conforms.
@@ -20,4 +20,4 @@ namespace canopy::test {
 std::string openapi_mismatch(const std::string& method, const std::string& path, int status,
                              const std::string& content_type, const std::string& body);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -13,7 +13,7 @@
 
 extern char** environ;
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 // -- screen_model ----------------------------------------------------------------------------
 
@@ -296,4 +296,4 @@ bool pty_session::wait_exit(std::chrono::milliseconds timeout) {
   return changed_.wait_until(lock, deadline, [&] { return eof_; });
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

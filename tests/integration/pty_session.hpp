@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 // -- the screen ----------------------------------------------------------------------------
 
@@ -132,4 +132,4 @@ private:
   std::thread reader_;
 };
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace {
 
@@ -739,4 +739,4 @@ size_t line_count(const std::string& path) {
   return n;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

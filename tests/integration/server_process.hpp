@@ -29,7 +29,7 @@
 #include "actors/subprocess.hpp"
 #include "tests/integration/helpers.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// Bearer tokens of the two users every test server knows.
 inline const std::string alice_token = "ta";
@@ -369,4 +369,4 @@ long rss_kib(pid_t pid, const std::string& field = "VmRSS");
 /// Number of lines in the file `path` (0 when it does not exist).
 size_t line_count(const std::string& path);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

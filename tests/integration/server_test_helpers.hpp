@@ -17,7 +17,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-namespace canopy::test::server_test {
+namespace canopy::core::test::server_test {
 
 /// A server that accepts inline `run` steps.
 inline server_process::options inline_server(const std::string& home = {}) {
@@ -176,4 +176,4 @@ inline double sample(const std::map<std::string, double>& m, const std::string& 
   return i->second;
 }
 
-} // namespace canopy::test::server_test
+} // namespace canopy::core::test::server_test

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace {
 
@@ -119,4 +119,4 @@ void tcp_relay::loop() {
       ::close(fd);
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

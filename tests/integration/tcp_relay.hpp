@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// Forwards connections from port() to `target_port`; records the traffic.
 /// The destructor closes every connection. Not copyable; its members may be
@@ -43,4 +43,4 @@ private:
   std::thread thread_;
 };
 
-} // namespace canopy::test
+} // namespace canopy::core::test

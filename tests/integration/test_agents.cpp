@@ -17,8 +17,8 @@
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {

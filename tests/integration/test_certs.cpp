@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace {
 
@@ -52,4 +52,4 @@ json tls_json(const tls_files& t) {
   return {{"certificate", t.certificate}, {"key", t.key}, {"ca", t.ca}};
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -12,7 +12,7 @@
 #include "actors/tls.hpp"
 #include "tests/integration/helpers.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// A CA: its certificate and key.
 struct test_ca {
@@ -37,4 +37,4 @@ tls_files make_self_signed(const temp_dir& dir, const std::string& name);
 /// The `cluster.tls` object of a config or tools file.
 json tls_json(const tls_files& t);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -13,8 +13,8 @@
 #include "actors/llm/chat_client.hpp"
 #include "tests/fake_llm/fake_llm.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "persistence/store.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -319,9 +319,9 @@ TEST_CASE("a SIGKILLed run leaves a readable store with every completed result",
     steps["s" + std::to_string(i)] = s;
   }
   auto file = g.write("chain.json", json{{"steps", steps}}.dump());
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home.path, "run", file};
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   // Kill it once a few steps have completed (an event, not a timer).
   REQUIRE(wait_for_output(*p, [](const std::string& out) {
@@ -380,11 +380,11 @@ TEST_CASE("a SIGKILLed run leaves a readable store with every completed result",
 namespace {
 
 /// Holds the writers' lock of a home as every canopy writer takes it (the
-/// coupling: `flock(LOCK_EX)` on `canopy::store::write_lock_path(home)`, see
+/// coupling: `flock(LOCK_EX)` on `canopy::core::store::write_lock_path(home)`, see
 /// persistence/store.hpp), so every canopy process writing that home waits.
 struct home_write_lock {
   explicit home_write_lock(const std::string& home) {
-    fd = ::open(canopy::store::write_lock_path(home).c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
+    fd = ::open(canopy::core::store::write_lock_path(home).c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
                 0644);
     REQUIRE(fd >= 0);
     REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
@@ -409,10 +409,10 @@ std::string wait_for_file_graph(const temp_dir& dir, const std::string& go) {
 }
 
 /// Starts `canopy run FILE` in the background; returns once its step started.
-canopy::subprocess start_run(const std::string& home, const std::string& file) {
-  canopy::subprocess_options opts;
+canopy::core::subprocess start_run(const std::string& home, const std::string& file) {
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home, "run", file};
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   REQUIRE(wait_for_output(*p, [](const std::string& out) {
     return out.find("step.started") != std::string::npos;

@@ -16,7 +16,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -41,18 +41,18 @@ std::string slow_agent(const std::string& pid_file) {
 
 /// Starts `canopy --home HOME ARGS...` in the background (its own process
 /// group; its steps run in groups of their own).
-canopy::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args) {
-  canopy::subprocess_options opts;
+canopy::core::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args) {
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home};
   opts.argv.insert(opts.argv.end(), args.begin(), args.end());
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   return std::move(*p);
 }
 
 /// Polls until `pred` holds (true) or `timeout` passes (false), draining the
 /// output of `p` meanwhile.
-bool wait_until(canopy::subprocess& p, const std::function<bool()>& pred,
+bool wait_until(canopy::core::subprocess& p, const std::function<bool()>& pred,
                 std::chrono::seconds timeout = 60s) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

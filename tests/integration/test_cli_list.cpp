@@ -19,7 +19,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -124,16 +124,16 @@ std::string id_at(int64_t ms, int n) {
 
 /// A settled root execution of `graph` created `age_ms` ago that ran for
 /// `ran_ms`, started a second after it was created.
-canopy::execution_record past_run(const std::string& graph, canopy::execution_status status,
+canopy::core::execution_record past_run(const std::string& graph, canopy::core::execution_status status,
                                   int64_t age_ms, int64_t ran_ms, int n,
                                   const std::string& owner = {}) {
-  canopy::execution_record r;
-  r.created_at = canopy::now_ms() - age_ms;
+  canopy::core::execution_record r;
+  r.created_at = canopy::core::now_ms() - age_ms;
   r.id = id_at(r.created_at, n);
   r.root_id = r.id;
   r.graph = graph;
   r.status = status;
-  if (status == canopy::execution_status::failed) {
+  if (status == canopy::core::execution_status::failed) {
     r.reason = "step_failed";
     r.error = "step 's' failed: exit code 1";
   }
@@ -145,15 +145,15 @@ canopy::execution_record past_run(const std::string& graph, canopy::execution_st
 
 /// Writes `records` into the store of `home` (which another process may
 /// hold: the store takes its writers' lock).
-void write_records(const std::string& home, const std::vector<canopy::execution_record>& records) {
-  canopy::store_options opts;
+void write_records(const std::string& home, const std::vector<canopy::core::execution_record>& records) {
+  canopy::core::store_options opts;
   opts.home = home;
-  auto db = canopy::store::open(opts);
+  auto db = canopy::core::store::open(opts);
   REQUIRE(db);
-  canopy::write_batch b;
+  canopy::core::write_batch b;
   b.executions = records;
   auto err = (*db)->commit(b);
-  INFO(canopy::message_of(err));
+  INFO(canopy::core::message_of(err));
   REQUIRE(!err);
 }
 
@@ -185,9 +185,9 @@ TEST_CASE("canopy show lists steps in graph order with their start and duration,
   REQUIRE(run.exit_code == 1);
   auto id = run.out_json()["id"].get<std::string>();
 
-  auto before = canopy::now_ms();
+  auto before = canopy::core::now_ms();
   auto shown = run_utc(home.path, {"show", id});
-  auto after = canopy::now_ms();
+  auto after = canopy::core::now_ms();
   REQUIRE(shown.exit_code == 0);
   INFO(shown.out);
   auto lines = lines_of(shown.out);
@@ -279,8 +279,8 @@ TEST_CASE("canopy ls shows each execution's age and duration and filters by grap
   temp_dir files;
   auto r1 = run_quick(home.path, files, "alpha");
   auto r2 = run_quick(home.path, files, "alpha");
-  auto old = past_run("alpha", canopy::execution_status::completed, 2 * 3'600'000, 184'000, 1);
-  auto older = past_run("beta", canopy::execution_status::failed, 3 * 86'400'000, 1234, 2);
+  auto old = past_run("alpha", canopy::core::execution_status::completed, 2 * 3'600'000, 184'000, 1);
+  auto older = past_run("beta", canopy::core::execution_status::failed, 3 * 86'400'000, 1234, 2);
   write_records(home.path, {old, older});
 
   auto table = run_canopy(home.path, {"ls"});
@@ -371,9 +371,9 @@ TEST_CASE("canopy ls --server filters by graph, limit and age as local ls does",
   auto a1 = start("alpha");
   auto a2 = start("alpha");
   auto b1 = start("beta");
-  auto old = past_run("alpha", canopy::execution_status::completed, 2 * 3'600'000, 184'000, 1,
+  auto old = past_run("alpha", canopy::core::execution_status::completed, 2 * 3'600'000, 184'000, 1,
                       "alice");
-  auto bobs = past_run("alpha", canopy::execution_status::completed, 2 * 3'600'000, 5, 2, "bob");
+  auto bobs = past_run("alpha", canopy::core::execution_status::completed, 2 * 3'600'000, 5, 2, "bob");
   write_records(home.path, {old, bobs});
 
   auto ls = [&](strings args) {

@@ -12,7 +12,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -77,11 +77,11 @@ json gated_talk(const std::string& gate1, const std::string& gate2) {
 }
 
 /// Starts `canopy --home HOME ARGS...` without waiting for it.
-canopy::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args) {
-  canopy::subprocess_options opts;
+canopy::core::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args) {
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home};
   opts.argv.insert(opts.argv.end(), args.begin(), args.end());
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   return std::move(*p);
 }

@@ -15,7 +15,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -42,13 +42,13 @@ proc_result on_server(const server_process& srv, const std::string& home,
 }
 
 /// Starts `canopy --home HOME ARGS... --server URL --token ta` without waiting.
-canopy::subprocess start_on_server(const server_process& srv, const std::string& home,
+canopy::core::subprocess start_on_server(const server_process& srv, const std::string& home,
                                    std::vector<std::string> args) {
   args.insert(args.begin(), {canopy_binary(), "--home", home});
   args.insert(args.end(), {"--server", url_of(srv), "--token", alice_token});
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   opts.argv = std::move(args);
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   return std::move(*p);
 }

@@ -23,7 +23,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -165,37 +165,37 @@ json sleeper(const std::string& name) {
 TEST_CASE("server URLs are http or https://HOST:PORT and anything else is rejected with a "
           "reason",
           "[runtime][client]") {
-  auto ok = canopy::parse_server_url("http://127.0.0.1:8080");
+  auto ok = canopy::core::parse_server_url("http://127.0.0.1:8080");
   REQUIRE(ok);
   CHECK(ok->host == "127.0.0.1");
   CHECK(ok->port == 8080);
-  auto slash = canopy::parse_server_url("HTTP://example.org:9/");
+  auto slash = canopy::core::parse_server_url("HTTP://example.org:9/");
   REQUIRE(slash);
   CHECK(slash->host == "example.org");
   CHECK(slash->port == 9);
-  auto v6 = canopy::parse_server_url("http://[::1]:7000");
+  auto v6 = canopy::core::parse_server_url("http://[::1]:7000");
   REQUIRE(v6);
   CHECK(v6->host == "::1");
   CHECK(v6->text() == "http://[::1]:7000");
-  auto no_port = canopy::parse_server_url("http://localhost");
+  auto no_port = canopy::core::parse_server_url("http://localhost");
   REQUIRE(no_port);
   CHECK(no_port->port == 80);
-  auto tls = canopy::parse_server_url("https://example.org");
+  auto tls = canopy::core::parse_server_url("https://example.org");
   REQUIRE(tls);
   CHECK(tls->tls);
   CHECK(tls->port == 443);
   CHECK(tls->text() == "https://example.org:443");
-  CHECK(!canopy::parse_server_url("http://h:1")->tls);
+  CHECK(!canopy::core::parse_server_url("http://h:1")->tls);
   for (auto bad : {"https://127.0.0.1:0", "ftp://h:1", "127.0.0.1:8080", "http://",
                    "http://:80", "http://h:", "http://h:0", "http://h:65536", "http://h:8x",
                    "http://h:80/v1", "http://u@h:80", "http://[::1", "http://h:80?x=1"}) {
     INFO(bad);
-    auto r = canopy::parse_server_url(bad);
+    auto r = canopy::core::parse_server_url(bad);
     REQUIRE(!r);
-    CHECK(canopy::exit_code_of(r.error()) == 2);
-    CHECK_THAT(canopy::message_of(r.error()), Catch::Contains(bad));
+    CHECK(canopy::core::exit_code_of(r.error()) == 2);
+    CHECK_THAT(canopy::core::message_of(r.error()), Catch::Contains(bad));
   }
-  CHECK_THAT(canopy::message_of(canopy::parse_server_url("ftp://h:1").error()),
+  CHECK_THAT(canopy::core::message_of(canopy::core::parse_server_url("ftp://h:1").error()),
              Catch::Contains("only http and https"));
 }
 
@@ -203,9 +203,9 @@ TEST_CASE("error answers map to the exit codes of SPEC 6", "[runtime][client]") 
   auto body = [](const std::string& msg, const std::string& path) {
     return json{{"error", {{"code", "x"}, {"message", msg}, {"path", path}}}}.dump();
   };
-  using canopy::error_of_answer;
-  using canopy::exit_code_of;
-  using canopy::message_of;
+  using canopy::core::error_of_answer;
+  using canopy::core::exit_code_of;
+  using canopy::core::message_of;
   CHECK(exit_code_of(error_of_answer(401, body("no", ""))) == 2);
   CHECK_THAT(message_of(error_of_answer(401, "")), Catch::Contains("--token or $CANOPY_TOKEN"));
   CHECK(exit_code_of(error_of_answer(404, body("no execution 'x'", ""))) == 4);
@@ -227,9 +227,9 @@ TEST_CASE("the event-stream parser handles comments, CRLF, multi-line data and s
   // Every split of the stream into two chunks gives the same messages.
   for (size_t cut = 0; cut <= stream.size(); ++cut) {
     INFO("cut at " << cut);
-    canopy::sse_parser p;
-    std::vector<canopy::sse_message> got;
-    auto f = [&](const canopy::sse_message& m) {
+    canopy::core::sse_parser p;
+    std::vector<canopy::core::sse_message> got;
+    auto f = [&](const canopy::core::sse_message& m) {
       got.push_back(m);
       return true;
     };
@@ -248,9 +248,9 @@ TEST_CASE("the event-stream parser handles comments, CRLF, multi-line data and s
     CHECK(p.comments() == 2);
   }
   // A handler that returns false stops the parse.
-  canopy::sse_parser p;
+  canopy::core::sse_parser p;
   size_t n = 0;
-  CHECK(!p.feed(stream.data(), stream.size(), [&](const canopy::sse_message&) {
+  CHECK(!p.feed(stream.data(), stream.size(), [&](const canopy::core::sse_message&) {
     ++n;
     return false;
   }));
@@ -317,9 +317,9 @@ TEST_CASE("events --follow --json prints a detached run's events live until its 
   REQUIRE(r.exit_code == 0);
   auto id = r.out_json()["id"].get<std::string>();
 
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home.path, "events", id, "--follow", "--json"};
-  auto follow = canopy::subprocess::start(opts);
+  auto follow = canopy::core::subprocess::start(opts);
   REQUIRE(follow);
   // The gate holds the tree running: the follower prints what happened so
   // far and keeps waiting.
@@ -553,10 +553,10 @@ TEST_CASE("events --server --follow --json streams the tree's log until the tree
   auto srv = serve_on(home.path);
   auto id = start_on(*srv, gated_graph("streamed", gate));
 
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home.path, "events",      id,    "--follow",
                "--json",        "--server", url_of(*srv), "--token", alice};
-  auto follow = canopy::subprocess::start(opts);
+  auto follow = canopy::core::subprocess::start(opts);
   REQUIRE(follow);
   REQUIRE(wait_for_output(*follow, [](const std::string& out) {
     return has_event(out, "step.started", "gate");
@@ -599,10 +599,10 @@ TEST_CASE("events --server --follow reconnects after the server restarts and mis
   auto port = first->port();
   auto id = start_on(*first, gated_graph("restarted", gate));
 
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home.path, "events",      id,    "--follow",
                "--json",        "--server", url_of(*first), "--token", alice};
-  auto follow = canopy::subprocess::start(opts);
+  auto follow = canopy::core::subprocess::start(opts);
   REQUIRE(follow);
   REQUIRE(wait_for_output(*follow, [](const std::string& out) {
     return has_event(out, "step.started", "gate");

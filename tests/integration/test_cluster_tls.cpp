@@ -31,8 +31,8 @@
 #include "tests/integration/tcp_relay.hpp"
 #include "tests/integration/test_certs.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {

@@ -9,7 +9,7 @@
 
 #include "tests/integration/event_log_check.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using json = nlohmann::json;
 
 namespace {
@@ -164,13 +164,13 @@ TEST_CASE("the event-log checker finds a completed or skipped step started and i
     CHECK(event_log_violations(b.events).empty());
   }
   SECTION("the store's records convert to the same documents") {
-    canopy::event_record e;
+    canopy::core::event_record e;
     e.seq = 1;
     e.type = "execution.started";
     e.execution_id = "r";
     e.root_id = "r";
-    canopy::event_record twice = e;
+    canopy::core::event_record twice = e;
     twice.seq = 2;
-    CHECK(event_log_violations(std::vector<canopy::event_record>{e, twice}).size() == 1);
+    CHECK(event_log_violations(std::vector<canopy::core::event_record>{e, twice}).size() == 1);
   }
 }

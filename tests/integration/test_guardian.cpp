@@ -19,7 +19,7 @@
 
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -33,7 +33,7 @@ constexpr auto deadline_after = 20s;
 /// Polls `p` (so its output pipes never fill) until `pred` holds (true) or
 /// the deadline passes or `p` exits (false).
 template <class Pred>
-bool wait_while_running(canopy::subprocess& p, Pred pred) {
+bool wait_while_running(canopy::core::subprocess& p, Pred pred) {
   auto deadline = clock_type::now() + deadline_after;
   for (;;) {
     bool exited = p.poll();
@@ -87,10 +87,10 @@ long guardian_of(long parent) {
 }
 
 /// Starts `canopy --home HOME run FILE` in the foreground of its own group.
-canopy::subprocess start_run(const std::string& home, const std::string& file) {
-  canopy::subprocess_options opts;
+canopy::core::subprocess start_run(const std::string& home, const std::string& file) {
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home, "run", file};
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   return std::move(*p);
 }

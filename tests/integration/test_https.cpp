@@ -11,7 +11,7 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/test_certs.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -21,7 +21,7 @@ bool has(const std::string& text, const std::string& part) {
 }
 
 /// A server speaking HTTPS with `cert`.
-server_process::options https_server(const canopy::tls_files& cert) {
+server_process::options https_server(const canopy::core::tls_files& cert) {
   server_process::options o;
   o.config = {{"tls_cert", cert.certificate}, {"tls_key", cert.key}};
   return o;

@@ -10,7 +10,7 @@
 
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {

@@ -12,7 +12,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 
 TEST_CASE("GET /v1/openapi.json serves the OpenAPI 3.1 document without a token, and every "
           "operation in it is a route of the server",

@@ -24,17 +24,17 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/server_test_helpers.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
 
 /// Starts `canopy --home HOME ARGS...` in its own process group.
-canopy::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args) {
-  canopy::subprocess_options opts;
+canopy::core::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args) {
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home};
   opts.argv.insert(opts.argv.end(), args.begin(), args.end());
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   return std::move(*p);
 }
@@ -121,7 +121,7 @@ void check_resumed_to_completion(const std::string& store, const std::string& id
 /// epoch read, marking the root `stopped`/`interrupted`. `owner` is the pid
 /// the lease must name before. @returns the seq of the last event written.
 uint64_t take_over(const std::string& home, const std::string& id, int64_t owner) {
-  auto db = canopy::store::open({home});
+  auto db = canopy::core::store::open({home});
   REQUIRE(db);
   auto lease = (*db)->lease(id);
   REQUIRE(lease);
@@ -129,19 +129,19 @@ uint64_t take_over(const std::string& home, const std::string& id, int64_t owner
   REQUIRE(lease->pid == owner);
   auto rec = (*db)->execution(id);
   REQUIRE(rec);
-  canopy::write_batch b;
+  canopy::core::write_batch b;
   b.lease.root = id;
   b.lease.acquire = true;
   b.lease.epoch = lease->epoch;
   b.lease.owner.pid = ::getpid();
-  b.lease.owner.start = canopy::process_start_time(::getpid());
-  rec->status = canopy::execution_status::stopped;
+  b.lease.owner.start = canopy::core::process_start_time(::getpid());
+  rec->status = canopy::core::execution_status::stopped;
   rec->reason = "interrupted";
   b.executions.push_back(*rec);
-  b.events.push_back(canopy::make_event(*rec, "execution.stopped", canopy::now_ms(), {},
+  b.events.push_back(canopy::core::make_event(*rec, "execution.stopped", canopy::core::now_ms(), {},
                                         "stopped", "interrupted"));
   REQUIRE_FALSE((*db)->commit(b));
-  REQUIRE(b.lease.outcome == canopy::lease_outcome::acquired);
+  REQUIRE(b.lease.outcome == canopy::core::lease_outcome::acquired);
   return b.events.back().seq;
 }
 
@@ -210,11 +210,11 @@ TEST_CASE("a process whose tree was taken over ends its steps and writes nothing
 TEST_CASE("a stop request comes before every event it causes in the log",
           "[integration][ownership][stop]") {
   temp_dir home;
-  canopy::runtime_options opts;
+  canopy::core::runtime_options opts;
   opts.home = home.path;
-  auto rt = canopy::runtime::open(opts);
+  auto rt = canopy::core::runtime::open(opts);
   REQUIRE(rt);
-  auto g = canopy::parse_graph(
+  auto g = canopy::core::parse_graph(
     json::parse(R"({"name":"h_life","steps":{"a":{"fn":"noop"},
       "b":{"fn":"sleep","with":{"ms":3000},"needs":["a"]},
       "c":{"fn":"echo","with":{"v":42},"needs":["b"]}}})"),
@@ -228,13 +228,13 @@ TEST_CASE("a stop request comes before every event it causes in the log",
     if (!steps)
       return false;
     for (auto& s : *steps)
-      if (s.step == "b" && s.status == canopy::step_status::running)
+      if (s.step == "b" && s.status == canopy::core::step_status::running)
         return true;
     return false;
   }));
-  auto ticket = (*rt)->stop(h->id(), canopy::stop_mode::graceful, "test");
+  auto ticket = (*rt)->stop(h->id(), canopy::core::stop_mode::graceful, "test");
   REQUIRE(ticket);
-  CHECK((*rt)->await_stop(*ticket, 10s) == canopy::stop_result::stopped);
+  CHECK((*rt)->await_stop(*ticket, 10s) == canopy::core::stop_result::stopped);
   auto events = db->tree_events(h->id());
   REQUIRE(events);
   uint64_t requested = 0;

@@ -11,8 +11,8 @@
 #include "persistence/retention.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {

@@ -28,7 +28,7 @@
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using namespace std::chrono_literals;
 
 namespace {

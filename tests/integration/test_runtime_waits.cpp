@@ -13,7 +13,7 @@
 #include "persistence/error.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using namespace std::chrono_literals;
 
 namespace {

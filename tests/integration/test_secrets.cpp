@@ -22,8 +22,8 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/persistence/render_errors.hpp"
 
-using namespace canopy;
-using namespace canopy::test;
+using namespace canopy::core;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {

@@ -27,8 +27,8 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/server_test_helpers.hpp"
 
-using namespace canopy::test;
-using namespace canopy::test::server_test;
+using namespace canopy::core::test;
+using namespace canopy::core::test::server_test;
 using namespace std::chrono_literals;
 
 // -- bad input ---------------------------------------------------------------------------------

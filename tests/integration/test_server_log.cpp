@@ -25,8 +25,8 @@
 
 extern char** environ;
 
-using namespace canopy::test;
-using namespace canopy::test::server_test;
+using namespace canopy::core::test;
+using namespace canopy::core::test::server_test;
 
 namespace {
 
@@ -96,7 +96,7 @@ public:
       ::close(err_read_);
       throw std::runtime_error("cannot start " + args[0] + ": " + std::strerror(err));
     }
-    canopy::guard_process_group(pid_);
+    canopy::core::guard_process_group(pid_);
   }
 
   ~unread_stderr_server() {
@@ -105,7 +105,7 @@ public:
       int status = 0;
       ::waitpid(pid_, &status, 0);
     }
-    canopy::unguard_process_group(pid_);
+    canopy::core::unguard_process_group(pid_);
     ::close(err_read_);
     echo_tsan_reports("canopy serve (pid " + std::to_string(pid_) + ")", tsan_dir_);
   }

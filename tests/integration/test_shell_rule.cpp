@@ -15,7 +15,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -40,7 +40,7 @@ std::vector<json> readme_documents() {
 /// Every array in `v` (recursively) that runs a shell with a reference in
 /// its `-c` script, rendered.
 void shell_uses(const json& v, std::vector<std::string>& out) {
-  if (v.is_array() && canopy::find_shell_script_use(v))
+  if (v.is_array() && canopy::core::find_shell_script_use(v))
     out.push_back(v.dump());
   if (v.is_array() || v.is_object())
     for (auto& item : v)
@@ -99,7 +99,7 @@ TEST_CASE("no example in the README or examples/ pastes a value into shell code"
       shell_uses(json::parse(read_file(entry.path().string())), uses);
   CHECK(uses == std::vector<std::string>{});
   // The README's server config parses as written.
-  auto first = canopy::parse_node_config(docs.front());
+  auto first = canopy::core::parse_node_config(docs.front());
   for (auto& e : first.errors)
     FAIL_CHECK(e.path << ": " << e.message);
   CHECK(first);

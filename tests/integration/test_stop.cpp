@@ -29,7 +29,7 @@
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -65,19 +65,19 @@ size_t count_of(const std::string& hay, const std::string& needle) {
 /// Starts `canopy --home HOME ARGS...` in the background (its own process
 /// group; its steps run in groups of their own), with `env` merged over
 /// this process's environment (its steps inherit it).
-canopy::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args,
+canopy::core::subprocess start_canopy(const std::string& home, const std::vector<std::string>& args,
                                 std::map<std::string, std::string> env = {}) {
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home};
   opts.argv.insert(opts.argv.end(), args.begin(), args.end());
   opts.env = std::move(env);
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   return std::move(*p);
 }
 
 /// Waits until the output of `p` contains `needle` at least `n` times.
-bool wait_for_count(canopy::subprocess& p, const std::string& needle, size_t n = 1,
+bool wait_for_count(canopy::core::subprocess& p, const std::string& needle, size_t n = 1,
                     std::chrono::seconds timeout = 60s) {
   return wait_for_output(
     p, [&](const std::string& out) { return count_of(out, needle) >= n; }, timeout);
@@ -726,10 +726,10 @@ TEST_CASE("a second stop while the execution is stopping is answered with the sa
 TEST_CASE("a queued execution stopped through the library ends stopped before any step starts",
           "[integration][stop]") {
   temp_dir dir;
-  canopy::runtime_options opts;
+  canopy::core::runtime_options opts;
   opts.home = dir.path + "/home";
-  auto parse = [&](canopy::runtime& rt, const json& doc) {
-    auto r = canopy::parse_graph(doc, dir.path, rt.graph_options());
+  auto parse = [&](canopy::core::runtime& rt, const json& doc) {
+    auto r = canopy::core::parse_graph(doc, dir.path, rt.graph_options());
     REQUIRE(r);
     return r.value;
   };
@@ -739,11 +739,11 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
                        {"c", {{"fn", "sleep"}, {"with", {{"ms", 60000}}}}}}}};
   // The stopped execution: stopped/requested, one execution.stopped, and
   // not one step ever started.
-  auto check_never_ran = [](canopy::runtime& rt, const canopy::execution_handle& h) {
-    REQUIRE(h.wait_for(canopy::millis{30'000}));
+  auto check_never_ran = [](canopy::core::runtime& rt, const canopy::core::execution_handle& h) {
+    REQUIRE(h.wait_for(canopy::core::millis{30'000}));
     auto rec = h.status();
     REQUIRE(rec);
-    CHECK(rec->status == canopy::execution_status::stopped);
+    CHECK(rec->status == canopy::core::execution_status::stopped);
     CHECK(rec->reason == "requested");
     auto evs = checked_tree_events(*rt.db(), h.id());
     std::vector<std::string> types;
@@ -757,40 +757,40 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
     REQUIRE(steps);
     for (auto& s : *steps) {
       INFO("step " << s.step);
-      CHECK(s.status == canopy::step_status::pending);
+      CHECK(s.status == canopy::core::step_status::pending);
       CHECK(s.attempt == 0);
     }
   };
 
   SECTION("waiting for admission (max_running 1)") {
     opts.max_running = 1;
-    auto rt = canopy::runtime::open(opts);
+    auto rt = canopy::core::runtime::open(opts);
     REQUIRE(rt);
     auto first = (*rt)->start(parse(**rt, work), json::object());
     REQUIRE(first);
     // The first execution holds the only admission slot once it runs.
     auto deadline = clock_type::now() + 30s;
-    while (first->status()->status != canopy::execution_status::running
+    while (first->status()->status != canopy::core::execution_status::running
            && clock_type::now() < deadline)
       std::this_thread::sleep_for(2ms);
-    REQUIRE(first->status()->status == canopy::execution_status::running);
+    REQUIRE(first->status()->status == canopy::core::execution_status::running);
     auto h = (*rt)->start(parse(**rt, work), json::object());
     REQUIRE(h);
-    CHECK(h->status()->status == canopy::execution_status::queued);
+    CHECK(h->status()->status == canopy::core::execution_status::queued);
     auto req = h->stop();
     REQUIRE(req);
-    CHECK(req->result != canopy::stop_result::no_execution);
+    CHECK(req->result != canopy::core::stop_result::no_execution);
     check_never_ran(**rt, *h);
     REQUIRE(first->stop());
-    REQUIRE(first->wait_for(canopy::millis{30'000}));
-    CHECK(first->status()->status == canopy::execution_status::stopped);
+    REQUIRE(first->wait_for(canopy::core::millis{30'000}));
+    CHECK(first->status()->status == canopy::core::execution_status::stopped);
   }
 
   SECTION("stopped right after start, before its actor may have run (race, 100 trials)") {
     // Whenever the stop request was committed while the execution was still
     // queued (its stop.requested precedes execution.started in the log, or it
     // never started), no step may start.
-    auto rt = canopy::runtime::open(opts);
+    auto rt = canopy::core::runtime::open(opts);
     REQUIRE(rt);
     auto g = parse(**rt, work);
     size_t queued_hits = 0;
@@ -800,7 +800,7 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
       REQUIRE(h);
       auto req = h->stop();
       REQUIRE(req);
-      REQUIRE(h->wait_for(canopy::millis{30'000}));
+      REQUIRE(h->wait_for(canopy::core::millis{30'000}));
       auto evs = checked_tree_events(*(*rt)->db(), h->id());
       std::optional<uint64_t> requested, started;
       std::vector<std::string> types;
@@ -812,7 +812,7 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
           started = e.seq;
       }
       INFO("events: " << json(types).dump());
-      CHECK(h->status()->status == canopy::execution_status::stopped);
+      CHECK(h->status()->status == canopy::core::execution_status::stopped);
       if (requested && (!started || *requested < *started)) {
         ++queued_hits;
         CHECK(std::count(types.begin(), types.end(), "step.started") == 0);

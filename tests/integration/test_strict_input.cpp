@@ -12,7 +12,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {

@@ -18,7 +18,7 @@
 #include "tests/fake_llm/fake_llm.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -230,10 +230,10 @@ TEST_CASE("a tool-calling loop whose current turn's stored graph is unreadable f
   INFO(stopped.dump());
   {
     // Damage turn 3's stored graph (the conversation so far lives in it).
-    auto db = canopy::store::open({home.path});
+    auto db = canopy::core::store::open({home.path});
     REQUIRE(db);
-    canopy::write_batch b;
-    b.graphs.emplace_back(turn3, canopy::stored_graph{json{{"steps", 5}}, home.path, json::object()});
+    canopy::core::write_batch b;
+    b.graphs.emplace_back(turn3, canopy::core::stored_graph{json{{"steps", 5}}, home.path, json::object()});
     REQUIRE(!(*db)->commit(b));
   }
   auto resumed = run_canopy(home.path, {"resume", id, "--config", s.config, "--json"});
@@ -252,9 +252,9 @@ TEST_CASE("a tool-calling loop whose process is killed at turn 3 of 5 resumes at
   auto tally = home.path + "/tally";
   fake_llm llm{interrupted_script()};
   auto config = config_for(home, llm, tally);
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   opts.argv = {canopy_binary(), "--home", home.path, "run", graph_file(home), "--config", config};
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   REQUIRE(eventually([&] { return llm.events("request").size() == 3; }, 30s, 20ms));
   p->signal_group(SIGKILL);

@@ -15,8 +15,8 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/server_test_helpers.hpp"
 
-using namespace canopy::test;
-using namespace canopy::test::server_test;
+using namespace canopy::core::test;
+using namespace canopy::core::test::server_test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -309,7 +309,7 @@ TEST_CASE("a server killed while its only active step waits: a plain restart res
   server_process::options o;
   o.home = home.path; // no --resume-interrupted: a tree of waits only is resumed anyway
   server_process srv{o};
-  auto up = canopy::now_ms();
+  auto up = canopy::core::now_ms();
   auto c = srv.client(alice_token);
   auto done = wait_status(c, id, "completed");
   CHECK(done["steps"]["approve"]["deadline"] == deadline);

@@ -39,12 +39,20 @@ endif()
 run("dpkg-deb -c" listing dpkg-deb -c "${deb}")
 foreach(path usr/bin/canopy usr/lib/systemd/system/canopy.service
     usr/share/bash-completion/completions/canopy etc/canopy/node.json
-    usr/include/canopy/runtime/runtime.hpp usr/lib/cmake/canopy/canopyConfig.cmake)
+    usr/include/canopy/canopy.hpp usr/lib/cmake/canopy/canopyConfig.cmake
+    usr/lib/pkgconfig/canopy.pc usr/share/zsh/vendor-completions/_canopy)
   string(FIND "${listing}" " ./${path}\n" at)
   if(at EQUAL -1)
     fail("the package lacks /${path}:\n${listing}")
   endif()
 endforeach()
+
+if(NOT listing MATCHES " ./usr/lib/libcanopy\\.so\\.[0-9]+\\.[0-9]+\\.[0-9]+\n")
+  fail("the package lacks libcanopy.so.${VERSION}:\n${listing}")
+endif()
+if(listing MATCHES "usr/include/canopy/(runtime|actors|persistence)/|\\.a\n")
+  fail("the package holds internal headers or static libraries:\n${listing}")
+endif()
 
 run("dpkg-deb -f" depends dpkg-deb -f "${deb}" Depends)
 if(NOT depends MATCHES "libcaf-core")

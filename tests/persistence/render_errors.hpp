@@ -10,7 +10,7 @@
 
 #include "persistence/graph.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// Every error of `errors`, indented, one per line.
 inline std::string render(const std::vector<graph_error>& errors) {
@@ -31,4 +31,4 @@ inline bool rejected_at(const json& doc, const std::string& path, const std::str
   return false;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -20,7 +20,7 @@
 #include "persistence/error.hpp"
 #include "persistence/store.hpp"
 
-namespace canopy::store_test {
+namespace canopy::core::store_test {
 
 inline std::shared_ptr<store> open_store(const std::string& home, size_t map_bytes = 64u << 20) {
   store_options opts;
@@ -143,4 +143,4 @@ pid_t fork_child(F f) {
   return pid;
 }
 
-} // namespace canopy::store_test
+} // namespace canopy::core::store_test

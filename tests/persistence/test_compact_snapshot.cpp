@@ -21,7 +21,7 @@
 #include "persistence/store.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

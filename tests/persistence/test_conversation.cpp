@@ -9,8 +9,8 @@
 
 #include "tests/persistence/render_errors.hpp"
 
-using namespace canopy;
-using canopy::test::render;
+using namespace canopy::core;
+using canopy::core::test::render;
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include "persistence/error.hpp"
 #include "tests/persistence/render_errors.hpp"
 
-using namespace canopy;
-using canopy::test::render;
+using namespace canopy::core;
+using canopy::core::test::render;
 
 namespace fs = std::filesystem;
 

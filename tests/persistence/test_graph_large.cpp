@@ -11,8 +11,8 @@
 #include "persistence/graph_order.hpp"
 #include "tests/persistence/render_errors.hpp"
 
-using namespace canopy;
-using canopy::test::render;
+using namespace canopy::core;
+using canopy::core::test::render;
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/render_errors.hpp"
 
-using namespace canopy;
-using canopy::test::render;
+using namespace canopy::core;
+using canopy::core::test::render;
 
 namespace fs = std::filesystem;
 

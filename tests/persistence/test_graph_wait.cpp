@@ -14,9 +14,9 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/render_errors.hpp"
 
-using namespace canopy;
-using canopy::test::render;
-using canopy::test::rejected_at;
+using namespace canopy::core;
+using canopy::core::test::render;
+using canopy::core::test::rejected_at;
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "persistence/error.hpp"
 #include "persistence/graph.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using json = nlohmann::json;
 
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 
 #include "persistence/error.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include "persistence/error.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

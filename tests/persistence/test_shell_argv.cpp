@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

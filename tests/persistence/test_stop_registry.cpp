@@ -10,7 +10,7 @@
 #include "persistence/store.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

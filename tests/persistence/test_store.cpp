@@ -1,4 +1,4 @@
-// Tests of canopy::store against a real LMDB environment in a temporary home:
+// Tests of canopy::core::store against a real LMDB environment in a temporary home:
 // opening and round trips. Every test opens its own home; nothing is shared
 // between tests. (Indexes and deletion, agents, growth and concurrency: the
 // other test_store_*.cpp files.)
@@ -30,8 +30,8 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/store_test_helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::store_test;
+using namespace canopy::core;
+using namespace canopy::core::store_test;
 
 namespace fs = std::filesystem;
 

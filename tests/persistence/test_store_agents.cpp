@@ -1,4 +1,4 @@
-// Tests of canopy::store's agent records, their conversation history and
+// Tests of canopy::core::store's agent records, their conversation history and
 // their runs, each in its own temporary home.
 
 #include "persistence/store.hpp"
@@ -28,8 +28,8 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/store_test_helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::store_test;
+using namespace canopy::core;
+using namespace canopy::core::store_test;
 
 namespace fs = std::filesystem;
 

@@ -20,7 +20,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/mapped_kib.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Tests of canopy::store under growth, concurrency and damage: the map
+// Tests of canopy::core::store under growth, concurrency and damage: the map
 // growing, two processes committing, corrupt records, ids, and the writers'
 // lock (SPEC §13 rule 16). Child processes are real forks, reaped with a
 // deadline.
@@ -30,8 +30,8 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/store_test_helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::store_test;
+using namespace canopy::core;
+using namespace canopy::core::store_test;
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-// Tests of canopy::store's indexes and deletions (steps, children, listings,
+// Tests of canopy::core::store's indexes and deletions (steps, children, listings,
 // tree events, live executions, deleted executions and trees), each in its
 // own temporary home.
 
@@ -29,8 +29,8 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/store_test_helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::store_test;
+using namespace canopy::core;
+using namespace canopy::core::store_test;
 
 namespace fs = std::filesystem;
 

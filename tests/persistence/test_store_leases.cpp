@@ -6,8 +6,8 @@
 
 #include <filesystem>
 
-using namespace canopy;
-using namespace canopy::store_test;
+using namespace canopy::core;
+using namespace canopy::core::store_test;
 
 namespace {
 

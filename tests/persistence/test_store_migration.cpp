@@ -19,7 +19,7 @@
 #include "persistence/error.hpp"
 #include "tests/integration/helpers.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace fs = std::filesystem;
 

@@ -10,8 +10,8 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/store_test_helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::store_test;
+using namespace canopy::core;
+using namespace canopy::core::store_test;
 
 namespace {
 

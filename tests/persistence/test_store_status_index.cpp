@@ -1,4 +1,4 @@
-// Tests of canopy::store's status index and counts (schema 3): listings by
+// Tests of canopy::core::store's status index and counts (schema 3): listings by
 // status and of roots walk the index, every status change and deletion keeps
 // it, a materialised compact snapshot moves its executions, and a schema-2
 // home opens as it is and gets the index with its first write.
@@ -18,8 +18,8 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/persistence/store_test_helpers.hpp"
 
-using namespace canopy;
-using namespace canopy::store_test;
+using namespace canopy::core;
+using namespace canopy::core::store_test;
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include "persistence/suggest.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 TEST_CASE("the edit distance counts insertions, deletions, substitutions and adjacent swaps",
           "[persistence][suggest]") {

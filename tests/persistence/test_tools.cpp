@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-using namespace canopy;
-using canopy::test::render;
+using namespace canopy::core;
+using canopy::core::test::render;
 
 namespace {
 

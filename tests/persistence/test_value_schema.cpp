@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-using namespace canopy;
+using namespace canopy::core;
 using json = nlohmann::json;
 using strings = std::vector<std::string>;
 

@@ -20,7 +20,7 @@
 
 #include "tests/reliability/crash_trial.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 
 namespace {
 

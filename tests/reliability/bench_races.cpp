@@ -19,7 +19,7 @@
 
 #include "tests/reliability/race_trial.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include "tests/integration/event_log_check.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 using json = nlohmann::json;
 
@@ -192,4 +192,4 @@ trial_verdict judge(const trial_observations& obs) {
   return v;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// One line of the side-effect log that every `run` step appends to:
 /// `begin NAME PID` when it starts, `end NAME PID` before it exits.
@@ -88,4 +88,4 @@ completed_snapshot snapshot_of(const nlohmann::json& doc,
 /// final event log keeps its invariants (event_log_violations).
 trial_verdict judge(const trial_observations& obs);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -13,7 +13,7 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/reliability/trial_processes.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace {
 
@@ -270,4 +270,4 @@ trial_result run_trial(const crash_workload& w, const trial_options& opts, std::
   return t.result;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

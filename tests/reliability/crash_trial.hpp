@@ -28,7 +28,7 @@
 #include "tests/reliability/crash_check.hpp"
 #include "tests/reliability/trial_processes.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// Which process the trial kills.
 enum class crash_mode { run, serve };
@@ -93,4 +93,4 @@ struct trial_options {
 /// that never answers).
 trial_result run_trial(const crash_workload& w, const trial_options& opts, std::mt19937_64& rng);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

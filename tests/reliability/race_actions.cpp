@@ -13,7 +13,7 @@
 #include "tests/reliability/race_world.hpp"
 #include "tests/reliability/trial_processes.hpp"
 
-namespace canopy::test::race {
+namespace canopy::core::test::race {
 
 using namespace std::chrono_literals;
 
@@ -233,4 +233,4 @@ void world::act() {
   }
 }
 
-} // namespace canopy::test::race
+} // namespace canopy::core::test::race

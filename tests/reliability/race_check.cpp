@@ -10,7 +10,7 @@
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 using json = nlohmann::json;
 
@@ -263,4 +263,4 @@ std::vector<race_violation> judge_race(const race_observations& obs) {
   return out;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// One canopy process a trial started (a detached run's background process
 /// is one of its own), with its lifetime on the wall clock (ms since the
@@ -121,4 +121,4 @@ const std::vector<std::string>& race_violation_kinds();
 ///     failed, a server that did not start, a process that hung).
 std::vector<race_violation> judge_race(const race_observations& obs);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -13,7 +13,7 @@
 #include "tests/reliability/race_world.hpp"
 #include "tests/reliability/trial_processes.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace race {
 
@@ -233,4 +233,4 @@ race_result run_race_trial(const race_options& opts) {
   return out;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -36,7 +36,7 @@
 
 #include "tests/reliability/race_check.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// Options of one trial.
 struct race_options {
@@ -72,4 +72,4 @@ struct race_result {
 /// process that cannot start) is a violation of kind `failures`.
 race_result run_race_trial(const race_options& opts);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -9,7 +9,7 @@
 #include "tests/integration/event_log_check.hpp"
 #include "tests/reliability/trial_processes.hpp"
 
-namespace canopy::test::race {
+namespace canopy::core::test::race {
 
 using namespace std::chrono_literals;
 
@@ -383,4 +383,4 @@ void world::join_workers() {
   }
 }
 
-} // namespace canopy::test::race
+} // namespace canopy::core::test::race

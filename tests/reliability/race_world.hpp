@@ -27,7 +27,7 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/reliability/race_trial.hpp"
 
-namespace canopy::test::race {
+namespace canopy::core::test::race {
 
 /// Milliseconds since the epoch on the wall clock (what event times use).
 int64_t wall_ms();
@@ -161,4 +161,4 @@ private:
   std::thread monitor_;
 };
 
-} // namespace canopy::test::race
+} // namespace canopy::core::test::race

@@ -16,7 +16,7 @@
 #include "tests/reliability/crash_check.hpp"
 #include "tests/reliability/crash_trial.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using json = nlohmann::json;
 
 namespace {
@@ -131,12 +131,12 @@ TEST_CASE("canopy run and canopy serve SIGKILLed at random moments resume withou
 TEST_CASE("the orphan check finds a process by the mark in its environment, also in a group of "
           "its own, and not once it is gone",
           "[reliability]") {
-  canopy::subprocess_options opts;
+  canopy::core::subprocess_options opts;
   // The shell starts `sleep` in a new session: another process group, as a
   // step's is, and no longer a child of the shell's group.
   opts.argv = {"sh", "-c", "setsid sleep 30 & echo $!; wait"};
   opts.env = {{"CANOPY_CRASH_MARK", "orphan-check-1"}};
-  auto p = canopy::subprocess::start(opts);
+  auto p = canopy::core::subprocess::start(opts);
   REQUIRE(p);
   REQUIRE(wait_for_output(*p, [](const std::string& out) { return out.find('\n') != std::string::npos; }));
   auto child = std::stol(p->out().data);

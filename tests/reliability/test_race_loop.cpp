@@ -16,7 +16,7 @@
 #include "tests/reliability/race_check.hpp"
 #include "tests/reliability/race_trial.hpp"
 
-using namespace canopy::test;
+using namespace canopy::core::test;
 using json = nlohmann::json;
 
 namespace {

@@ -9,7 +9,7 @@
 
 #include "tests/integration/helpers.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 namespace {
 
@@ -126,4 +126,4 @@ store_view read_store(const std::string& home, std::string id) {
   return v;
 }
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -20,7 +20,7 @@
 
 #include "actors/subprocess.hpp"
 
-namespace canopy::test {
+namespace canopy::core::test {
 
 /// The environment variable that marks every process of a trial.
 inline constexpr const char* mark_var = "CANOPY_CRASH_MARK";
@@ -58,4 +58,4 @@ struct store_view {
 /// empty and ok.
 store_view read_store(const std::string& home, std::string id);
 
-} // namespace canopy::test
+} // namespace canopy::core::test

@@ -6,7 +6,7 @@
 #include "runtime/document.hpp"
 #include "runtime/render.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using json = nlohmann::json;
 
 namespace {

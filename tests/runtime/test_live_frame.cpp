@@ -11,7 +11,7 @@
 #include "runtime/live_frame.hpp"
 #include "runtime/render.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 
 namespace {
 
@@ -256,7 +256,7 @@ TEST_CASE("a waiting step's line shows its signal and what is left until its dea
   const int64_t deadline = t + 24 * 3'600'000;
   v.apply(event("execution.started", t - 5000, {}, "running"));
   v.apply(event("step.waiting", t, "search", "waiting",
-                {{"attempt", 1}, {"signal", "approval"}, {"deadline", canopy::to_rfc3339(deadline)},
+                {{"attempt", 1}, {"signal", "approval"}, {"deadline", canopy::core::to_rfc3339(deadline)},
                  {"prompt", "Go?"}}));
   auto line = [&](int64_t now) { return v.render({}, now).back(); };
   CHECK(line(t + 60'000) == "└─ search waiting · approval · 23h59m left");

@@ -14,7 +14,7 @@
 
 #include "runtime/log_sink.hpp"
 
-using namespace canopy;
+using namespace canopy::core;
 using namespace std::chrono_literals;
 
 namespace {
