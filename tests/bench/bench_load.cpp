@@ -18,7 +18,16 @@
 // was lost, a request got no answer, or a stop answered anything but
 // `stopped`; 2 when the server cannot be started.
 //
-//   usage: bench_load [--seconds N] [--clients N]
+// With `--floor`, the same client loops (without the SSE checker) first run
+// for the same duration against an in-process server with canopy's HTTP
+// layer and instant canned answers (tests/bench/floor_server.hpp), whose
+// bodies are copied from a first real server; then the run above on a fresh
+// one; then a table compares the two. The floor is what the HTTP layer alone
+// allows on this machine. A floor `small` execution completes 5 ms after
+// its start (`--floor-run-ms N`: after N ms, so that its clients poll as
+// often as canopy's do under load).
+//
+//   usage: bench_load [--seconds N] [--clients N] [--floor] [--floor-run-ms N]
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/bench/floor_server.hpp"
 #include "tests/bench/load_graphs.hpp"
 #include "tests/integration/server_process.hpp"
 
@@ -201,6 +211,18 @@ void sse_loop(int port, clock_type::time_point end, totals& t) {
   }
 }
 
+/// Runs the client loops (and, with `sse`, the stream checker) against
+/// `port` until `end`.
+void drive(int port, int clients, bool sse, clock_type::time_point end, totals& t) {
+  std::vector<std::thread> pool;
+  for (int i = 0; i < clients; ++i)
+    pool.emplace_back([&, i] { client_loop(port, i, end, t); });
+  if (sse)
+    pool.emplace_back([&] { sse_loop(port, end, t); });
+  for (auto& th : pool)
+    th.join();
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty())
     return 0;
@@ -209,54 +231,85 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(k, v.size() - 1)];
 }
 
+load_summary summarize(const totals& t, double elapsed) {
+  load_summary s;
+  s.starts = static_cast<double>(t.started) / elapsed;
+  s.requests = static_cast<double>(t.s2xx + t.s4xx + t.s5xx + t.other) / elapsed;
+  s.p50 = percentile(t.stop_ms, 0.50);
+  s.p99 = percentile(t.stop_ms, 0.99);
+  s.max = percentile(t.stop_ms, 1.0);
+  s.bad = t.s5xx > 0 || t.no_answer > 0 || t.wrong_stop_answers > 0;
+  return s;
+}
+
+/// The floor run: bodies copied from a real server (then ended), the client
+/// loops against a floor_server for `seconds`. @returns false when it could
+/// not run.
+bool run_floor(int seconds, int clients, int run_ms, load_summary& out) {
+  floor_bodies bodies;
+  {
+    auto srv = start_load_server();
+    if (!srv)
+      return false;
+    auto c = srv->client(alice_token);
+    if (!capture_floor_bodies(c, bodies))
+      return false;
+  }
+  floor_server fs{std::move(bodies), std::chrono::milliseconds{run_ms}};
+  if (fs.port() < 0) {
+    std::fprintf(stderr, "floor: cannot bind\n");
+    return false;
+  }
+  totals t;
+  auto t0 = clock_type::now();
+  drive(fs.port(), clients, false, t0 + std::chrono::seconds{seconds}, t);
+  out = summarize(t, std::chrono::duration<double>(clock_type::now() - t0).count());
+  for (auto& [what, n] : t.samples)
+    std::printf("floor: %llu x %s\n", static_cast<unsigned long long>(n), what.c_str());
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  static constexpr auto usage
+    = "usage: bench_load [--seconds N] [--clients N] [--floor] [--floor-run-ms N]\n";
   int seconds = 60;
   int clients = 64;
+  bool floor = false;
+  int floor_run_ms = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if ((a == "--seconds" || a == "--clients") && i + 1 < argc) {
       (a == "--seconds" ? seconds : clients) = std::atoi(argv[++i]);
+    } else if (a == "--floor") {
+      floor = true;
+    } else if (a == "--floor-run-ms" && i + 1 < argc) {
+      floor = true;
+      floor_run_ms = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_load [--seconds N] [--clients N]\n");
+      std::fprintf(stderr, "%s", usage);
       return 2;
     }
   }
   if (seconds <= 0 || clients <= 0) {
-    std::fprintf(stderr, "usage: bench_load [--seconds N] [--clients N]\n");
+    std::fprintf(stderr, "%s", usage);
     return 2;
   }
+  load_summary floor_run;
+  if (floor && !run_floor(seconds, clients, floor_run_ms, floor_run))
+    return 2;
 
-  std::unique_ptr<server_process> srv;
-  try {
-    server_process::options o;
-    o.config = {{"allow_inline_commands", false}};
-    srv = std::make_unique<server_process>(o);
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "cannot start the server: %s\n", ex.what());
+  auto srv = start_load_server();
+  if (!srv)
     return 2;
-  }
   auto port = srv->port();
-  {
-    auto c = srv->client(alice_token);
-    if (!register_load_graphs(c))
-      return 2;
-    // Warm-up: one of each, so the start RSS includes a running node.
-    auto w = post_json(c, "/v1/graphs/small/executions");
-    if (w.status == 201)
-      wait_status(c, w.body["id"].get<std::string>(), "completed");
-  }
   long rss_start = rss_kib(srv->pid());
   long anon_start = rss_kib(srv->pid(), "RssAnon");
 
   totals t;
   auto t0 = clock_type::now();
   auto end = t0 + std::chrono::seconds{seconds};
-  std::vector<std::thread> pool;
-  for (int i = 0; i < clients; ++i)
-    pool.emplace_back([&, i] { client_loop(port, i, end, t); });
-  std::thread sse{[&] { sse_loop(port, end, t); }};
   // The server's memory every 10 s: a plateau is allocator warm-up, a line
   // that keeps climbing is a leak.
   std::vector<std::pair<long, long>> rss_series; // (VmRSS, RssAnon) KiB
@@ -272,9 +325,7 @@ int main(int argc, char** argv) {
       rss_series.emplace_back(rss_kib(srv->pid()), rss_kib(srv->pid(), "RssAnon"));
     }
   }};
-  for (auto& th : pool)
-    th.join();
-  sse.join();
+  drive(port, clients, true, end, t);
   {
     std::lock_guard<std::mutex> guard{series_mtx};
     load_done = true;
@@ -341,7 +392,9 @@ int main(int argc, char** argv) {
     for (auto& [what, n] : t.samples)
       std::printf("  %llu x %s\n", static_cast<unsigned long long>(n), what.c_str());
   }
-  bool bad = t.s5xx > 0 || t.lost_events > 0 || t.duplicate_events > 0 || t.no_answer > 0
+  if (floor)
+    print_floor_comparison(floor_run, summarize(t, elapsed), clients, seconds);
+  bool bad = floor_run.bad || t.s5xx > 0 || t.lost_events > 0 || t.duplicate_events > 0 || t.no_answer > 0
              || t.unended_streams > 0 || t.wrong_stop_answers > 0 || exit_code != 0;
   return bad ? 1 : 0;
 }

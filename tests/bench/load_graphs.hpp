@@ -4,6 +4,7 @@
 // clients and the graphs they register.
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "tests/integration/server_process.hpp"
@@ -49,6 +50,28 @@ inline bool register_load_graphs(httplib::Client& c) {
     }
   }
   return true;
+}
+
+/// A real `canopy serve` (inline commands off) with the load graphs
+/// registered and one `small` execution run to its end (so its RSS includes
+/// a running node); null after saying why on stderr.
+inline std::unique_ptr<server_process> start_load_server() {
+  std::unique_ptr<server_process> srv;
+  try {
+    server_process::options o;
+    o.config = {{"allow_inline_commands", false}};
+    srv = std::make_unique<server_process>(o);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "cannot start the server: %s\n", ex.what());
+    return nullptr;
+  }
+  auto c = srv->client(alice_token);
+  if (!register_load_graphs(c))
+    return nullptr;
+  auto w = post_json(c, "/v1/graphs/small/executions");
+  if (w.status == 201)
+    wait_status(c, w.body["id"].get<std::string>(), "completed");
+  return srv;
 }
 
 } // namespace canopy::core::test
