@@ -43,6 +43,48 @@ std::string default_home() {
 
 // -- runtime ---------------------------------------------------------------------------
 
+namespace {
+
+/// The actor system's settings: the scheduler, no console log and, with a
+/// cluster, the middleman (heartbeat and connection timeout set; TLS files
+/// checked first: CAF aborts the process when it cannot load them later).
+caf::error configure_system(const runtime_options& opts, caf::actor_system_config& cfg) {
+  if (opts.scheduler_threads > 0)
+    cfg.set("scheduler.max-threads", opts.scheduler_threads);
+  cfg.set("logger.console", caf::atom("none"));
+  configure_scheduler(cfg);
+  if (!opts.cluster)
+    return {};
+  auto& c = *opts.cluster;
+  if (c.tls)
+    if (auto problems = check_tls_files(*c.tls); !problems.empty())
+      return make_error(runtime_errc::cluster_port,
+                        "cluster.tls." + problems.front().field + ": " + problems.front().message);
+  add_cluster_types(cfg);
+  configure_middleman(cfg, c.heartbeat, c.timeout, c.tls ? &*c.tls : nullptr);
+  return {};
+}
+
+/// This node as the cluster's supervisor: its name, slots and tools.
+cluster_options supervisor_options(const runtime_options& opts) {
+  auto& c = *opts.cluster;
+  cluster_options co;
+  co.secret = c.secret;
+  co.heartbeat = c.heartbeat;
+  co.timeout = c.timeout;
+  co.self.name = c.name;
+  co.self.slots = static_cast<uint32_t>(opts.max_parallel);
+  for (auto& kv : opts.tools)
+    co.self.tools.push_back(kv.first);
+  co.self.supervisor = true;
+  co.self.joined_at = co.self.last_seen = now_ms();
+  co.log = c.log;
+  co.tools = std::make_shared<member_tools>();
+  return co;
+}
+
+} // namespace
+
 caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   if (opts.start_permits == 0)
     return make_error(runtime_errc::invalid_input,
@@ -69,53 +111,74 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
   rt->db_ = std::move(*db);
   rt->fns_ = std::make_shared<fn_registry>();
   rt->cfg_ = std::make_unique<caf::actor_system_config>();
-  if (opts.scheduler_threads > 0)
-    rt->cfg_->set("scheduler.max-threads", opts.scheduler_threads);
-  rt->cfg_->set("logger.console", caf::atom("none"));
-  configure_scheduler(*rt->cfg_);
-  if (opts.cluster) {
-    auto& c = *opts.cluster;
-    // CAF aborts the process when it cannot load the files on a connection.
-    if (c.tls)
-      if (auto problems = check_tls_files(*c.tls); !problems.empty())
-        return make_error(runtime_errc::cluster_port,
-                          "cluster.tls." + problems.front().field + ": "
-                            + problems.front().message);
-    add_cluster_types(*rt->cfg_);
-    configure_middleman(*rt->cfg_, c.heartbeat, c.timeout, c.tls ? &*c.tls : nullptr);
-  }
+  if (auto err = configure_system(opts, *rt->cfg_))
+    return err;
   rt->sys_ = std::make_unique<caf::actor_system>(*rt->cfg_);
   if (opts.on_commit)
     rt->db_->on_commit(opts.on_commit);
+  rt->start_services();
+  if (opts.cluster)
+    if (auto err = rt->publish_cluster())
+      return err;
+  return rt;
+}
+
+void runtime::start_services() {
+  auto& opts = opts_;
   store_writer_options wopts;
   wopts.on_fenced = opts.on_fenced;
-  rt->writer_ = spawn_store_writer(*rt->sys_, rt->db_, wopts);
-  rt->slots_ = spawn_slot_pool(*rt->sys_, opts.max_parallel);
+  writer_ = spawn_store_writer(*sys_, db_, wopts);
+  slots_ = spawn_slot_pool(*sys_, opts.max_parallel);
   auto svc = std::make_shared<execution_services>();
-  svc->db = rt->db_;
-  svc->writer = rt->writer_;
-  svc->slots = rt->slots_;
+  svc->db = db_;
+  svc->writer = writer_;
+  svc->slots = slots_;
   svc->gate = std::make_shared<start_gate>(opts.start_permits);
-  rt->timer_ = spawn_timer(*rt->sys_);
-  svc->timer = rt->timer_;
+  timer_ = spawn_timer(*sys_);
+  svc->timer = timer_;
   if (opts.max_running > 0) {
-    rt->admission_ = spawn_slot_pool(*rt->sys_, opts.max_running);
-    svc->admission = rt->admission_;
+    admission_ = spawn_slot_pool(*sys_, opts.max_running);
+    svc->admission = admission_;
   }
-  svc->fns = rt->fns_;
+  svc->fns = fns_;
   svc->pool = std::make_shared<fn_pool>(opts.fn_threads);
   svc->directory = std::make_shared<execution_directory>();
   svc->graves = std::make_shared<graveyard<execution_machine>>();
-  rt->keeper_ = spawn_memory_keeper(*rt->sys_, [dir = svc->directory, dead = svc->graves] {
+  keeper_ = spawn_memory_keeper(*sys_, [dir = svc->directory, dead = svc->graves] {
     dir->sweep_if_settled();
     dead->reap_if_settled();
   });
   svc->tools = std::make_shared<const tool_table>(opts.tools);
   svc->providers = std::make_shared<const std::map<std::string, chat_provider>>(opts.providers);
-  svc->child_options = rt->graph_options();
-  std::weak_ptr<store> weak_db = rt->db_;
-  svc->find_graph = [weak_db](const std::string& owner, const std::string& name,
-                              const parse_options& popts) {
+  svc->child_options = graph_options();
+  for (auto& kv : opts.tools)
+    if (kv.second.max_parallel > 0)
+      svc->tool_slots[kv.first] = spawn_slot_pool(*sys_, kv.second.max_parallel);
+  for (auto& kv : opts.providers)
+    svc->provider_slots[kv.first] = spawn_slot_pool(*sys_, kv.second.max_parallel);
+  add_lookups(*svc);
+  svc->owner_pid = ::getpid();
+  svc->owner_start = process_start_time(::getpid());
+  if (opts.cluster) {
+    // Steps are placed through the cluster actor, on this node or a worker.
+    auto co = supervisor_options(opts);
+    svc->cluster_tools = co.tools;
+    cluster_ = spawn_cluster(*sys_, std::move(co));
+    svc->cluster = cluster_;
+    svc->cluster_timeout = opts.cluster->timeout;
+    svc->node_name = opts.cluster->name;
+  }
+  desk_ = spawn_signal_desk(*sys_, db_, armed_waits_);
+  svc->desk = desk_;
+  svc->machine = make_machine_env(*svc);
+  svc_ = std::move(svc);
+  watcher_ = spawn_stop_watcher(*sys_, svc_);
+}
+
+void runtime::add_lookups(execution_services& svc) {
+  std::weak_ptr<store> weak_db = db_;
+  svc.find_graph = [weak_db](const std::string& owner, const std::string& name,
+                             const parse_options& popts) {
     parse_result out;
     auto db = weak_db.lock();
     auto rg = db ? db->registered(owner, name)
@@ -127,55 +190,22 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     }
     return parse_graph(rg->document, db->home(), popts);
   };
-  for (auto& kv : opts.tools)
-    if (kv.second.max_parallel > 0)
-      svc->tool_slots[kv.first] = spawn_slot_pool(*rt->sys_, kv.second.max_parallel);
-  for (auto& kv : opts.providers)
-    svc->provider_slots[kv.first] = spawn_slot_pool(*rt->sys_, kv.second.max_parallel);
-  auto raw = rt.get();
-  svc->find_agent = [raw](const std::string& owner, const std::string& name) {
-    return raw->agent_actor(owner, name);
+  svc.find_agent = [this](const std::string& owner, const std::string& name) {
+    return agent_actor(owner, name);
   };
-  svc->track_root = [raw](const caf::actor& root) { raw->track(root); };
-  svc->owner_pid = ::getpid();
-  svc->owner_start = process_start_time(::getpid());
-  if (opts.cluster) {
-    // Steps are placed through the cluster actor, on this node or a worker.
-    auto& c = *opts.cluster;
-    cluster_options co;
-    co.secret = c.secret;
-    co.heartbeat = c.heartbeat;
-    co.timeout = c.timeout;
-    co.self.name = c.name;
-    co.self.slots = static_cast<uint32_t>(opts.max_parallel);
-    for (auto& kv : opts.tools)
-      co.self.tools.push_back(kv.first);
-    co.self.supervisor = true;
-    co.self.joined_at = co.self.last_seen = now_ms();
-    co.log = c.log;
-    co.tools = std::make_shared<member_tools>();
-    svc->cluster_tools = co.tools;
-    rt->cluster_ = spawn_cluster(*rt->sys_, std::move(co));
-    svc->cluster = rt->cluster_;
-    svc->cluster_timeout = c.timeout;
-    svc->node_name = c.name;
-  }
-  rt->desk_ = spawn_signal_desk(*rt->sys_, rt->db_, rt->armed_waits_);
-  svc->desk = rt->desk_;
-  svc->machine = make_machine_env(*svc);
-  rt->svc_ = std::move(svc);
-  rt->watcher_ = spawn_stop_watcher(*rt->sys_, rt->svc_);
-  if (opts.cluster) {
-    auto& c = *opts.cluster;
-    auto port = c.tls ? caf::openssl::publish(rt->cluster_, c.port, c.host.c_str(), true)
-                      : rt->sys_->middleman().publish(rt->cluster_, c.port, c.host.c_str(), true);
-    if (!port)
-      return make_error(runtime_errc::cluster_port,
-                        "cannot open the cluster port " + c.host + ":" + std::to_string(c.port)
-                          + ": " + rt->sys_->render(port.error()));
-    rt->cluster_port_ = *port;
-  }
-  return rt;
+  svc.track_root = [this](const caf::actor& root) { track(root); };
+}
+
+caf::error runtime::publish_cluster() {
+  auto& c = *opts_.cluster;
+  auto port = c.tls ? caf::openssl::publish(cluster_, c.port, c.host.c_str(), true)
+                    : sys_->middleman().publish(cluster_, c.port, c.host.c_str(), true);
+  if (!port)
+    return make_error(runtime_errc::cluster_port,
+                      "cannot open the cluster port " + c.host + ":" + std::to_string(c.port)
+                        + ": " + sys_->render(port.error()));
+  cluster_port_ = *port;
+  return {};
 }
 
 runtime::~runtime() {

@@ -390,6 +390,19 @@ private:
   runtime() = default;
   friend class execution_handle;
 
+  /// Spawns the store writer, the pools, the timer, the memory keeper, the
+  /// cluster actor (with a cluster), the signal desk and the stop watcher,
+  /// and the services executions share. Part of `open`.
+  void start_services();
+
+  /// Sets the services' lookups into this runtime: registered graphs,
+  /// agents' actors, live roots. Part of `start_services`.
+  void add_lookups(execution_services& svc);
+
+  /// Publishes the cluster actor on the configured port (TLS or plain).
+  /// @returns `cluster_port` when the port cannot be opened. Part of `open`.
+  caf::error publish_cluster();
+
   /// What the stop protocol needs of this runtime.
   stop_context stop_ctx() const;
 

@@ -30,6 +30,104 @@ using api::api_server;
 using api::notifier;
 using api::await_resumed;
 
+/// The runtime's options from the node config: home, limits, tools,
+/// providers, the metrics' hooks and, when configured, the cluster port
+/// (`cluster_host` its host). @returns false after logging what is wrong
+/// (an unusable configuration).
+bool runtime_options_of(const node_config& cfg, const std::shared_ptr<metrics>& m,
+                        runtime_options& ro, std::string& cluster_host) {
+  ro.home = cfg.home.empty() ? default_home() : cfg.home;
+  ro.max_parallel = cfg.max_parallel;
+  ro.tools = cfg.tools;
+  ro.providers = cfg.providers;
+  ro.allow_inline_commands = cfg.allow_inline_commands;
+  ro.allow_graph_files = false;
+  ro.on_commit = [m](double s) { m->observe_commit(s); };
+  ro.on_fenced = [m](const std::string& root) {
+    m->count_fenced();
+    spdlog::warn("event=fenced execution={} why=\"taken over by another process\"", root);
+  };
+  if (!cfg.cluster || cfg.cluster->listen.empty())
+    return true;
+  auto& cc = *cfg.cluster;
+  int cluster_port = 0;
+  if (!split_host_port(cc.listen, cluster_host, cluster_port)) {
+    spdlog::error("event=config error=\"cluster.listen: expected HOST:PORT, got '{}'\"", cc.listen);
+    return false;
+  }
+  cluster_listen cl;
+  cl.host = cluster_host;
+  cl.port = static_cast<uint16_t>(cluster_port);
+  cl.secret = cc.secret;
+  if (cl.secret.empty())
+    if (auto env = std::getenv("CANOPY_CLUSTER_SECRET"); env && *env)
+      cl.secret = env;
+  if (cl.secret.empty()) {
+    spdlog::error("event=config error=\"the cluster needs a secret: cluster.secret in the "
+                  "config, or $CANOPY_CLUSTER_SECRET\"");
+    return false;
+  }
+  cl.tls = cc.tls;
+  cl.heartbeat = cc.heartbeat;
+  cl.timeout = cc.timeout;
+  cl.log = [](const std::string& event, const std::string& node, const std::string& detail) {
+    auto level = event == "joined" ? spdlog::level::info : spdlog::level::warn;
+    spdlog::log(level, "event=node.{} node={} detail={}", log_value(event), log_value(node),
+                log_value(detail));
+  };
+  ro.cluster = std::move(cl);
+  return true;
+}
+
+/// Resumes, before the port opens, every root left interrupted with
+/// `resume_interrupted`; without it, the interrupted roots that hold nothing
+/// but waits (they run nothing until a signal or a deadline), whoever
+/// recovered them: a reader's recovery before this start leaves them the
+/// same. @returns false when the store could not be read (logged).
+bool resume_at_start(runtime& rt, bool resume_interrupted) {
+  auto db = rt.db();
+  execution_filter f;
+  f.status = execution_status::stopped;
+  auto stopped = db->list(f);
+  if (!stopped) {
+    spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
+    return false;
+  }
+  for (auto& rec : *stopped) {
+    if (rec.reason != "interrupted" || !(resume_interrupted || only_waits_interrupted(*db, rec.id)))
+      continue;
+    auto h = rt.resume(rec.id);
+    if (!h) {
+      spdlog::error("event=execution.resume execution={} error=\"{}\"", rec.id,
+                    message_of(h.error()));
+      continue;
+    }
+    // Visible as resumed before the port opens: a client that connects
+    // right after `listening on` never sees it still stopped.
+    await_resumed(*db, *h, rec);
+    spdlog::info("event=execution.resume execution={} why={}", rec.id,
+                 resume_interrupted ? "resume-interrupted" : "waits");
+  }
+  return true;
+}
+
+/// Prints `listening on HOST:PORT` (and `cluster on ADDRESS`) to stdout,
+/// the lines clients and scripts wait for, and logs them.
+void announce(const std::string& host, int bound, const runtime_options& ro,
+              const std::string& cluster_host, const runtime& rt, bool tls) {
+  std::cout << "listening on " << host << ":" << bound << std::endl;
+  spdlog::info("event=listening address={}:{} home={} tls={}", host, bound, ro.home,
+               tls ? "on" : "off");
+  if (!ro.cluster)
+    return;
+  auto address = (cluster_host.find(':') != std::string::npos ? "[" + cluster_host + "]"
+                                                               : cluster_host)
+                 + ":" + std::to_string(rt.cluster_port());
+  std::cout << "cluster on " << address << std::endl;
+  spdlog::info("event=cluster.listening address={} name={} tls={}", address, ro.cluster->name,
+               ro.cluster->tls ? "on" : "off");
+}
+
 /// Runs the node on this thread until `stop_requested` is set.
 /// @returns the exit code.
 int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mutex& mtx,
@@ -51,48 +149,9 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   }
   auto m = std::make_shared<metrics>();
   runtime_options ro;
-  ro.home = cfg.home.empty() ? default_home() : cfg.home;
-  ro.max_parallel = cfg.max_parallel;
-  ro.tools = cfg.tools;
-  ro.providers = cfg.providers;
-  ro.allow_inline_commands = cfg.allow_inline_commands;
-  ro.allow_graph_files = false;
-  ro.on_commit = [m](double s) { m->observe_commit(s); };
-  ro.on_fenced = [m](const std::string& root) {
-    m->count_fenced();
-    spdlog::warn("event=fenced execution={} why=\"taken over by another process\"", root);
-  };
   std::string cluster_host;
-  if (cfg.cluster && !cfg.cluster->listen.empty()) {
-    auto& cc = *cfg.cluster;
-    int cluster_port = 0;
-    if (!split_host_port(cc.listen, cluster_host, cluster_port)) {
-      spdlog::error("event=config error=\"cluster.listen: expected HOST:PORT, got '{}'\"",
-                    cc.listen);
-      return fatal(2);
-    }
-    cluster_listen cl;
-    cl.host = cluster_host;
-    cl.port = static_cast<uint16_t>(cluster_port);
-    cl.secret = cc.secret;
-    if (cl.secret.empty())
-      if (auto env = std::getenv("CANOPY_CLUSTER_SECRET"); env && *env)
-        cl.secret = env;
-    if (cl.secret.empty()) {
-      spdlog::error("event=config error=\"the cluster needs a secret: cluster.secret in the "
-                    "config, or $CANOPY_CLUSTER_SECRET\"");
-      return fatal(2);
-    }
-    cl.tls = cc.tls;
-    cl.heartbeat = cc.heartbeat;
-    cl.timeout = cc.timeout;
-    cl.log = [](const std::string& event, const std::string& node, const std::string& detail) {
-      auto level = event == "joined" ? spdlog::level::info : spdlog::level::warn;
-      spdlog::log(level, "event=node.{} node={} detail={}", log_value(event), log_value(node),
-                  log_value(detail));
-    };
-    ro.cluster = std::move(cl);
-  }
+  if (!runtime_options_of(cfg, m, ro, cluster_host))
+    return fatal(2);
   auto rt = runtime::open(ro);
   if (!rt) {
     auto msg = message_of(rt.error());
@@ -117,39 +176,8 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
                    e.root_id, e.status, e.reason);
     events.bump();
   });
-  {
-    // With `--resume-interrupted`: every root left interrupted, by this
-    // start's recovery or an earlier one (children resume with their
-    // roots). Without: the interrupted roots that hold nothing but waits
-    // (they run nothing until a signal or a deadline), whoever recovered
-    // them: a reader's recovery before this start leaves them the same.
-    std::vector<execution_record> roots;
-    execution_filter f;
-    f.status = execution_status::stopped;
-    auto stopped = db->list(f);
-    if (!stopped) {
-      spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
-      return fatal(5);
-    }
-    for (auto& rec : *stopped)
-      if (rec.reason == "interrupted"
-          && (opts.resume_interrupted || only_waits_interrupted(*db, rec.id)))
-        roots.push_back(std::move(rec));
-    for (auto& rec : roots) {
-      auto& id = rec.id;
-      auto h = (*rt)->resume(id);
-      // Visible as resumed before the port opens: a client that connects
-      // right after `listening on` never sees it still stopped.
-      if (h)
-        await_resumed(*db, *h, rec);
-      if (h)
-        spdlog::info("event=execution.resume execution={} why={}", id,
-                     opts.resume_interrupted ? "resume-interrupted" : "waits");
-      else
-        spdlog::error("event=execution.resume execution={} error=\"{}\"", id,
-                      message_of(h.error()));
-    }
-  }
+  if (!resume_at_start(**rt, opts.resume_interrupted))
+    return fatal(5);
   http_listener svr{http_limits{}, opts.tls};
   svr.set_payload_max_length(cfg.max_request_bytes);
   svr.set_read_timeout(30, 0);
@@ -163,17 +191,7 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
     return fatal(2);
   }
   std::thread http{[&svr] { svr.listen_after_bind(); }};
-  std::cout << "listening on " << host << ":" << bound << std::endl;
-  spdlog::info("event=listening address={}:{} home={} tls={}", host, bound, ro.home,
-               opts.tls ? "on" : "off");
-  if (ro.cluster) {
-    auto address = (cluster_host.find(':') != std::string::npos ? "[" + cluster_host + "]"
-                                                                 : cluster_host)
-                   + ":" + std::to_string((*rt)->cluster_port());
-    std::cout << "cluster on " << address << std::endl;
-    spdlog::info("event=cluster.listening address={} name={} tls={}", address,
-                 ro.cluster->name, ro.cluster->tls ? "on" : "off");
-  }
+  announce(host, bound, ro, cluster_host, **rt, opts.tls != nullptr);
   std::optional<pruner> retention;
   retention.emplace(**rt, *m, cfg.retention);
   {
