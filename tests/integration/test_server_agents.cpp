@@ -211,9 +211,16 @@ TEST_CASE("an agent created, replaced and messaged over HTTP replies, keeps its 
   CHECK(second.body["reply"]["history"] == history);
   CHECK(second.body["execution_id"] != run1);
 
-  auto m = request(c, "GET", "/metrics");
-  CHECK(m.text.find("canopy_agent_events_total{type=\"agent.message\"} 2") != std::string::npos);
-  CHECK(m.text.find("canopy_agent_events_total{type=\"agent.reply\"} 2") != std::string::npos);
+  // The metrics count committed events through the server's subscription,
+  // which may run a moment after the reply was answered.
+  std::string metrics_text;
+  CHECK(eventually([&] {
+    metrics_text = request(c, "GET", "/metrics").text;
+    return metrics_text.find("canopy_agent_events_total{type=\"agent.reply\"} 2")
+           != std::string::npos;
+  }));
+  CHECK(metrics_text.find("canopy_agent_events_total{type=\"agent.message\"} 2")
+        != std::string::npos);
 
   // Restart on the same home: the agent and its history are still there.
   CHECK(srv->terminate() == 0);
