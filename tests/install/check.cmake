@@ -13,20 +13,7 @@ file(REMOVE_RECURSE "${tmp}")
 file(MAKE_DIRECTORY "${tmp}")
 set(prefix "${tmp}/prefix")
 
-function(fail message)
-  file(REMOVE_RECURSE "${tmp}")
-  message(FATAL_ERROR "${message}")
-endfunction()
-
-# Runs ARGN, failing the test if it fails; its stdout in `out`.
-function(run what out)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE stdout
-    ERROR_VARIABLE stderr)
-  if(NOT rc EQUAL 0)
-    fail("${what} failed (${rc}):\n${stdout}${stderr}")
-  endif()
-  set(${out} "${stdout}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../driver_helpers.cmake)
 
 run("cmake --install" ignored "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --config "${CONFIG}"
   --prefix "${prefix}")

@@ -50,6 +50,16 @@ canopy::graph one_step(const std::string& name) {
   return *g;
 }
 
+/// Registers `hold`: returns `{"out": "released"}` once `block` is false
+/// (or the step is stopped).
+void register_hold(canopy::runtime& rt, const std::atomic<bool>& block) {
+  REQUIRE(rt.register_fn("hold", [&block](canopy::fn_context& ctx) -> canopy::result<json> {
+    while (block && !ctx.stop_requested())
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return json{{"out", "released"}};
+  }));
+}
+
 canopy::result<json> echo_x(canopy::fn_context& ctx) {
   return json{{"out", ctx.with().value("x", "")}};
 }
@@ -296,11 +306,7 @@ TEST_CASE("resume refuses an execution that is live", "[library]") {
   temp_home home;
   auto rt = open(home);
   std::atomic<bool> block{true};
-  REQUIRE(rt->register_fn("hold", [&](canopy::fn_context& ctx) -> canopy::result<json> {
-    while (block && !ctx.stop_requested())
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    return json{{"out", "done"}};
-  }));
+  register_hold(*rt, block);
   auto run = rt->start(one_step("hold"), {{"x", ""}});
   REQUIRE(run);
   auto twice = run->resume();
@@ -314,11 +320,7 @@ TEST_CASE("wait with a timeout gives up on a running execution, which runs on", 
   temp_home home;
   auto rt = open(home);
   std::atomic<bool> block{true};
-  REQUIRE(rt->register_fn("hold", [&](canopy::fn_context& ctx) -> canopy::result<json> {
-    while (block && !ctx.stop_requested())
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    return json{{"out", "released"}};
-  }));
+  register_hold(*rt, block);
   auto run = rt->start(one_step("hold"), {{"x", ""}});
   REQUIRE(run);
   auto early = run->wait(std::chrono::milliseconds{50});

@@ -6,20 +6,7 @@ set(tmp "${BUILD_DIR}/package-check")
 file(REMOVE_RECURSE "${tmp}")
 file(MAKE_DIRECTORY "${tmp}")
 
-function(fail message)
-  file(REMOVE_RECURSE "${tmp}")
-  message(FATAL_ERROR "${message}")
-endfunction()
-
-# Runs ARGN, failing the test if it fails; its stdout in `out`.
-function(run what out)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE stdout
-    ERROR_VARIABLE stderr)
-  if(NOT rc EQUAL 0)
-    fail("${what} failed (${rc}):\n${stdout}${stderr}")
-  endif()
-  set(${out} "${stdout}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../driver_helpers.cmake)
 
 foreach(program dpkg-deb dpkg-shlibdeps systemd-analyze)
   find_program(found_${program} ${program})
