@@ -22,35 +22,12 @@
 // is "timeout". When the leader exits, leftover members of its process group
 // are killed: a step leaves no processes behind.
 
-#include <optional>
-#include <string>
-
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
-#include "actors/subprocess.hpp"
-#include "persistence/graph.hpp"
+#include "actors/runner_spec.hpp"
 
 namespace canopy::core {
-
-/// The name of signal `sig` in the `step.signalled` event: `SIGINT`,
-/// `SIGTERM`, `SIGKILL`, else `SIG` and its number.
-std::string signal_name(int sig);
-
-/// What a runner starts.
-struct runner_spec {
-  uint64_t step = 0;
-  int attempt = 1;
-  subprocess_options process;
-  std::optional<millis> timeout;
-  grace_periods grace;
-  /// At most this many output lines per attempt are reported as events.
-  size_t max_output_events = 1000;
-  /// The parent is on another node (a worker runs this for the supervisor):
-  /// output and results travel as JSON text, and losing the parent kills
-  /// the process group at once.
-  bool wire = false;
-};
 
 /// Spawns a runner linked to and monitored by `parent`.
 /// Threading: call from `parent`'s handlers.

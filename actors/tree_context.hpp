@@ -2,29 +2,27 @@
 
 // What the executions of one process share beyond messages: the directory of
 // live executions (so a stop request or a limit finds its actor by id), halt
-// tokens (so a stop is visible to every descendant at once, before the exit
-// messages arrive), and limit scopes (SPEC §13 rule 8). Thread-safe.
+// tokens (actors/halt_token.hpp: a stop is visible to every descendant at
+// once, before the exit messages arrive), and limit scopes
+// (actors/limit_scope.hpp, SPEC §13 rule 8). Thread-safe.
 
 #include <array>
 #include <atomic>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
 
-#include "persistence/records.hpp"
+#include "actors/halt_token.hpp"
+#include "actors/limit_scope.hpp"
 
 namespace canopy::core {
 
 // -- directory -------------------------------------------------------------------
-
-class halt_token;
 
 /// Live execution actors of this process by id, with their halt tokens.
 /// The spawner registers an execution before it runs, so a stop finds it at
@@ -86,85 +84,6 @@ private:
   std::atomic<bool> sweeping_{false};
   size_t departed_at_last_look_ = 0; ///< for `sweep_if_settled`
   std::function<void()> on_first_;
-};
-
-// -- halt tokens -----------------------------------------------------------------
-
-/// Set when an execution begins to halt. An execution starts no step while
-/// its token or any ancestor's is set: a child created while its parent is
-/// being stopped is stopped before its first step.
-class halt_token {
-public:
-  explicit halt_token(std::shared_ptr<const halt_token> parent = nullptr)
-    : parent_(std::move(parent)) {
-  }
-  void set() { halted_.store(true, std::memory_order_release); }
-  /// True when this token or an ancestor's is set.
-  bool any() const {
-    for (auto t = this; t != nullptr; t = t->parent_.get())
-      if (t->halted_.load(std::memory_order_acquire))
-        return true;
-    return false;
-  }
-
-private:
-  std::atomic<bool> halted_{false};
-  std::shared_ptr<const halt_token> parent_;
-};
-
-// -- limits ------------------------------------------------------------------------
-
-/// The limits of a tree, or of a subtree whose graph tightens them. Charging
-/// checks this scope and every enclosing one.
-class limit_scope {
-public:
-  /// Why a charge was refused and which scope refused it.
-  struct refusal {
-    std::string reason; ///< "max_steps" or "budget_exceeded"
-    std::string owner;  ///< execution id that owns the scope
-  };
-
-  /// @param owner the execution whose graph set the limits
-  /// @param used  counters stored for `owner` (resume) or zeros
-  limit_scope(std::string owner, std::shared_ptr<limit_scope> parent,
-              std::optional<uint64_t> max_steps, std::optional<double> budget,
-              std::optional<int> max_depth, tree_counters used);
-
-  /// Charges one attempt of `cost`, in this scope and all enclosing ones, or
-  /// nothing when any of them would pass its limit.
-  std::optional<refusal> charge(double cost);
-
-  /// Corrects what a charge spent by `delta` (a model call settling its
-  /// reservation to what it cost; negative gives back), in this scope and
-  /// all enclosing ones. Never refused: the call already happened.
-  void settle(double delta);
-
-  /// @returns the deepest depth allowed by this scope and enclosing ones.
-  int max_depth() const;
-
-  /// Raises the budget (resume --budget). Only ever raises.
-  void raise_budget(double budget);
-
-  /// Adds running time (for the deadline clock, which counts running time only).
-  void add_run_ms(int64_t ms);
-
-  /// Running time used so far by this scope.
-  int64_t run_ms() const;
-
-  const std::string& owner() const { return owner_; }
-  std::optional<double> budget() const;
-
-  /// Counters of this scope and of every enclosing one, to persist.
-  std::vector<std::pair<std::string, tree_counters>> snapshot() const;
-
-private:
-  std::shared_ptr<std::mutex> mtx_; ///< one per tree
-  std::string owner_;
-  std::shared_ptr<limit_scope> parent_;
-  std::optional<uint64_t> max_steps_;
-  std::optional<double> budget_;
-  std::optional<int> max_depth_;
-  tree_counters used_;
 };
 
 } // namespace canopy::core

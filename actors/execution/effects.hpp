@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "actors/execution/outcomes.hpp"
-#include "actors/step_runner.hpp"
+#include "actors/runner_spec.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"

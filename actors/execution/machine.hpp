@@ -32,9 +32,10 @@
 #include <vector>
 
 #include "actors/execution/effects.hpp"
-#include "actors/llm/chat_client.hpp"
 #include "actors/execution/outcomes.hpp"
-#include "actors/tree_context.hpp"
+#include "actors/halt_token.hpp"
+#include "actors/limit_scope.hpp"
+#include "actors/llm/chat_client.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
 #include "persistence/reference.hpp"
