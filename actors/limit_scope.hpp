@@ -1,6 +1,6 @@
 #pragma once
 
-// The limits of a tree (SPEC §13 rule 8): how many attempts, how much
+// The limits of a tree: how many attempts, how much
 // budget, how deep, how long. Plain data, charged by the execution machine
 // from any worker thread; no CAF header here. Thread-safe.
 

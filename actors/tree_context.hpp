@@ -4,7 +4,7 @@
 // live executions (so a stop request or a limit finds its actor by id), halt
 // tokens (actors/halt_token.hpp: a stop is visible to every descendant at
 // once, before the exit messages arrive), and limit scopes
-// (actors/limit_scope.hpp, SPEC §13 rule 8). Thread-safe.
+// (actors/limit_scope.hpp). Thread-safe.
 
 #include <array>
 #include <atomic>
