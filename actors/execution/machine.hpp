@@ -78,7 +78,8 @@ enum class step_phase : uint8_t {
 /// The record status of a step in `p`.
 step_status status_of(step_phase p);
 
-/// True when a step in `p` counts as running or queued (a stop resets it).
+/// True when the record status of a step in `p` is active
+/// (`is_active(status_of(p))`: running, queued or waiting): a stop resets it.
 bool is_active(step_phase p);
 
 /// True when a step in `p` is settled for its dependents: completed or skipped.
@@ -92,13 +93,6 @@ enum class slot_from : uint8_t { node, own, elsewhere };
 
 const char* to_string(exec_phase x);
 const char* to_string(step_phase x);
-
-// -- the record-level reset -----------------------------------------------------------
-
-/// The rule "a running or queued step goes back to `pending` with a reason",
-/// on a stored record (crash recovery). @returns true when `r` was active
-/// and is now pending with `reason`, ended at `now`.
-bool reset_step_record(step_record& r, step_reason reason, int64_t now);
 
 // -- environment ------------------------------------------------------------------------
 

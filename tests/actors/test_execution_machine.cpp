@@ -338,20 +338,6 @@ TEST_CASE("a resumed execution never starts a completed step again", "[actors][m
   CHECK(f.step("b").phase == step_phase::completed);
 }
 
-TEST_CASE("crash recovery resets a running step record to pending interrupted",
-          "[actors][machine]") {
-  step_record r;
-  r.status = step_status::running;
-  CHECK(reset_step_record(r, step_reason::interrupted, 5));
-  CHECK(r.status == step_status::pending);
-  CHECK(r.reason == "interrupted");
-  CHECK(r.ended_at == 5);
-  step_record c;
-  c.status = step_status::completed;
-  CHECK_FALSE(reset_step_record(c, step_reason::interrupted, 5));
-  CHECK(c.status == step_status::completed);
-}
-
 TEST_CASE("no effect is emitted after quit", "[actors][machine]") {
   machine_fixture f{one_noop};
   f.m->start(++f.now);
