@@ -142,7 +142,6 @@ void execution_machine::start(int64_t now) {
     stop_owner(rec_.root_id, step_reason::max_depth, now);
     return;
   }
-  started_ = true;
   phase_ = exec_phase::running;
   rec_.status = execution_status::running;
   rec_.reason.clear();

@@ -18,9 +18,8 @@ bool has_worker(step_phase p) {
 
 // -- stop inputs ----------------------------------------------------------------------------
 
-void execution_machine::stop(step_reason reason, stop_mode mode, const std::string& stop_id,
-                             bool from_above, int64_t now) {
-  (void) stop_id; // its request is answered by the store
+void execution_machine::stop(step_reason reason, stop_mode mode, bool from_above,
+                             int64_t now) {
   // Too late once finishing: the store answers the request when the final
   // record is committed.
   if (phase_ >= exec_phase::finishing)
