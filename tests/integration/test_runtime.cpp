@@ -786,15 +786,10 @@ TEST_CASE("a stopped tree is materialised once the store writer is idle and read
   // Everything a reader sees of the tree, as JSON documents.
   auto reads = [&] {
     json out = json::object();
-    std::vector<std::string> todo{h.id()};
-    while (!todo.empty()) {
-      auto id = todo.back();
-      todo.pop_back();
+    for (auto& id : get(db.subtree_ids(h.id()))) {
       out["executions"][id] = to_json(get(db.execution(id)));
       for (auto& st : get(db.steps(id)))
         out["steps"][id + "/" + st.step] = to_json(st);
-      for (auto& c : get(db.children(id)))
-        todo.push_back(c);
     }
     for (auto& e : test::checked_tree_events(db, h.id()))
       out["events"].push_back(to_json(e));
@@ -1159,17 +1154,11 @@ json square_tree(int width, const json& leaf) {
   return doc;
 }
 
-/// Every execution of the tree below `root`, root first.
+/// Every execution of the tree `root` (the root included), by id.
 std::vector<execution_record> tree_of(const fixture& f, const std::string& root) {
   std::vector<execution_record> out;
-  std::vector<std::string> todo{root};
-  while (!todo.empty()) {
-    auto id = todo.back();
-    todo.pop_back();
+  for (auto& id : get(f.rt->db()->subtree_ids(root)))
     out.push_back(get(f.rt->db()->execution(id)));
-    for (auto& c : get(f.rt->db()->children(id)))
-      todo.push_back(c);
-  }
   return out;
 }
 

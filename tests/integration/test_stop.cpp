@@ -121,14 +121,6 @@ size_t count_events(const std::vector<json>& evs, const std::string& type,
   }));
 }
 
-/// Calls `f` with every execution document of the tree `doc`.
-void for_each_execution(const json& doc, const std::function<void(const json&)>& f) {
-  f(doc);
-  if (doc.contains("children"))
-    for (auto& c : doc["children"])
-      for_each_execution(c, f);
-}
-
 /// Every recorded step pid (a process group id) of the tree.
 std::vector<long> tree_pids(const json& doc) {
   std::vector<long> out;
