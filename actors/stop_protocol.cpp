@@ -70,7 +70,7 @@ bool deliver_stop(const execution_directory& dir, const stop_record& req) {
     return false;
   if (auto token = dir.token(req.target))
     token->set();
-  caf::anon_send(a, stop_atom::value, std::string{"requested"}, req.force, req.id);
+  caf::anon_send(a, stop_atom::value, std::string{"requested"}, req.force);
   return true;
 }
 

@@ -145,8 +145,9 @@ store_writer_state::~store_writer_state() {
 
 const char* store_writer_state::name = "store_writer";
 
-/// Unmaps the store's file pages now (`store::drop_mapped_pages`).
-void drop_mapped_pages(store_writer_state& st) {
+/// Unmaps the store's file pages now (`store::drop_mapped_pages`) and starts
+/// counting the growth again.
+void drop_pages_now(store_writer_state& st) {
   st.mapped_weight = 0;
   (void) st.db->drop_mapped_pages(); // a failure leaves the pages mapped, nothing else
   st.file_bytes_after_drop = resident_file_bytes(st.statm_fd);
@@ -200,7 +201,7 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
       // every page it read or changed is mapped (at 111,111 executions,
       // 350 MiB of VmRSS that stayed).
       st.cache_to_release = true;
-      drop_mapped_pages(st);
+      drop_pages_now(st);
     }
     if (quiet && st.cache_to_release && st.compact_roots.empty()) {
       // LMDB would keep the dirty pages of its largest transaction allocated
@@ -215,13 +216,13 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
 /// Unmaps the store's file pages once the resident file bytes grew by
 /// `drop_pages_growth` since the last time (or, without a readable statm,
 /// once `drop_pages_weight` records were committed).
-void drop_mapped_pages(store_writer_state& st, size_t committed) {
+void drop_pages_if_grown(store_writer_state& st, size_t committed) {
   st.mapped_weight += committed;
   auto now = resident_file_bytes(st.statm_fd);
   if (now >= 0 && st.file_bytes_after_drop >= 0
         ? now - st.file_bytes_after_drop >= drop_pages_growth
         : st.mapped_weight >= drop_pages_weight)
-    drop_mapped_pages(st);
+    drop_pages_now(st);
 }
 
 /// Gives write `b`'s lease claim the epoch this process holds for its tree
@@ -296,7 +297,7 @@ void commit_group(caf::stateful_actor<store_writer_state>* self, write_group gro
   if (!err) {
     if (batch.weight() >= release_weight)
       st.cache_to_release = true;
-    drop_mapped_pages(st, batch.weight());
+    drop_pages_if_grown(st, batch.weight());
   }
   arm_idle(self);
   if (!err && !st.subscribers.empty()) {

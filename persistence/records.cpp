@@ -91,6 +91,15 @@ bool is_terminal(execution_status x) {
          || x == execution_status::stopped;
 }
 
+bool reset_step_record(step_record& r, const std::string& reason, int64_t now) {
+  if (!is_active(r.status))
+    return false;
+  r.status = step_status::pending;
+  r.reason = reason;
+  r.ended_at = now;
+  return true;
+}
+
 // -- execution ------------------------------------------------------------------
 
 json to_json(const execution_record& x) {

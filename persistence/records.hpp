@@ -117,6 +117,18 @@ struct step_record {
   std::string prompt;
 };
 
+/// The rule "an active step (`running`, `queued` or `waiting`) goes back to
+/// `pending` with a reason", on a step record: the one definition used by a
+/// crash's recovery, a compact snapshot's resolution and, through
+/// `is_active`, the execution machine's own reset. Sets `status` to
+/// `pending`, `reason` and `ended_at`; keeps everything else as stored
+/// (`attempt`, `node`, `pid`, `started_at`, `deadline`, ...), so a resume
+/// counts the attempt, kills what is left of the process group and re-arms a
+/// wait with the same deadline.
+/// @returns true when `r` was active (and is now pending), false when it is
+///          left as it was.
+bool reset_step_record(step_record& r, const std::string& reason, int64_t now);
+
 /// One entry of the event log (SPEC §8). `seq` is assigned at commit.
 struct event_record {
   uint64_t seq = 0;

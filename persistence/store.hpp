@@ -478,8 +478,10 @@ public:
   /// process maps most of the file (1.9 KiB per started execution). The
   /// pages stay in the kernel's page cache; readers and the writer fault back
   /// in (from memory) the ones they touch again. Cheap (one `madvise`, no
-  /// wait for other threads): the store writer calls it after every 8,192
-  /// records it commits.
+  /// wait for other threads): the store writer calls it once the process's
+  /// resident file pages grew by 2 MiB since the last call (after every
+  /// 8,192 records it commits when `/proc/self/statm` cannot be read), and
+  /// after each idle materialisation (actors/store_writer.cpp).
   /// @returns nothing, or `store_error` (the store stays usable).
   /// Threading: any thread but inside a read or write of this store.
   caf::error drop_mapped_pages();

@@ -113,15 +113,6 @@ void resolve_execution(execution_record& rec, const std::string& reason, int64_t
   rec.outputs = nullptr;
 }
 
-bool resolve_step(step_record& rec, const std::string& reason, int64_t time) {
-  if (!is_active(rec.status))
-    return false;
-  rec.status = step_status::pending;
-  rec.reason = reason;
-  rec.ended_at = time;
-  return true;
-}
-
 namespace {
 
 /// The expansion of `s`, one covered execution at a time, in walk order:
@@ -150,7 +141,7 @@ uint64_t expand_each(MDB_txn* txn, const dbs& d, const subtree_stop& s, bool rec
     auto prefix = rec.id + '\0';
     scan_prefix(txn, d.steps, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
       auto step = decode_step(as_view(v));
-      if (!step || !resolve_step(*step, reason, s.time))
+      if (!step || !reset_step_record(*step, reason, s.time))
         return true;
       add(make_event(rec, "step.pending", s.time, step->step, "pending", reason));
       if (records)
@@ -281,7 +272,7 @@ void resolver::resolve_steps(const std::string& id, std::vector<step_record>& st
   if (!c)
     return;
   for (auto& s : steps)
-    resolve_step(s, *c->reason, c->stop->time);
+    reset_step_record(s, *c->reason, c->stop->time);
 }
 
 // -- materialisation ------------------------------------------------------------------

@@ -11,12 +11,12 @@
 //   From the target's children in `children` key order, depth first, pre-order;
 //   an execution is covered when its stored status is not terminal, and the walk
 //   does not descend below one that is terminal. For each covered D, in walk
-//   order: one `step.pending` per step of D stored `running` or `queued` (key
-//   order), then one `execution.stopped` for D.
+//   order: one `step.pending` per step of D stored active (`is_active`:
+//   running, queued or waiting; key order), then one `execution.stopped` for D.
 //   D resolves to `stopped` with reason `child_reason` (D a direct child of the
 //   target) or `parent_stopped` (deeper), ended_at = time, outputs null; its
-//   running/queued steps to `pending` with D's reason and ended_at = time,
-//   everything else as stored (as today's per-node snapshot writes them).
+//   active steps by `reset_step_record` (records.hpp) with D's reason at
+//   `time`, everything else as stored (as the per-node snapshot writes them).
 //   The events get the seqs first_seq, first_seq + 1, ... in walk order, at most
 //   `events` of them (see `expand`).
 
@@ -61,11 +61,6 @@ std::optional<subtree_stop> from_compact_entry(const event_record& e);
 
 /// Resolves a covered execution's record in place (see the top of this file).
 void resolve_execution(execution_record& rec, const std::string& reason, int64_t time);
-
-/// Resolves a step of a covered execution in place: `running`/`queued`
-/// becomes `pending` with `reason` at `time` (the rest as stored).
-/// @returns true when it changed.
-bool resolve_step(step_record& rec, const std::string& reason, int64_t time);
 
 /// What a subtree_stop stands for, in walk order.
 struct expansion {
@@ -122,7 +117,7 @@ public:
   bool resolve(execution_record& rec);
 
   /// Resolves the steps of execution `id` (as stored) in place. Reads `id`'s
-  /// record only when a step is running or queued and any stop is stored.
+  /// record only when a step is active and any stop is stored.
   void resolve_steps(const std::string& id, std::vector<step_record>& steps);
 
   /// True when some subtree_stop is stored (else nothing is ever covered).

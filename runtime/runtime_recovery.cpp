@@ -130,6 +130,7 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
   std::vector<std::string> roots;
   std::vector<std::vector<step_record>> left; // the steps to kill, per batch
   auto now = now_ms();
+  const std::string interrupted = to_string(step_reason::interrupted);
   for (auto& [root, t] : trees) {
     if (t.live.empty())
       continue; // it settled before it died
@@ -148,17 +149,16 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
       for (auto& s : *steps) {
         if (s.pid > 0 && s.status == step_status::running)
           running.push_back(s);
-        if (!reset_step_record(s, step_reason::interrupted, now))
+        if (!reset_step_record(s, interrupted, now))
           continue;
         batch.events.push_back(
-          make_event(rec, "step.pending", now, s.step, "pending", "interrupted"));
+          make_event(rec, "step.pending", now, s.step, "pending", interrupted));
         batch.steps.push_back(std::move(s));
       }
       rec.status = execution_status::stopped;
-      rec.reason = "interrupted";
+      rec.reason = interrupted;
       rec.ended_at = now;
-      batch.events.push_back(
-        make_event(rec, "execution.stopped", now, {}, "stopped", "interrupted"));
+      batch.events.push_back(make_event(rec, "execution.stopped", now, {}, "stopped", interrupted));
       batch.executions.push_back(std::move(rec));
     }
     roots.push_back(root);

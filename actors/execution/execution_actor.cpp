@@ -129,10 +129,10 @@ caf::behavior make_handlers() {
   return {
     [](start_atom) { enter_gate(current_shell); },
     [](gate_atom) { start_machine(current_shell); },
-    [](stop_atom, const std::string& reason, bool force, const std::string& stop_id) {
+    [](stop_atom, const std::string& reason, bool force) {
       auto self = current_shell;
       self->state.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful,
-                          stop_id, false, now_ms());
+                          false, now_ms());
       run_effects(self);
     },
     [=](abandon_atom, uint64_t idx, int attempt) {
@@ -346,13 +346,13 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
     bool force = false;
     bool from_parent = st.parent && msg.source == st.parent.address();
     if (is_stop(msg.reason, reason, force))
-      st.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful, {},
+      st.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful,
                  from_parent, now_ms());
     else if (from_parent && is(msg.reason, persistence_errc::fenced))
       // Its tree was taken over by another process: end every step now and
       // write nothing (stopped from above, it hands its state to its parent,
       // which is gone).
-      st.m->stop(step_reason::parent_stopped, stop_mode::force, {}, true, now_ms());
+      st.m->stop(step_reason::parent_stopped, stop_mode::force, true, now_ms());
     else if (from_parent && msg.reason)
       // The parent died without stopping us: halt all the same.
       st.m->parent_lost(now_ms());

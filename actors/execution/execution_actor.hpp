@@ -16,7 +16,7 @@
 //     runner and child, wait for their downs, commit one snapshot (running and
 //     queued steps back to `pending`, the execution `stopped` with its reason),
 //     then quit.
-//   (stop_atom, reason, force, stop_id)  the same halt, for the target of a stop
+//   (stop_atom, reason, force)  the same halt, for the target of a stop
 //       request (or a limit); the store answers the request (`handled`) in
 //       the transaction of the snapshot
 //   (request_atom, stop_record, write_batch) -> bool   an in-process stop request

@@ -46,15 +46,6 @@ const char* to_string(step_phase x) {
   return names[static_cast<size_t>(x)];
 }
 
-bool reset_step_record(step_record& r, step_reason reason, int64_t now) {
-  if (!is_active(r.status))
-    return false;
-  r.status = step_status::pending;
-  r.reason = to_string(reason);
-  r.ended_at = now;
-  return true;
-}
-
 // -- construction ---------------------------------------------------------------------
 
 execution_machine::execution_machine(std::shared_ptr<const machine_env> env, machine_init init,
@@ -151,7 +142,6 @@ void execution_machine::start(int64_t now) {
     stop_owner(rec_.root_id, step_reason::max_depth, now);
     return;
   }
-  started_ = true;
   phase_ = exec_phase::running;
   rec_.status = execution_status::running;
   rec_.reason.clear();

@@ -79,7 +79,8 @@ enum class step_phase : uint8_t {
 /// The record status of a step in `p`.
 step_status status_of(step_phase p);
 
-/// True when a step in `p` counts as running or queued (a stop resets it).
+/// True when the record status of a step in `p` is active
+/// (`is_active(status_of(p))`: running, queued or waiting): a stop resets it.
 bool is_active(step_phase p);
 
 /// True when a step in `p` is settled for its dependents: completed or skipped.
@@ -93,13 +94,6 @@ enum class slot_from : uint8_t { node, own, elsewhere };
 
 const char* to_string(exec_phase x);
 const char* to_string(step_phase x);
-
-// -- the record-level reset -----------------------------------------------------------
-
-/// The rule "a running or queued step goes back to `pending` with a reason",
-/// on a stored record (crash recovery). @returns true when `r` was active
-/// and is now pending with `reason`, ended at `now`.
-bool reset_step_record(step_record& r, step_reason reason, int64_t now);
 
 // -- environment ------------------------------------------------------------------------
 
@@ -287,14 +281,12 @@ public:
   void child_settled(uint32_t idx, execution_status status, json outputs,
                      const std::string& error, write_batch snapshot, int64_t now,
                      uint64_t stopped_events = 0, json steps = nullptr);
-  /// A stop: `reason`, `mode`, the id of the stop request that carries it
-  /// (may be empty; the store answers requests, not the machine: SPEC §4.4
-  /// through `store::commit`), `from_above` when the parent sent it (hand
-  /// the snapshot up). A stop that finds the execution finishing or done
-  /// changes nothing: its request is answered `no_execution` when the final
-  /// record is committed.
-  void stop(step_reason reason, stop_mode mode, const std::string& stop_id, bool from_above,
-            int64_t now);
+  /// A stop: `reason`, `mode`, `from_above` when the parent sent it (hand
+  /// the snapshot up). A stop request that carries it is answered by the
+  /// store, not the machine (SPEC §4.4, through `store::commit`). A stop
+  /// that finds the execution finishing or done changes nothing: its request
+  /// is answered `no_execution` when the final record is committed.
+  void stop(step_reason reason, stop_mode mode, bool from_above, int64_t now);
   /// An in-process stop request: `batch` stores it; it is written after
   /// every earlier write, in one write with what the stop records first
   /// (`stopping`, or the snapshot), whose acknowledgement answers the caller
@@ -344,7 +336,6 @@ public:
   exec_phase phase() const { return phase_; }
   const execution_record& record() const { return rec_; }
   const graph& graph_def() const { return *g_; }
-  const std::shared_ptr<const graph>& graph_ptr() const { return g_; }
   const step_state& step(uint32_t idx) const { return steps_[idx]; }
   /// The iteration repeating step `idx` runs or ran last (0: none yet, or
   /// not a repeating step).
@@ -520,7 +511,6 @@ private:
   bool own_scope_ = false;
   bool scope_dirty_ = false;
   bool blocked_ = false;   ///< a limit refused a step: wait for the stop
-  bool started_ = false;
   bool admitted_ = false;
   bool from_above_ = false;
   bool reply_pending_ = false; ///< the next write answers stop requests

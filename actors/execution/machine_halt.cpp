@@ -18,9 +18,8 @@ bool has_worker(step_phase p) {
 
 // -- stop inputs ----------------------------------------------------------------------------
 
-void execution_machine::stop(step_reason reason, stop_mode mode, const std::string& stop_id,
-                             bool from_above, int64_t now) {
-  (void) stop_id; // its request is answered by the store
+void execution_machine::stop(step_reason reason, stop_mode mode, bool from_above,
+                             int64_t now) {
   // Too late once finishing: the store answers the request when the final
   // record is committed.
   if (phase_ >= exec_phase::finishing)
@@ -123,6 +122,11 @@ bool execution_machine::halt_waiting() const {
   });
 }
 
+// The rule of `reset_step_record` (persistence/records.hpp) on a step's
+// state: the same steps reset (`is_active`), the same fields change (phase
+// `idle`, that is `pending`; reason; ended_at), so the record `put_step`
+// writes is the one that rule makes of the record before. What only a live
+// step holds (its slots, its wait) is released here too.
 bool execution_machine::reset_in_memory(uint32_t idx, step_reason reason, int64_t now) {
   auto& s = steps_[idx];
   if (!is_active(s.phase))

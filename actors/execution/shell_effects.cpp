@@ -177,7 +177,7 @@ struct effect_runner {
   }
   void operator()(fx::stop_owner& e) {
     if (auto a = svc().directory->find(e.owner))
-      self->send(a, stop_atom::value, std::string{to_string(e.reason)}, false, std::string{});
+      self->send(a, stop_atom::value, std::string{to_string(e.reason)}, false);
   }
   void operator()(fx::write& e) {
     auto self = this->self; // the lambdas outlive this runner

@@ -149,7 +149,7 @@ TEST_CASE("a step that fails for good halts its execution as failed", "[actors][
 TEST_CASE("a stop sends exits to running workers and waits for them", "[actors][machine]") {
   machine_fixture f{one_run};
   start_and_grant(f, "a");
-  f.m->stop(step_reason::requested, stop_mode::graceful, "s1", false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   auto xs = f.fx();
   CHECK(f.m->phase() == exec_phase::halting);
   CHECK(f.m->record().status == execution_status::stopping);
@@ -161,7 +161,7 @@ TEST_CASE("a stop sends exits to running workers and waits for them", "[actors][
 TEST_CASE("a stop settles with one snapshot once every worker is down", "[actors][machine]") {
   machine_fixture f{one_run};
   start_and_grant(f, "a");
-  f.m->stop(step_reason::requested, stop_mode::graceful, "s1", false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   f.fx();
   f.m->down(f.idx("a"), "stopped", ++f.now);
   auto xs = f.fx();
@@ -179,9 +179,9 @@ TEST_CASE("a stop settles with one snapshot once every worker is down", "[actors
 TEST_CASE("a forced stop overtakes a graceful one", "[actors][machine]") {
   machine_fixture f{one_run};
   start_and_grant(f, "a");
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   f.fx();
-  f.m->stop(step_reason::requested, stop_mode::force, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::force, false, ++f.now);
   auto xs = f.fx();
   REQUIRE(first<fx::send_exit>(xs));
   CHECK(first<fx::send_exit>(xs)->mode == stop_mode::force);
@@ -192,7 +192,7 @@ TEST_CASE("a stop from above writes nothing and reports how many events its snap
           "[actors][machine]") {
   machine_fixture f{one_run, true};
   start_and_grant(f, "a");
-  f.m->stop(step_reason::parent_stopped, stop_mode::graceful, {}, true, ++f.now);
+  f.m->stop(step_reason::parent_stopped, stop_mode::graceful, true, ++f.now);
   auto xs = f.fx();
   CHECK(!has_event(xs, "execution.stopping"));
   f.m->down(f.idx("a"), "stopped", ++f.now);
@@ -218,7 +218,7 @@ TEST_CASE("a stop that finds the execution finishing changes nothing (the store 
   auto xs = f.fx();
   f.ack(xs); // completion written: the final record is on its way
   REQUIRE(f.m->phase() == exec_phase::finishing);
-  f.m->stop(step_reason::requested, stop_mode::graceful, "s9", false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   auto ys = f.fx();
   CHECK(ys.empty());
   CHECK(f.m->phase() == exec_phase::finishing);
@@ -265,7 +265,7 @@ TEST_CASE("a stop request to an execution with nothing running is answered with 
 TEST_CASE("a stop before the start stops the execution without running a step",
           "[actors][machine]") {
   machine_fixture f{one_noop};
-  f.m->stop(step_reason::shutdown, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::shutdown, stop_mode::graceful, false, ++f.now);
   f.settle(f.fx());
   CHECK(f.m->phase() == exec_phase::done);
   CHECK(f.m->record().status == execution_status::stopped);
@@ -338,26 +338,12 @@ TEST_CASE("a resumed execution never starts a completed step again", "[actors][m
   CHECK(f.step("b").phase == step_phase::completed);
 }
 
-TEST_CASE("crash recovery resets a running step record to pending interrupted",
-          "[actors][machine]") {
-  step_record r;
-  r.status = step_status::running;
-  CHECK(reset_step_record(r, step_reason::interrupted, 5));
-  CHECK(r.status == step_status::pending);
-  CHECK(r.reason == "interrupted");
-  CHECK(r.ended_at == 5);
-  step_record c;
-  c.status = step_status::completed;
-  CHECK_FALSE(reset_step_record(c, step_reason::interrupted, 5));
-  CHECK(c.status == step_status::completed);
-}
-
 TEST_CASE("no effect is emitted after quit", "[actors][machine]") {
   machine_fixture f{one_noop};
   f.m->start(++f.now);
   f.settle(f.fx());
   REQUIRE(f.m->phase() == exec_phase::done);
-  f.m->stop(step_reason::requested, stop_mode::force, "s3", false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::force, false, ++f.now);
   f.m->deadline(++f.now);
   CHECK(f.fx().empty());
 }

@@ -17,7 +17,7 @@ const json one_child = {
 void start_and_stop(machine_fixture& f) {
   f.m->start(++f.now);
   f.fx();
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   f.fx();
 }
 
@@ -218,7 +218,7 @@ TEST_CASE("a stopped function that ignores its token is abandoned", "[actors][ma
   auto xs = f.fx();
   REQUIRE(first<fx::start_fn>(xs));
   CHECK(f.step("f").phase == step_phase::running_fn);
-  f.m->stop(step_reason::requested, stop_mode::force, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::force, false, ++f.now);
   auto ys = f.fx();
   CHECK(count<fx::set_fn_stop>(ys) == 1);
   REQUIRE(first<fx::timer>(ys));
@@ -263,7 +263,7 @@ TEST_CASE("a turn granted after a stop is given back", "[actors][machine]") {
   machine_fixture f{doc};
   f.m->start(++f.now);
   f.fx();
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   f.fx();
   f.m->turn_answered(f.idx("ask"), 1, turn_verdict::granted, 3, ++f.now);
   auto xs = f.fx();

@@ -179,7 +179,7 @@ TEST_CASE("a stop between the decision's step and the branch leaves the branch p
   f.m->start(++f.now);
   auto xs = f.fx();
   CHECK(f.step("review").phase == step_phase::completed);
-  f.m->stop(step_reason::requested, stop_mode::graceful, "s1", false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   f.settle(std::move(xs));
   CHECK(f.step("publish").phase == step_phase::idle);
   CHECK(f.step("revise").phase == step_phase::idle);

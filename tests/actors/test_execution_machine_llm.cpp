@@ -82,7 +82,7 @@ TEST_CASE("a stop cancels a running model call and the step goes back to pending
   REQUIRE(call);
   auto idx = call->idx;
   auto attempt = call->attempt;
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   auto halt = f.fx();
   auto cancel = first<fx::set_fn_stop>(halt);
   REQUIRE(cancel);
@@ -365,7 +365,7 @@ TEST_CASE("a priced llm step stopped while it waits for its provider's slot give
   auto seen = f.settle(f.fx());
   REQUIRE(first<fx::acquire_slot>(seen));
   CHECK(spent(f) > 0);
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   auto halt = f.settle(f.fx());
   CHECK(first<fx::release_slot>(halt));
   CHECK(f.m->record().status == execution_status::stopped);

@@ -305,8 +305,7 @@ struct world {
         break;
       case 8:
         m.stop(pick(2) ? step_reason::requested : step_reason::shutdown,
-               pick(2) ? stop_mode::force : stop_mode::graceful,
-               pick(2) ? "s" + std::to_string(pick(3)) : std::string{}, pick(2) == 0, now);
+               pick(2) ? stop_mode::force : stop_mode::graceful, pick(2) == 0, now);
         break;
       case 9:
         m.deadline(now);
@@ -371,7 +370,7 @@ struct world {
 
   /// Stops the machine and lets the world answer until it quit.
   void drain() {
-    f.m->stop(step_reason::shutdown, stop_mode::force, {}, false, ++f.now);
+    f.m->stop(step_reason::shutdown, stop_mode::force, false, ++f.now);
     absorb();
     for (int i = 0; i < 10'000 && !quit; ++i) {
       auto& m = *f.m;

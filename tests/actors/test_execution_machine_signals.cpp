@@ -57,7 +57,7 @@ TEST_CASE("a runner's signal during a stop writes one step.signalled event and c
           "[actors][machine]") {
   machine_fixture f{one_run};
   start_and_grant(f, "a");
-  f.m->stop(step_reason::requested, stop_mode::graceful, "s1", false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   f.fx();
   REQUIRE(f.m->phase() == exec_phase::halting);
   state_print before{*f.m};
@@ -108,7 +108,7 @@ TEST_CASE("a forced stop's SIGKILL is one step.signalled event with nothing next
           "[actors][machine]") {
   machine_fixture f{one_run};
   start_and_grant(f, "a");
-  f.m->stop(step_reason::requested, stop_mode::force, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::force, false, ++f.now);
   f.fx();
   f.m->signalled(f.idx("a"), f.step("a").attempt, SIGKILL, 0, -1, ++f.now);
   auto evs = events_of(f.fx());
@@ -143,7 +143,7 @@ TEST_CASE("a signal of a stale attempt, of a step no longer running, or after th
   f.m->signalled(99, attempt, SIGINT, SIGTERM, 10, ++f.now); // no such step
   CHECK(f.fx().empty());
 
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   f.fx();
   f.m->down(f.idx("a"), "stopped", ++f.now);
   auto xs = f.fx();
@@ -162,7 +162,7 @@ TEST_CASE("a child stopped from above writes its signals as ordinary events, and
           "[actors][machine]") {
   machine_fixture f{one_run, true};
   start_and_grant(f, "a");
-  f.m->stop(step_reason::parent_stopped, stop_mode::graceful, {}, true, ++f.now);
+  f.m->stop(step_reason::parent_stopped, stop_mode::graceful, true, ++f.now);
   f.fx();
   f.m->signalled(f.idx("a"), f.step("a").attempt, SIGINT, SIGTERM, 10'000, ++f.now);
   auto xs = f.fx();

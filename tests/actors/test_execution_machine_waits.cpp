@@ -219,7 +219,7 @@ TEST_CASE("a stop sets a waiting step pending at once with its deadline kept, an
   machine_fixture f{approval()};
   arm(f);
   auto deadline = f.step("approve").deadline;
-  f.m->stop(step_reason::requested, stop_mode::graceful, {}, false, ++f.now);
+  f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   auto stopped = f.settle(f.fx());
   CHECK(f.m->record().status == execution_status::stopped);
   CHECK(count<fx::disarm_wait>(stopped) == 1);

@@ -164,4 +164,19 @@ std::string read_file(const std::string& path);
 /// Creates (or rewrites) the file `path`: opens a test's gate.
 void touch(const std::string& path);
 
+/// Calls `f(doc)` for the execution document `doc` (`show --json`, `GET
+/// /v1/executions/ID/tree`), then for every execution in its `children`,
+/// depth first, pre-order. Given a mutable `doc`, `f` may change the
+/// documents it is given. A document without a `children` array (or one
+/// that is not an object) ends the walk below it.
+template <class Json, class F>
+void for_each_execution(Json&& doc, F&& f) {
+  f(doc);
+  if (!doc.is_object())
+    return;
+  if (auto c = doc.find("children"); c != doc.end() && c->is_array())
+    for (auto& child : *c)
+      for_each_execution(child, f);
+}
+
 } // namespace canopy::core::test

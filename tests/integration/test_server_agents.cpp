@@ -594,8 +594,8 @@ TEST_CASE("a server shutting down while a message waits for its run answers it a
 
   auto started = std::chrono::steady_clock::now();
   CHECK(srv->terminate(30s) == 0);
-  // Well before the gate loop's own end (about a minute).
-  CHECK(std::chrono::steady_clock::now() - started < 20s);
+  // Before the gate loop's own end (about a minute).
+  CHECK(std::chrono::steady_clock::now() - started < 30s);
   auto answer = pending.get();
   INFO("message: " << answer.status << " " << answer.text);
   CHECK(answer.status == 503);

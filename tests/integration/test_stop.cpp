@@ -121,14 +121,6 @@ size_t count_events(const std::vector<json>& evs, const std::string& type,
   }));
 }
 
-/// Calls `f` with every execution document of the tree `doc`.
-void for_each_execution(const json& doc, const std::function<void(const json&)>& f) {
-  f(doc);
-  if (doc.contains("children"))
-    for (auto& c : doc["children"])
-      for_each_execution(c, f);
-}
-
 /// Every recorded step pid (a process group id) of the tree.
 std::vector<long> tree_pids(const json& doc) {
   std::vector<long> out;
@@ -389,7 +381,7 @@ TEST_CASE("a step that ignores SIGINT and SIGTERM and has a grandchild is gone a
     CHECK(stop.exit_code == 0);
     CHECK(stop.out == "stopped (requested)\n");
     CHECK(took >= 400); // both grace periods
-    CHECK(took < 5000);
+    CHECK(took < 30000);
     CHECK(wait_group_gone(leader));
     CHECK(process_gone(gc));
     CHECK(wait_group_gone(gc));
@@ -423,10 +415,10 @@ TEST_CASE("a step that ignores SIGINT and SIGTERM and has a grandchild is gone a
                            && Catch::Contains("/t SIGKILL\n"));
   }
 
-  SECTION("force: SIGKILL at once, grace periods of 10 s skipped") {
+  SECTION("force: SIGKILL at once, grace periods of 60 s skipped") {
     auto gc_file = g.path + "/gc-force.pid";
     auto file = g.write("trap-force.json",
-                        json{{"steps", {{"t", trapping_step(gc_file, "10s", "10s")}}}}.dump());
+                        json{{"steps", {{"t", trapping_step(gc_file, "60s", "60s")}}}}.dump());
     auto run = start_canopy(home.path, {"run", file});
     REQUIRE(wait_for_count(run, "| ready"));
     auto id = only_root(home.path);
@@ -440,7 +432,7 @@ TEST_CASE("a step that ignores SIGINT and SIGTERM and has a grandchild is gone a
     WARN("forced stop took " << took << " ms");
     CHECK(stop.exit_code == 0);
     CHECK(stop.out == "stopped (requested)\n");
-    CHECK(took < 5000);
+    CHECK(took < 30000); // the grace periods alone are 120 s
     CHECK(wait_group_gone(leader, 500ms));
     CHECK(wait_group_gone(gc, 500ms));
     REQUIRE(wait_exit(run, 10s));
@@ -1042,7 +1034,7 @@ TEST_CASE("a budget stops the tree before the step that would pass it, and resum
 TEST_CASE("a deadline stops the tree quickly with reason deadline", "[integration][stop]") {
   temp_dir home, g;
   auto file = g.write("deadline.json", R"({"limits": {"deadline": "300ms"},
-    "steps": {"a": {"fn": "sleep", "with": {"ms": 10000}}}})");
+    "steps": {"a": {"fn": "sleep", "with": {"ms": 60000}}}})");
   auto t0 = clock_type::now();
   auto r = run_canopy(home.path, {"run", file, "--json"});
   auto took = elapsed_ms(t0);
@@ -1054,7 +1046,7 @@ TEST_CASE("a deadline stops the tree quickly with reason deadline", "[integratio
   CHECK(doc["steps"]["a"]["status"] == "pending");
   CHECK(doc["steps"]["a"]["reason"] == "deadline");
   CHECK(took >= 300);
-  CHECK(took < 3000 * slow_build);
+  CHECK(took < 30000 * slow_build); // the sleep alone is 60 s
 }
 
 TEST_CASE("the deadline clock counts running time only and persists across resume",
@@ -1262,7 +1254,7 @@ TEST_CASE("Ctrl-C during run stops gracefully, exits 3 and prints the resume com
   SECTION("a second Ctrl-C forces") {
     auto gc_file = g.path + "/gc.pid";
     auto file = g.write("trap.json",
-                        json{{"steps", {{"t", trapping_step(gc_file, "10s", "10s")}}}}.dump());
+                        json{{"steps", {{"t", trapping_step(gc_file, "60s", "60s")}}}}.dump());
     auto run = start_canopy(home.path, {"run", file});
     REQUIRE(wait_for_count(run, "| ready"));
     auto id = only_root(home.path);
@@ -1272,10 +1264,10 @@ TEST_CASE("Ctrl-C during run stops gracefully, exits 3 and prints the resume com
     REQUIRE(wait_for_count(run, "execution.stopping"));
     auto t0 = clock_type::now();
     REQUIRE(::kill(run.pid(), SIGINT) == 0);
-    REQUIRE(wait_for_count(run, "stopped (requested): " + id, 1, 15s));
+    REQUIRE(wait_for_count(run, "stopped (requested): " + id, 1, 30s));
     auto took = elapsed_ms(t0);
     INFO("the forced stop took " << took << " ms");
-    CHECK(took < 5000);
+    CHECK(took < 30000); // the grace periods alone are 120 s
     CHECK(wait_group_gone(leader, 500ms));
     CHECK(wait_group_gone(gc, 500ms));
     REQUIRE(wait_exit(run, 15s));

@@ -114,7 +114,7 @@ TEST_CASE("a FIFO as graph file is refused at once, without waiting for a writer
   auto t0 = std::chrono::steady_clock::now();
   auto result = parse_graph_file(fifo.string());
   REQUIRE_FALSE(result);
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{5});
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{30}); // a hang bound
   REQUIRE(result.errors.size() == 1);
   CHECK(result.errors[0].message
         == "cannot read graph file '" + fifo.string() + "': not a regular file (a FIFO)");

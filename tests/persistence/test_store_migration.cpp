@@ -276,18 +276,18 @@ std::string read_text(const std::string& path) {
 /// Takes out of a document (and its children's) the step fields that came
 /// after the fixture's release: each step's `kind` and `needs`,
 /// which must be there.
-void drop_later_fields(json& doc) {
-  CHECK(doc["iteration"].is_null()); // none of the fixture's executions is an iteration
-  doc.erase("iteration");
-  for (auto& kv : doc["steps"].items()) {
-    INFO(kv.key());
-    CHECK(kv.value()["kind"].is_string());
-    CHECK(kv.value()["needs"].is_array());
-    kv.value().erase("kind");
-    kv.value().erase("needs");
-  }
-  for (auto& child : doc["children"])
-    drop_later_fields(child);
+void drop_later_fields(json& root) {
+  test::for_each_execution(root, [](json& doc) {
+    CHECK(doc["iteration"].is_null()); // none of the fixture's executions is an iteration
+    doc.erase("iteration");
+    for (auto& kv : doc["steps"].items()) {
+      INFO(kv.key());
+      CHECK(kv.value()["kind"].is_string());
+      CHECK(kv.value()["needs"].is_array());
+      kv.value().erase("kind");
+      kv.value().erase("needs");
+    }
+  });
 }
 
 /// `show ID --json` as the fixture's release printed it: the same text once

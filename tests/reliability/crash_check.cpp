@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "tests/integration/event_log_check.hpp"
+#include "tests/integration/helpers.hpp"
 
 namespace canopy::core::test {
 
@@ -15,14 +16,13 @@ namespace {
 /// Calls `f(name, step)` for every step of the tree `doc`.
 template <class F>
 void for_each_step(const json& doc, F&& f) {
-  if (!doc.is_object())
-    return;
-  if (auto s = doc.find("steps"); s != doc.end() && s->is_object())
-    for (auto& kv : s->items())
-      f(kv.key(), kv.value());
-  if (auto c = doc.find("children"); c != doc.end() && c->is_array())
-    for (auto& child : *c)
-      for_each_step(child, f);
+  test::for_each_execution(doc, [&](const json& e) {
+    if (!e.is_object())
+      return;
+    if (auto s = e.find("steps"); s != e.end() && s->is_object())
+      for (auto& kv : s->items())
+        f(kv.key(), kv.value());
+  });
 }
 
 /// Number of events of `type` for `step`.

@@ -175,24 +175,26 @@ void check_live_owners(const race_observations& obs, sink& add) {
 
 // -- the end ----------------------------------------------------------------------------------
 
-void check_completed(const json& doc, const std::string& where, sink& add) {
-  if (!doc.is_object()) {
-    add("not completed", where + ": no execution document");
-    return;
-  }
-  auto id = text_of(doc, "id");
-  auto reason = text_of(doc, "reason");
-  if (text_of(doc, "status") != "completed")
-    add("not completed", where + " " + id + " ended " + text_of(doc, "status")
-                           + (reason.empty() ? "" : " (" + reason + ")"));
-  if (auto s = doc.find("steps"); s != doc.end() && s->is_object())
-    for (auto& kv : s->items())
-      if (text_of(kv.value(), "status") != "completed")
-        add("not completed", "step " + kv.key() + " of " + id + " ended "
-                               + text_of(kv.value(), "status"));
-  if (auto c = doc.find("children"); c != doc.end() && c->is_array())
-    for (auto& child : *c)
-      check_completed(child, "child", add);
+/// Reports every execution of the tree `root` (the root, then its children
+/// at any depth) and every step of it that did not complete.
+void check_completed(const json& root, sink& add) {
+  test::for_each_execution(root, [&](const json& doc) {
+    const std::string where = &doc == &root ? "root" : "child";
+    if (!doc.is_object()) {
+      add("not completed", where + ": no execution document");
+      return;
+    }
+    auto id = text_of(doc, "id");
+    auto reason = text_of(doc, "reason");
+    if (text_of(doc, "status") != "completed")
+      add("not completed", where + " " + id + " ended " + text_of(doc, "status")
+                             + (reason.empty() ? "" : " (" + reason + ")"));
+    if (auto s = doc.find("steps"); s != doc.end() && s->is_object())
+      for (auto& kv : s->items())
+        if (text_of(kv.value(), "status") != "completed")
+          add("not completed", "step " + kv.key() + " of " + id + " ended "
+                                 + text_of(kv.value(), "status"));
+  });
 }
 
 void check_stops(const race_observations& obs, sink& add) {
@@ -252,7 +254,7 @@ std::vector<race_violation> judge_race(const race_observations& obs) {
   check_reads(obs, add);
   check_reruns(obs, add);
   check_live_owners(obs, add);
-  check_completed(obs.final_doc, "root", add);
+  check_completed(obs.final_doc, add);
   check_stops(obs, add);
   check_http(obs, add);
   check_processes(obs, add);
