@@ -28,6 +28,30 @@
 
 namespace canopy::core {
 
+/// Runs `start(self, finish)` in a one-shot actor `self` and blocks the
+/// calling thread until `start` or a handler it set calls `finish(x)` (it
+/// then makes `self` quit), or (when `bound` is set) `bound` and a second
+/// more passed: then `self` is sent an exit and the answer is `late`.
+/// `finish` may be called more than once; the first call answers.
+/// @returns the answer. Threading: any thread that is not an actor's.
+template <class T, class Start>
+T blocking_run(caf::actor_system& sys, std::optional<millis> bound, T late, Start start) {
+  auto done = std::make_shared<std::promise<T>>();
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto answer = done->get_future();
+  auto finish = [done, answered](T x) {
+    if (!answered->exchange(true))
+      done->set_value(std::move(x));
+  };
+  auto runner = sys.spawn([=](caf::event_based_actor* self) { start(self, finish); });
+  if (bound && answer.wait_for(*bound + millis{1000}) != std::future_status::ready) {
+    // Neither an answer nor the runner's own bounds: never wait on.
+    finish(std::move(late));
+    caf::anon_send_exit(runner, caf::exit_reason::user_shutdown);
+  }
+  return answer.get();
+}
+
 /// Sends `xs...` to `dest` as a request that answers one `T` and blocks the
 /// calling thread until the answer, `dest` going down without answering, or
 /// (when `bound` is set) `bound` passing.
@@ -37,14 +61,9 @@ namespace canopy::core {
 template <class T, class... Ts>
 caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest,
                               std::optional<millis> bound, Ts... xs) {
-  auto done = std::make_shared<std::promise<caf::expected<T>>>();
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  auto answer = done->get_future();
-  auto finish = [done, answered](caf::expected<T> x) {
-    if (!answered->exchange(true))
-      done->set_value(std::move(x));
-  };
-  auto asker = sys.spawn([=](caf::event_based_actor* self) {
+  auto late = caf::expected<T>{caf::make_error(caf::sec::request_timeout)};
+  return blocking_run(sys, bound, std::move(late), [=](caf::event_based_actor* self,
+                                                       auto finish) {
     // The monitor lives in `dest`, which may live as long as the process
     // (the store writer): it keeps this actor's memory until it is taken
     // back, so every way out takes it back first.
@@ -70,12 +89,6 @@ caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest,
           leave();
         });
   });
-  if (bound && answer.wait_for(*bound + millis{1000}) != std::future_status::ready) {
-    // Neither an answer, nor a down, nor CAF's own timeout: never wait on.
-    finish(caf::make_error(caf::sec::request_timeout));
-    caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
-  }
-  return answer.get();
 }
 
 /// `blocking_ask` for requests that answer `bool` (the store writer's

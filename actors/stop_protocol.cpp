@@ -1,5 +1,7 @@
 #include "actors/stop_protocol.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -12,6 +14,8 @@ namespace canopy::core {
 
 namespace {
 
+using clock_type = std::chrono::steady_clock;
+
 /// How long a live execution may take to acknowledge a request it stores
 /// before the request is stored through the writer instead. Short: storing
 /// twice is harmless, waiting on a reply that never comes is not.
@@ -19,6 +23,21 @@ constexpr millis ack_bound{2000};
 
 /// Headroom over the store's write wait for one commit through the writer.
 constexpr millis commit_headroom{5000};
+
+/// The pauses of the polling loop: the first, and the longest.
+constexpr millis poll_first{1};
+constexpr millis poll_longest{20};
+
+/// The bound of one commit through the writer.
+millis commit_bound(const stop_context& ctx) {
+  return ctx.db->write_wait() + commit_headroom;
+}
+
+/// What is left until `deadline`; never negative.
+millis left_until(clock_type::time_point deadline) {
+  auto left = std::chrono::duration_cast<millis>(deadline - clock_type::now());
+  return std::max(millis{0}, left);
+}
 
 stop_ticket nothing_to_stop(const std::string& id) {
   stop_ticket t;
@@ -38,7 +57,6 @@ const char* to_string(stop_result x) {
     default: return "stopping";
   }
 }
-
 
 // -- building blocks --------------------------------------------------------------
 
@@ -64,14 +82,62 @@ stop_result read_stop_result(const store& db, const stop_ticket& ticket) {
   return stored->result == "stopped" ? stop_result::stopped : stop_result::no_execution;
 }
 
+caf::message make_stop_message(stop_reason reason, stop_mode mode) {
+  return caf::make_message(stop_atom::value, std::string{to_string(reason)},
+                           mode == stop_mode::force);
+}
+
 bool deliver_stop(const execution_directory& dir, const stop_record& req) {
   auto a = dir.find(req.target);
   if (!a)
     return false;
   if (auto token = dir.token(req.target))
     token->set();
-  caf::anon_send(a, stop_atom::value, std::string{"requested"}, req.force);
+  caf::anon_send(a, make_stop_message(stop_reason::requested,
+                                      req.force ? stop_mode::force : stop_mode::graceful));
   return true;
+}
+
+// -- from inside an actor ---------------------------------------------------------
+
+stop_ticket request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
+                               const execution_record& target, stop_mode mode,
+                               const std::string& who, write_batch extra,
+                               std::function<void(const caf::error&)> done) {
+  if (!is_stoppable(target.status))
+    return nothing_to_stop(target.id);
+  // From this moment nothing in the subtree starts a step, even if its actor
+  // has not run yet.
+  if (auto token = ctx.directory->token(target.id))
+    token->set();
+  auto [req, batch] = make_stop_request(target, mode, who);
+  batch.append(std::move(extra));
+  stop_ticket ticket;
+  ticket.request = req;
+  auto answer = [done](const caf::error& err) {
+    if (done)
+      done(err);
+  };
+  // Elsewhere, ended meanwhile, or no acknowledgement in time: the writer
+  // stores it (a second copy of a stored request does nothing).
+  auto writer = ctx.writer;
+  auto bound = commit_bound(ctx);
+  auto through_writer = [=](write_batch b) {
+    self->request(writer, bound, write_atom::value, std::move(b))
+      .then([=](bool) { answer(caf::error{}); }, [=](caf::error& err) { answer(err); });
+  };
+  auto a = ctx.directory->find(target.id);
+  if (!a) {
+    through_writer(std::move(batch));
+    return ticket;
+  }
+  // Live here: it stores the request behind its own records, then halts. A
+  // copy for the writer in case it does not acknowledge.
+  auto copy = batch;
+  self->request(a, ack_bound, request_atom::value, req, std::move(batch))
+    .then([=](bool) { answer(caf::error{}); },
+          [=](caf::error&) mutable { through_writer(std::move(copy)); });
+  return ticket;
 }
 
 // -- from a thread of the owning process --------------------------------------------
@@ -84,85 +150,69 @@ caf::expected<stop_ticket> request_stop(caf::actor_system& sys, const stop_conte
     return rec.error();
   if (!is_stoppable(rec->status))
     return nothing_to_stop(id);
-  // From this moment nothing in the subtree starts a step, even if its actor
-  // has not run yet.
-  if (auto token = ctx.directory->token(id))
-    token->set();
-  auto [req, batch] = make_stop_request(*rec, mode, who);
-  batch.append(std::move(extra));
-  stop_ticket ticket;
-  ticket.request = req;
-  bool stored = false;
-  if (auto a = ctx.directory->find(id)) {
-    // Live here: it stores the request behind its own records, then halts.
-    stored = !blocking_request(sys, a, ack_bound, request_atom::value, req, batch);
-  }
-  if (!stored) {
-    // Elsewhere, ended meanwhile, or no acknowledgement in time: store it
-    // through the writer (a second copy of a stored request does nothing).
-    auto bound = ctx.db->write_wait() + commit_headroom;
-    if (auto err = blocking_request(sys, ctx.writer, bound, write_atom::value, std::move(batch)))
-      return err;
-  }
-  ticket.result = read_stop_result(*ctx.db, ticket);
+  using answer = caf::expected<stop_ticket>;
+  auto target = std::move(*rec);
+  auto late = answer{caf::make_error(caf::sec::request_timeout)};
+  auto ticket = blocking_run(sys, ack_bound + commit_bound(ctx), std::move(late),
+                             [=](caf::event_based_actor* self, auto finish) {
+    auto t = std::make_shared<stop_ticket>();
+    *t = request_stop_async(self, ctx, target, mode, who, extra, [=](const caf::error& err) {
+      finish(err ? answer{err} : answer{*t});
+      self->quit();
+    });
+    if (t->request.id.empty()) {
+      finish(answer{*t});
+      self->quit();
+    }
+  });
+  if (ticket)
+    ticket->result = read_stop_result(*ctx.db, *ticket);
   return ticket;
 }
 
 stop_result await_stop(caf::actor_system& sys, const stop_context& ctx,
                        const stop_ticket& ticket, millis wait) {
-  if (ticket.request.id.empty() || wait.count() <= 0)
-    return read_stop_result(*ctx.db, ticket);
-  auto deadline = std::chrono::steady_clock::now() + wait;
-  if (auto a = ctx.directory->find(ticket.request.target)) {
-    // Live here: its final record is committed before its actor is down.
-    await_down(sys, a, wait);
-  }
+  auto deadline = clock_type::now() + wait;
+  if (!ticket.request.id.empty() && wait.count() > 0)
+    if (auto a = ctx.directory->find(ticket.request.target)) {
+      // Live here: its final record is committed before its actor is down.
+      await_down(sys, a, wait);
+    }
   // Elsewhere (or it is down): the store answers the request.
-  for (millis pause{1};; pause = std::min(pause * 2, millis{50})) {
-    auto result = read_stop_result(*ctx.db, ticket);
-    if (result != stop_result::stopping || std::chrono::steady_clock::now() >= deadline)
-      return result;
-    std::this_thread::sleep_for(pause);
-  }
+  auto result = await_stop(*ctx.db, ticket, left_until(deadline));
+  return result ? *result : stop_result::stopping;
 }
 
-// -- from inside an actor ---------------------------------------------------------
-
-void request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
-                        const execution_record& target, stop_mode mode, const std::string& who,
-                        write_batch extra, std::function<void(const caf::error&)> done) {
-  if (!is_stoppable(target.status))
-    return;
-  if (auto token = ctx.directory->token(target.id))
-    token->set();
-  auto [req, batch] = make_stop_request(target, mode, who);
-  batch.append(std::move(extra));
-  auto writer = ctx.writer;
-  auto bound = ctx.db->write_wait() + commit_headroom;
-  auto through_writer = [=](write_batch b) {
-    self->request(writer, bound, write_atom::value, std::move(b))
-      .then(
-        [=](bool) {
-          if (done)
-            done(caf::error{});
-        },
-        [=](caf::error& err) {
-          if (done)
-            done(err);
-        });
-  };
-  auto a = ctx.directory->find(target.id);
-  if (!a)
-    return through_writer(std::move(batch));
-  // A copy for the writer in case the live execution does not acknowledge.
-  auto copy = batch;
-  self->request(a, ack_bound, request_atom::value, req, std::move(batch))
-    .then(
-      [=](bool) {
-        if (done)
-          done(caf::error{});
-      },
-      [=](caf::error&) mutable { through_writer(std::move(copy)); });
+std::vector<stop_outcome> stop_all(caf::actor_system& sys, const stop_context& ctx,
+                                   std::vector<stop_order> orders, stop_mode mode,
+                                   const std::string& who, millis wait,
+                                   bool give_up_on_error) {
+  auto deadline = clock_type::now() + wait;
+  std::vector<stop_outcome> out;
+  out.reserve(orders.size());
+  for (auto& order : orders) {
+    stop_outcome o;
+    o.id = order.id;
+    auto t = request_stop(sys, ctx, order.id, mode, who, std::move(order.extra));
+    if (t)
+      o.ticket = std::move(*t);
+    else
+      o.error = std::move(t.error());
+    out.push_back(std::move(o));
+    if (out.back().error && give_up_on_error)
+      return out;
+  }
+  for (auto& o : out) {
+    if (o.error)
+      continue;
+    if (o.ticket.request.id.empty()) {
+      o.result = o.ticket.result;
+      continue;
+    }
+    auto left = left_until(deadline);
+    o.result = left.count() > 0 ? await_stop(sys, ctx, o.ticket, left) : stop_result::stopping;
+  }
+  return out;
 }
 
 // -- from another process on the same home ----------------------------------------
@@ -185,10 +235,11 @@ caf::expected<stop_ticket> request_stop(store& db, const std::string& id, stop_m
 
 caf::expected<stop_result> await_stop(store& db, const stop_ticket& ticket, millis wait,
                                       const std::function<caf::error()>& between) {
-  auto deadline = std::chrono::steady_clock::now() + wait;
-  for (millis pause{2};; pause = std::min(pause * 2, millis{20})) {
+  auto deadline = clock_type::now() + wait;
+  for (auto pause = poll_first;; pause = std::min(pause * 2, poll_longest)) {
     auto result = read_stop_result(db, ticket);
-    if (result != stop_result::stopping || std::chrono::steady_clock::now() >= deadline)
+    if (result != stop_result::stopping || ticket.request.id.empty()
+        || clock_type::now() >= deadline)
       return result;
     std::this_thread::sleep_for(pause);
     if (between)

@@ -24,14 +24,22 @@
 // (seen with CAF 0.17 when a request met an actor that was quitting) costs at
 // most the bound, and the request is then stored through the store writer
 // instead (storing it twice does nothing).
+//
+// Written once: steps 1 and 2 are `request_stop_async`, which the blocking
+// `request_stop` runs in a one-shot actor and awaits with its bound; step 3
+// is one polling loop (`await_stop` on a store), which the in-process
+// `await_stop` enters once the live target is down; `stop_all` stops many
+// executions within one deadline.
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/expected.hpp>
 #include <caf/fwd.hpp>
+#include <caf/message.hpp>
 
 #include "actors/execution/outcomes.hpp"
 #include "actors/tree_context.hpp"
@@ -79,16 +87,38 @@ struct stop_context {
   std::shared_ptr<execution_directory> directory; ///< live executions here
 };
 
+/// The stop message of an execution actor (actors/execution/execution_actor.hpp):
+/// `(stop_atom, reason, force)`, a halt with `reason`. Every sender builds
+/// it here.
+caf::message make_stop_message(stop_reason reason, stop_mode mode = stop_mode::graceful);
+
 /// Delivers stored request `req` to its target when that execution lives in
 /// this process: sets its halt token and sends it the stop. @returns true
 /// when delivered. Threading: any thread.
 bool deliver_stop(const execution_directory& dir, const stop_record& req);
 
+// -- from inside an actor ---------------------------------------------------------
+
+/// Requests a stop of `target` (steps 1 and 2) with `extra` committed in the
+/// same transaction as the request (e.g. `agent.cancelled`); never blocks.
+/// The request goes to the live target here, which stores it behind its own
+/// records; when there is none, or it does not acknowledge within a short
+/// bound, the store writer stores it. `done` is called (in `self`'s context)
+/// once it is committed, with the error if it could not be; never from
+/// within this call, and not at all when nothing was requested.
+/// @returns the ticket: `no_execution` with nothing stored when `target` is
+///          not queued, running or stopping, else the request (`stopping`).
+/// Threading: `self`'s handlers only.
+stop_ticket request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
+                               const execution_record& target, stop_mode mode,
+                               const std::string& who, write_batch extra,
+                               std::function<void(const caf::error&)> done = {});
+
 // -- from a thread of the owning process (library, HTTP handlers) -----------------
 
-/// Requests a stop of execution `id` (steps 1 and 2), with `extra` committed
-/// in the same transaction as the request (e.g. `agent.cancelled`).
-/// Blocks for at most the store's write wait plus a few seconds.
+/// Requests a stop of execution `id`: `request_stop_async` in a one-shot
+/// actor, awaited with its bound (the store's write wait plus a few
+/// seconds).
 /// @returns the ticket (`no_execution` when nothing was stored, `stopped`
 ///          when the target settled already), `not_found`, or a store error
 ///          (`store_busy`, `store_error`). Threading: any non-actor thread.
@@ -96,21 +126,41 @@ caf::expected<stop_ticket> request_stop(caf::actor_system& sys, const stop_conte
                                         const std::string& id, stop_mode mode,
                                         const std::string& who, write_batch extra = {});
 
-/// Waits up to `wait` for `ticket`'s target to settle (step 3).
+/// Waits up to `wait` for `ticket`'s target to settle (step 3): for its
+/// actor to be down when it lives here, then for the store's answer.
 /// @returns `stopped` or `no_execution` once settled, else `stopping`.
 /// Threading: any non-actor thread.
 stop_result await_stop(caf::actor_system& sys, const stop_context& ctx,
                        const stop_ticket& ticket, millis wait);
 
-// -- from inside an actor ---------------------------------------------------------
+/// One execution for `stop_all` to stop.
+struct stop_order {
+  std::string id;
+  write_batch extra; ///< committed with its request (e.g. `agent.cancelled`)
+};
 
-/// `request_stop` for an actor (the agent actor): never blocks. The request
-/// is stored by the live target, else through the store writer; `done` is
-/// called (in `self`'s context) once it is committed, with the error if it
-/// could not be. Threading: `self`'s handlers only.
-void request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
-                        const execution_record& target, stop_mode mode, const std::string& who,
-                        write_batch extra, std::function<void(const caf::error&)> done = {});
+/// What became of one execution of `stop_all`.
+struct stop_outcome {
+  std::string id;
+  caf::error error;   ///< why nothing was requested (`not_found`, a store error)
+  stop_ticket ticket; ///< as `request_stop` answered it
+  /// Where it stood by the deadline: the ticket's result when nothing was
+  /// stored; else `stopped` or `no_execution` once settled, `stopping` when
+  /// not (also when the deadline passed before its turn: it is not read).
+  stop_result result = stop_result::stopping;
+};
+
+/// Stops the executions of `orders` within one `wait`: requests every stop
+/// first, in order (so all of them halt at once), then awaits each stored
+/// request with what is left of `wait`. With `give_up_on_error`, the first
+/// request that fails ends the call at once: its outcome is the last one,
+/// and nothing is awaited.
+/// @returns one outcome per order requested, in order.
+/// Threading: any non-actor thread.
+std::vector<stop_outcome> stop_all(caf::actor_system& sys, const stop_context& ctx,
+                                   std::vector<stop_order> orders, stop_mode mode,
+                                   const std::string& who, millis wait,
+                                   bool give_up_on_error = false);
 
 // -- from another process on the same home (`canopy stop`) -------------------------
 
@@ -122,7 +172,8 @@ caf::expected<stop_ticket> request_stop(store& db, const std::string& id, stop_m
                                         const std::string& who);
 
 /// Polls `db` until `ticket` settles or `wait` passes, calling `between`
-/// (e.g. recovery of a dead owner) between two reads.
+/// (e.g. recovery of a dead owner) between two reads. The one polling loop
+/// of the protocol: the pauses grow from 1 ms to 20 ms.
 /// @returns the result, or a store error. Threading: the caller's thread.
 caf::expected<stop_result> await_stop(store& db, const stop_ticket& ticket, millis wait,
                                       const std::function<caf::error()>& between = {});

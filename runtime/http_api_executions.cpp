@@ -220,26 +220,22 @@ void api_server::stop_graph(call& c) {
   for (auto& r : *live)
     if (r.owner == c.user && r.graph == rg->name && is_stoppable(r.status))
       targets.push_back(r);
-  json stopped = json::array();
-  std::vector<std::pair<std::string, stop_ticket>> tickets;
-  for (auto& r : targets) {
-    auto t = rt_.stop(r.id, mode, "user:" + c.user);
-    if (t && t->result != stop_result::no_execution) {
-      stopped.push_back(r.id);
-      tickets.emplace_back(r.id, std::move(*t));
-    }
-  }
+  std::vector<stop_order> orders;
+  for (auto& r : targets)
+    orders.push_back({r.id, {}});
   // Within one `wait` for all of them; those not settled by then are
   // `pending`, and the answer is 202 (as a single stop's with `wait` 0).
-  auto deadline = std::chrono::steady_clock::now()
-                  + millis{static_cast<int64_t>(wait * 1000)};
+  // A stop that failed, or found its target ended, is in neither list.
+  auto outcomes = rt_.stop_all(std::move(orders), mode, "user:" + c.user,
+                               millis{static_cast<int64_t>(wait * 1000)});
+  json stopped = json::array();
   json pending = json::array();
-  for (auto& [id, t] : tickets) {
-    auto left = std::chrono::duration_cast<millis>(deadline - std::chrono::steady_clock::now());
-    auto settled = t.request.id.empty()
-                   || (left.count() > 0 && rt_.await_stop(t, left) != stop_result::stopping);
-    if (!settled)
-      pending.push_back(id);
+  for (auto& o : outcomes) {
+    if (o.error || o.ticket.result == stop_result::no_execution)
+      continue;
+    stopped.push_back(o.id);
+    if (o.result == stop_result::stopping)
+      pending.push_back(o.id);
   }
   spdlog::info("event=graph.stop user={} graph={} stopped={} pending={}", c.user, rg->name,
                stopped.size(), pending.size());

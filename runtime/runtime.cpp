@@ -231,7 +231,7 @@ runtime::~runtime() {
     }
     for (auto& r : roots) {
       self->monitor(r);
-      self->send(r, stop_atom::value, std::string{"shutdown"}, false);
+      self->send(r, make_stop_message(stop_reason::shutdown));
     }
     for (size_t i = 0; i < roots.size(); ++i)
       self->receive([](caf::down_msg&) {});

@@ -373,6 +373,12 @@ public:
   ///          Threading: any non-actor thread.
   caf::expected<signal_answer> signal(signal_request req, millis wait = millis{5'000});
 
+  /// Stops the executions of `orders` within one `wait` (`stop_all` of
+  /// actors/stop_protocol.hpp). @returns one outcome per order, in order.
+  /// Threading: any non-actor thread.
+  std::vector<stop_outcome> stop_all(std::vector<stop_order> orders, stop_mode mode,
+                                     const std::string& who, millis wait);
+
   /// Waits up to `wait` for a stop to settle. @returns `stopped` or
   /// `no_execution` once its target settled, else `stopping`.
   /// Threading: any non-actor thread.

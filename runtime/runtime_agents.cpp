@@ -101,22 +101,17 @@ caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
   }
   if (targets.empty())
     return std::string{"no_execution"};
-  std::vector<stop_ticket> tickets;
+  std::vector<stop_order> orders;
   for (auto& rec : targets) {
-    write_batch cancelled;
-    cancelled.events.push_back(make_agent_event(rec, "agent.cancelled",
-                                                {{"agent", name}, {"by", who}}));
-    auto t = request_stop(*sys_, stop_ctx(), rec.id, stop_mode::graceful, who,
-                          std::move(cancelled));
-    if (!t)
-      return t.error();
-    tickets.push_back(std::move(*t));
+    stop_order o{rec.id, {}};
+    o.extra.events.push_back(make_agent_event(rec, "agent.cancelled",
+                                              {{"agent", name}, {"by", who}}));
+    orders.push_back(std::move(o));
   }
-  auto deadline = std::chrono::steady_clock::now() + wait;
-  for (auto& t : tickets)
-    canopy::core::await_stop(*sys_, stop_ctx(), t,
-                       std::max(millis{0}, std::chrono::duration_cast<millis>(
-                                             deadline - std::chrono::steady_clock::now())));
+  auto outcomes = canopy::core::stop_all(*sys_, stop_ctx(), std::move(orders),
+                                         stop_mode::graceful, who, wait, true);
+  if (!outcomes.empty() && outcomes.back().error)
+    return std::move(outcomes.back().error);
   return std::string{"cancelled"};
 }
 

@@ -290,6 +290,11 @@ caf::expected<stop_ticket> runtime::stop(const std::string& id, stop_mode mode,
   return request_stop(*sys_, stop_ctx(), id, mode, who);
 }
 
+std::vector<stop_outcome> runtime::stop_all(std::vector<stop_order> orders, stop_mode mode,
+                                           const std::string& who, millis wait) {
+  return canopy::core::stop_all(*sys_, stop_ctx(), std::move(orders), mode, who, wait);
+}
+
 stop_result runtime::await_stop(const stop_ticket& ticket, millis wait) {
   return canopy::core::await_stop(*sys_, stop_ctx(), ticket, wait);
 }

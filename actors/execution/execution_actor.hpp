@@ -18,7 +18,8 @@
 //     then quit.
 //   (stop_atom, reason, force)  the same halt, for the target of a stop
 //       request (or a limit); the store answers the request (`handled`) in
-//       the transaction of the snapshot
+//       the transaction of the snapshot. Senders build it with
+//       `make_stop_message` (actors/stop_protocol.hpp)
 //   (request_atom, stop_record, write_batch) -> bool   an in-process stop request
 //       (actors/stop_protocol.hpp): commits the request after every record
 //       this execution wrote before, answers once committed, then halts like

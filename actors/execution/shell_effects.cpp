@@ -10,6 +10,7 @@
 #include "actors/execution/shell.hpp"
 #include "actors/messages.hpp"
 #include "actors/step_runner.hpp"
+#include "actors/stop_protocol.hpp"
 #include "actors/timer.hpp"
 #include "persistence/error.hpp"
 
@@ -177,7 +178,7 @@ struct effect_runner {
   }
   void operator()(fx::stop_owner& e) {
     if (auto a = svc().directory->find(e.owner))
-      self->send(a, stop_atom::value, std::string{to_string(e.reason)}, false);
+      self->send(a, make_stop_message(e.reason));
   }
   void operator()(fx::write& e) {
     auto self = this->self; // the lambdas outlive this runner
