@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/graph.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "actors/error.hpp"
 #include "actors/messages.hpp"
-#include "actors/process_watch.hpp"
+#include "actors/process/process_watch.hpp"
 #include "persistence/error.hpp"
 
 namespace canopy::core {

@@ -13,7 +13,7 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "persistence/error.hpp"
 
 namespace canopy::core {

@@ -1,8 +1,8 @@
-// Tests of the guardian (actors/guardian.hpp) against real processes: an
+// Tests of the guardian (actors/process/guardian.hpp) against real processes: an
 // owner forked from the test starts a step and is SIGKILLed; the step's group
 // must die. Every wait is a poll loop with a deadline, never a sleep.
 
-#include "actors/guardian.hpp"
+#include "actors/process/guardian.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -24,7 +24,7 @@
 #include <string>
 #include <utility>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "persistence/error.hpp"
 
 using namespace canopy::core;

@@ -1,7 +1,7 @@
-// Tests of the process watch (actors/process_watch.hpp) with a real actor
+// Tests of the process watch (actors/process/process_watch.hpp) with a real actor
 // system and real processes: the watch alone drives a subprocess to its end.
 
-#include "actors/process_watch.hpp"
+#include "actors/process/process_watch.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -13,7 +13,7 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "persistence/error.hpp"
 #include "tests/actors/system_fixture.hpp"
 

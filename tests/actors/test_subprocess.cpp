@@ -1,7 +1,7 @@
 // Tests of canopy::core::subprocess against real processes. Every wait is a poll
 // loop with a deadline, so a hang fails the test instead of blocking it.
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 
 #include <catch2/catch.hpp>
 

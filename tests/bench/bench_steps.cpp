@@ -19,7 +19,7 @@
 #include <filesystem>
 #include <string>
 
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 
 using namespace canopy::core;
 using clock_type = std::chrono::steady_clock;

@@ -82,8 +82,8 @@
 
 #include <caf/all.hpp>
 
-#include "runtime/memory.hpp"
-#include "runtime/runtime.hpp"
+#include "runtime/node/memory.hpp"
+#include "runtime/node/runtime.hpp"
 #include "tests/integration/mapped_kib.hpp"
 
 using namespace canopy::core;
@@ -96,7 +96,7 @@ namespace {
 
 /// How long a running tree is left alone before its stop: the canopy tree
 /// for its settled RSS sample (two and a half memory-keeper ticks: it hands
-/// free heap back once it has stopped growing, runtime/memory.hpp), the bare
+/// free heap back once it has stopped growing, runtime/node/memory.hpp), the bare
 /// tree as long, so that both stops start from the same idle scheduler.
 constexpr auto settle_time = std::chrono::milliseconds{2500};
 

@@ -51,7 +51,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
 #include "persistence/store.hpp"
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 #include "tests/integration/server_process.hpp"
 
 using namespace canopy::core;

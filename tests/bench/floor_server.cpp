@@ -102,7 +102,7 @@ bool capture_floor_bodies(httplib::Client& c, floor_bodies& out) {
 
 floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_time)
   : bodies_(std::move(bodies)), run_time_(run_time) {
-  // As runtime/server.cpp configures the listener of `canopy serve`.
+  // As runtime/server/server.cpp configures the listener of `canopy serve`.
   svr_.set_payload_max_length(size_t{8} << 20);
   svr_.set_read_timeout(30, 0);
   svr_.set_write_timeout(30, 0);

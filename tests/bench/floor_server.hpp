@@ -3,7 +3,7 @@
 // The floor of canopy's HTTP layer, for `bench_load --floor`: the same
 // listener `canopy serve` runs (runtime/http_listener: thread per
 // connection, keep-alive, TCP_NODELAY, the same limits, timeouts and
-// payload cap as runtime/server.cpp sets), with handlers that answer the
+// payload cap as runtime/server/server.cpp sets), with handlers that answer the
 // bench_load requests at once with canned JSON. The bodies are copies of a
 // real server's answers (same shape, same size), each with its own id. No
 // store, no actors, no authentication, no metrics: what is left is the cost
@@ -20,7 +20,7 @@
 
 #include <httplib.h>
 
-#include "runtime/http_listener.hpp"
+#include "runtime/server/http_listener.hpp"
 
 namespace canopy::core::test {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "persistence/graph.hpp"
-#include "runtime/config.hpp"
+#include "runtime/node/config.hpp"
 
 namespace {
 

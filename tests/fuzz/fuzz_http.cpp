@@ -1,7 +1,7 @@
 // libFuzzer target: what an unauthenticated client's bytes go through in
 // `canopy serve` before and after routing, with the functions callable
 // outside a running server (the router and the handlers live inside
-// runtime/server.cpp):
+// runtime/server/server.cpp):
 //   - the request line and header block, read by cpp-httplib exactly as
 //     its server reads them (stream_line_reader, read_headers), the target
 //     URL-decoded and its query split (decode_url, parse_query_text);

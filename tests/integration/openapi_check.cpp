@@ -71,7 +71,7 @@ public:
         continue;
       if (n <= 0)
         return broken("the checker exited (is python3-jsonschema installed? run "
-                      "/usr/bin/python3 tests/openapi/check_responses.py runtime/openapi.json)");
+                      "/usr/bin/python3 tests/openapi/check_responses.py runtime/server/openapi.json)");
       buf_.append(tmp, static_cast<size_t>(n));
     }
     return reply == "ok" ? std::string{} : reply;
@@ -86,7 +86,7 @@ private:
   void start() {
     std::string dir = CANOPY_SOURCE_DIR;
     std::string script = dir + "/tests/openapi/check_responses.py";
-    std::string doc = dir + "/runtime/openapi.json";
+    std::string doc = dir + "/runtime/server/openapi.json";
     int in[2];
     int out[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {

@@ -1,7 +1,7 @@
 #pragma once
 
 // Every HTTP answer the tests receive is checked against the published API
-// document: runtime/openapi.json, by Debian's python3-jsonschema
+// document: runtime/server/openapi.json, by Debian's python3-jsonschema
 // in tests/openapi/check_responses.py. One checker process per test process,
 // started at the first answer and fed one answer per line over a pipe.
 //

@@ -380,7 +380,7 @@ void check_answer(const std::string& method, const std::string& path, int status
   auto why = openapi_mismatch(method, path, status, content_type, body);
   if (!why.empty())
     throw std::runtime_error(method + " " + path + " answered " + std::to_string(status) + " ("
-                             + content_type + ") unlike runtime/openapi.json: " + why
+                             + content_type + ") unlike runtime/server/openapi.json: " + why
                              + "\nbody: " + body.substr(0, 2000));
 #else
   (void) method, (void) path, (void) status, (void) content_type, (void) body;

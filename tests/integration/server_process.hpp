@@ -26,7 +26,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "tests/integration/helpers.hpp"
 
 namespace canopy::core::test {

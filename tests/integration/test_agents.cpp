@@ -12,8 +12,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "runtime/error.hpp"
-#include "runtime/runtime.hpp"
+#include "runtime/node/error.hpp"
+#include "runtime/node/runtime.hpp"
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 

@@ -18,8 +18,8 @@
 #include <catch2/catch.hpp>
 
 #include "persistence/error.hpp"
-#include "runtime/client.hpp"
-#include "runtime/error.hpp"
+#include "runtime/client/client.hpp"
+#include "runtime/node/error.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 

@@ -23,9 +23,9 @@
 #include <catch2/catch.hpp>
 
 #include "persistence/error.hpp"
-#include "runtime/config.hpp"
-#include "runtime/error.hpp"
-#include "runtime/runtime.hpp"
+#include "runtime/node/config.hpp"
+#include "runtime/node/error.hpp"
+#include "runtime/node/runtime.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/tcp_relay.hpp"

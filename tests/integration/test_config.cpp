@@ -1,8 +1,8 @@
-// Tests of the node configuration (runtime/config.hpp, SPEC §12): parsing of
+// Tests of the node configuration (runtime/node/config.hpp, SPEC §12): parsing of
 // valid documents, a corpus of bad ones each rejected at its exact JSON path,
 // real files in a temporary folder, and HOST:PORT splitting.
 
-#include "runtime/config.hpp"
+#include "runtime/node/config.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -27,7 +27,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "runtime/http_routes.hpp"
+#include "runtime/server/http_routes.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 

@@ -1,7 +1,7 @@
-// The memory keeper's release of free heap (runtime/memory.hpp), with the
+// The memory keeper's release of free heap (runtime/node/memory.hpp), with the
 // allocator the test binary links (tcmalloc, unless a sanitizer build).
 
-#include "runtime/memory.hpp"
+#include "runtime/node/memory.hpp"
 
 #include <catch2/catch.hpp>
 

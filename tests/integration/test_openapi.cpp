@@ -1,5 +1,5 @@
 // The published API document: `GET /v1/openapi.json` serves
-// runtime/openapi.json without a token, and every operation it describes is
+// runtime/server/openapi.json without a token, and every operation it describes is
 // a route of the server. (That every answer of the HTTP tests matches it is
 // checked on each answer: tests/integration/openapi_check.hpp.)
 
@@ -22,7 +22,7 @@ TEST_CASE("GET /v1/openapi.json serves the OpenAPI 3.1 document without a token,
   auto a = get_json(anon, "/v1/openapi.json");
   REQUIRE(a.status == 200);
   CHECK(a.content_type == "application/json");
-  std::ifstream in{std::string{CANOPY_SOURCE_DIR} + "/runtime/openapi.json"};
+  std::ifstream in{std::string{CANOPY_SOURCE_DIR} + "/runtime/server/openapi.json"};
   std::stringstream file;
   file << in.rdbuf();
   CHECK(a.body == json::parse(file.str()));

@@ -16,10 +16,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "persistence/error.hpp"
 #include "persistence/store.hpp"
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/server_test_helpers.hpp"

@@ -1,9 +1,9 @@
-// Tests of the embedded library (runtime/runtime.hpp): real actor system, real
+// Tests of the embedded library (runtime/node/runtime.hpp): real actor system, real
 // LMDB store in a temporary home, real subprocesses. Every wait is an event
 // wait with a generous deadline (handle.wait_for, a subscription, a future),
 // never a sleep.
 
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -24,7 +24,7 @@
 #include "actors/execution/execution_actor.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
-#include "runtime/error.hpp"
+#include "runtime/node/error.hpp"
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 

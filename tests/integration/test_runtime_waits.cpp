@@ -4,7 +4,7 @@
 // and `execution_handle::signal` answers what became of it. Real actor
 // system, real LMDB in a temp home; every wait is an event wait.
 
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 
 #include <catch2/catch.hpp>
 

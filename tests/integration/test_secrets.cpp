@@ -1,5 +1,5 @@
 // Bearer tokens out of the config file and 401s that say nothing about users
-// (runtime/secrets.hpp, runtime/auth.hpp): `token_file` and
+// (runtime/node/secrets.hpp, runtime/server/auth.hpp): `token_file` and
 // `token_env` in real files and the real environment, their refusals at the
 // key's path (also through `canopy serve`), the constant-time token table,
 // and a real server whose 401 answers are byte-identical.
@@ -15,9 +15,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "runtime/auth.hpp"
-#include "runtime/config.hpp"
-#include "runtime/secrets.hpp"
+#include "runtime/server/auth.hpp"
+#include "runtime/node/config.hpp"
+#include "runtime/node/secrets.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/persistence/render_errors.hpp"

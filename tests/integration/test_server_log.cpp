@@ -18,7 +18,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/guardian.hpp"
+#include "actors/process/guardian.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/server_test_helpers.hpp"

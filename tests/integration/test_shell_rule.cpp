@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "persistence/shell_argv.hpp"
-#include "runtime/config.hpp"
+#include "runtime/node/config.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 

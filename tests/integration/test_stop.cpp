@@ -25,7 +25,7 @@
 #include <catch2/catch.hpp>
 
 #include "persistence/error.hpp"
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 

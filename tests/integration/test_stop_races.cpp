@@ -14,7 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "persistence/store.hpp"
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"

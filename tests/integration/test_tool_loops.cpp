@@ -13,7 +13,7 @@
 #include <iterator>
 #include <sstream>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "persistence/store.hpp"
 #include "tests/fake_llm/fake_llm.hpp"
 #include "tests/integration/helpers.hpp"

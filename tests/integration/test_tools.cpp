@@ -4,7 +4,7 @@
 // subprocesses themselves record (a lock folder, nanosecond timestamps, a
 // rendezvous through files); the test waits on events, never on sleeps.
 
-#include "runtime/runtime.hpp"
+#include "runtime/node/runtime.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -16,7 +16,7 @@
 #include "actors/messages.hpp"
 #include "actors/store_writer.hpp"
 #include "persistence/store.hpp"
-#include "runtime/memory.hpp"
+#include "runtime/node/memory.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/mapped_kib.hpp"
 

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/reliability/race_trial.hpp"

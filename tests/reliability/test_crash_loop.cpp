@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 #include "tests/integration/helpers.hpp"
 #include "tests/reliability/crash_check.hpp"
 #include "tests/reliability/crash_trial.hpp"

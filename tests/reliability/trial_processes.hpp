@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/subprocess.hpp"
+#include "actors/process/subprocess.hpp"
 
 namespace canopy::core::test {
 

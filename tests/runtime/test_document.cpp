@@ -1,10 +1,10 @@
-// What a tree's model calls used (runtime/document.hpp model_totals) and how
+// What a tree's model calls used (runtime/node/document.hpp model_totals) and how
 // `show` prints it (render_document), over hand-made tree documents.
 
 #include <catch2/catch.hpp>
 
-#include "runtime/document.hpp"
-#include "runtime/render.hpp"
+#include "runtime/node/document.hpp"
+#include "runtime/cli/render.hpp"
 
 using namespace canopy::core;
 using json = nlohmann::json;

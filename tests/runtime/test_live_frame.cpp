@@ -1,6 +1,6 @@
-// The live tree's frame (runtime/live_frame.hpp) laid out as plain data:
+// The live tree's frame (runtime/cli/live_frame.hpp) laid out as plain data:
 // fitting a window, folding, clipping, widths of coloured UTF-8 text; and
-// the tree_view that builds it from events (runtime/render.hpp).
+// the tree_view that builds it from events (runtime/cli/render.hpp).
 
 #include <catch2/catch.hpp>
 
@@ -8,8 +8,8 @@
 
 #include <map>
 
-#include "runtime/live_frame.hpp"
-#include "runtime/render.hpp"
+#include "runtime/cli/live_frame.hpp"
+#include "runtime/cli/render.hpp"
 
 using namespace canopy::core;
 

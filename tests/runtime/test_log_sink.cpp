@@ -1,4 +1,4 @@
-// The log's sink (runtime/log_sink.hpp) on a pipe: nobody reading costs
+// The log's sink (runtime/node/log_sink.hpp) on a pipe: nobody reading costs
 // lines, counted, never a wait per line; the first line the pipe takes
 // again clears the stall; a line cut short is ended before the next.
 
@@ -12,7 +12,7 @@
 #include <catch2/catch.hpp>
 #include <spdlog/logger.h>
 
-#include "runtime/log_sink.hpp"
+#include "runtime/node/log_sink.hpp"
 
 using namespace canopy::core;
 using namespace std::chrono_literals;

@@ -1,5 +1,0 @@
-#include "runtime/cli.hpp"
-
-int main(int argc, char** argv) {
-  return canopy::core::cli_main(argc, argv);
-}
