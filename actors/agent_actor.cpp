@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/agent_runs.hpp"
 #include "actors/execution/execution_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/stop_protocol.hpp"
@@ -13,37 +14,6 @@
 #include "persistence/error.hpp"
 
 namespace canopy::core {
-
-// -- helpers shared with the execution actor ---------------------------------------
-
-caf::expected<json> make_agent_inputs(const graph& g, const json& message, const store& db,
-                                      const std::string& owner, const std::string& name) {
-  json inputs = json::object();
-  for (auto& in : g.inputs) {
-    if (in == "message") {
-      inputs["message"] = message;
-    } else if (in == "history") {
-      auto entries = db.history(owner, name);
-      if (!entries)
-        return entries.error();
-      json h = json::array();
-      for (auto& e : *entries)
-        h.push_back(history_document(e));
-      inputs["history"] = std::move(h);
-    }
-  }
-  return inputs;
-}
-
-event_record make_agent_event(const execution_record& rec, const char* type, json data) {
-  return make_event(rec, type, now_ms(), {}, {}, {}, std::move(data));
-}
-
-parse_result parse_agent_graph(const agent_record& ag, const execution_services& svc,
-                               int depth, int max_depth) {
-  auto opts = run_time_parse_options(svc, depth, max_depth);
-  return parse_graph_bundle(ag.graph.document, ag.graph.base_dir, ag.graph.files, opts);
-}
 
 namespace {
 
@@ -87,7 +57,7 @@ struct agent_state {
 
 using agent_actor = caf::stateful_actor<agent_state>;
 
-agent_reply refused(const char* status, std::string error) {
+agent_reply refused(reply_status status, std::string error) {
   agent_reply r;
   r.status = status;
   r.error = std::move(error);
@@ -139,7 +109,7 @@ void cancel_run(agent_actor* self, const std::string& id) {
     return;
   st.cancelled.insert(id);
   write_batch cancelled;
-  cancelled.events.push_back(make_agent_event(*rec, "agent.cancelled",
+  cancelled.events.push_back(make_agent_event(*rec, event_type::agent_cancelled,
                                               {{"agent", st.agent}, {"by", "cancel_previous"}}));
   request_stop_async(self, {st.svc->db, st.svc->writer, st.svc->directory}, *rec,
                      stop_mode::graceful, "agent:" + st.agent, std::move(cancelled));
@@ -155,7 +125,7 @@ void start_user_run(agent_actor* self, waiter w) {
   h.user = true;
   h.rp = w.rp;
   auto fail = [&](std::string error) {
-    h.rp.deliver(refused("failed", std::move(error)));
+    h.rp.deliver(refused(reply_status::failed, std::move(error)));
     st.current.reset();
     next(self);
   };
@@ -189,7 +159,7 @@ void start_user_run(agent_actor* self, waiter w) {
   h.run_id = r.id;
   auto batch = make_queued_batch(r, *init.graph);
   batch.events.push_back(
-    make_agent_event(r, "agent.message", {{"agent", st.agent}, {"message", w.message},
+    make_agent_event(r, event_type::agent_message, {{"agent", st.agent}, {"message", w.message},
                                           {"who", w.who}}));
   st.current = std::move(h);
   auto turn = st.current->turn;
@@ -202,7 +172,7 @@ void start_user_run(agent_actor* self, waiter w) {
           return;
         if (st.closing) {
           // Stored `queued`: the next start of the node recovers it.
-          st.current->rp.deliver(refused("stopped", "the node is shutting down"));
+          st.current->rp.deliver(refused(reply_status::stopped, "the node is shutting down"));
           st.current.reset();
           return;
         }
@@ -218,7 +188,7 @@ void start_user_run(agent_actor* self, waiter w) {
         auto& st = self->state;
         if (!st.current || st.current->turn != turn)
           return;
-        st.current->rp.deliver(refused("failed", message_of(err)));
+        st.current->rp.deliver(refused(reply_status::failed, message_of(err)));
         st.current.reset();
         next(self);
       });
@@ -233,7 +203,7 @@ void next(agent_actor* self) {
     auto& w = st.queue.front();
     if (st.closing) {
       if (w.user)
-        w.rp.deliver(refused("stopped", "the node is shutting down"));
+        w.rp.deliver(refused(reply_status::stopped, "the node is shutting down"));
       else
         w.rp.deliver(turn_verdict::busy, w.turn);
       st.queue.pop_front();
@@ -269,7 +239,7 @@ bool on_busy(agent_actor* self, waiter& w, busy_policy policy) {
   switch (policy) {
     case busy_policy::reject:
       if (w.user)
-        w.rp.deliver(refused("busy", "agent '" + st.agent + "' is busy (on_busy: reject)"));
+        w.rp.deliver(refused(reply_status::busy, "agent '" + st.agent + "' is busy (on_busy: reject)"));
       else
         w.rp.deliver(turn_verdict::busy, w.turn);
       return false;
@@ -279,7 +249,7 @@ bool on_busy(agent_actor* self, waiter& w, busy_policy policy) {
       // Messages still waiting are superseded; live runs are stopped.
       for (auto& old : st.queue) {
         if (old.user)
-          old.rp.deliver(refused("cancelled", "superseded by a newer message"));
+          old.rp.deliver(refused(reply_status::cancelled, "superseded by a newer message"));
         else
           old.rp.deliver(turn_verdict::cancelled, old.turn);
       }
@@ -307,10 +277,10 @@ void end_turn(agent_actor* self) {
     r.execution_id = h.run_id;
     auto rec = st.svc->db->execution(h.run_id);
     if (!rec) {
-      r.status = "failed";
+      r.status = reply_status::failed;
       r.error = message_of(rec.error());
     } else {
-      r.status = to_string(rec->status);
+      r.status = reply_status_of(rec->status);
       r.reason = rec->reason;
       r.error = rec->error;
       if (rec->status == execution_status::completed && rec->outputs.is_object())
@@ -333,7 +303,7 @@ caf::behavior agent(agent_actor* self, std::string owner, std::string name,
     auto& st = self->state;
     st.closing = true;
     if (st.current && st.current->user) {
-      agent_reply r = refused("stopped", "the agent quit: " + caf::to_string(msg.reason));
+      agent_reply r = refused(reply_status::stopped, "the agent quit: " + caf::to_string(msg.reason));
       r.execution_id = st.current->run_id;
       st.current->rp.deliver(std::move(r));
     }
@@ -364,10 +334,10 @@ caf::behavior agent(agent_actor* self, std::string owner, std::string name,
     [=](message_atom, json& message, std::string& who) -> caf::result<agent_reply> {
       auto& st = self->state;
       if (st.closing)
-        return refused("stopped", "the node is shutting down");
+        return refused(reply_status::stopped, "the node is shutting down");
       auto ag = st.svc->db->agent(st.owner, st.agent);
       if (!ag)
-        return refused("failed", message_of(ag.error()));
+        return refused(reply_status::failed, message_of(ag.error()));
       waiter w;
       w.turn = st.next_turn++;
       w.user = true;

@@ -33,45 +33,16 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
-#include "actors/execution/outcomes.hpp"
-#include "persistence/graph.hpp"
-#include "persistence/records.hpp"
-#include "persistence/store.hpp"
+#include "actors/agent_reply.hpp"
 
 namespace canopy::core {
 
 struct execution_services;
-
-/// How a message to an agent ended (SPEC §13 rule 21).
-struct agent_reply {
-  /// The run's final status (`completed`, `failed`, `stopped`), or
-  /// `busy` (rejected, nothing ran) or `cancelled` (superseded by a newer
-  /// message before its run started).
-  std::string status;
-  std::string reason;        ///< the run's reason, e.g. `requested`
-  json reply;                ///< the run's `reply` output; null unless completed
-  std::string execution_id;  ///< empty when no run started
-  std::string error;         ///< why it failed, or was refused
-};
 
 /// Spawns the actor of agent `name` of `owner`. The agent's record is read
 /// from the store at each message (its graph and policy may change).
 /// Threading: any thread.
 caf::actor spawn_agent(caf::actor_system& sys, std::string owner, std::string name,
                        std::shared_ptr<const execution_services> svc);
-
-/// The inputs of a run of `g` for `message`: `message`, and `history` (the
-/// agent's history documents, oldest first) when the graph declares it.
-/// @returns the inputs, or a store error.
-caf::expected<json> make_agent_inputs(const graph& g, const json& message, const store& db,
-                                      const std::string& owner, const std::string& name);
-
-/// An `agent.*` event about run `rec` of agent `rec.agent`.
-event_record make_agent_event(const execution_record& rec, const char* type, json data);
-
-/// Parses the graph of agent `ag` for a run at `depth` below a scope allowing
-/// `max_depth`, with the node's rules (functions, tools, inline commands).
-parse_result parse_agent_graph(const agent_record& ag, const execution_services& svc,
-                               int depth, int max_depth);
 
 } // namespace canopy::core

@@ -324,9 +324,9 @@ using worker_actor = caf::stateful_actor<worker_state>;
 void connect(worker_actor* self);
 
 /// Kills every running step at once (SIGKILL to their groups).
-void kill_runners(worker_actor* self, const std::string& why) {
+void kill_runners(worker_actor* self, stop_reason why) {
   for (auto& r : self->state.runners)
-    self->send_exit(r, make_stop(why, true));
+    self->send_exit(r, make_stop(why, stop_mode::force));
 }
 
 /// The supervisor is gone: no orphans, then join again.
@@ -338,7 +338,7 @@ void lost(worker_actor* self, const std::string& why) {
     st.opts.log("lost", why);
   self->demonitor(st.supervisor);
   st.supervisor = nullptr;
-  kill_runners(self, "node_lost");
+  kill_runners(self, stop_reason::node_lost);
   self->delayed_send(self, st.opts.heartbeat, rejoin_atom::value);
 }
 
@@ -368,7 +368,7 @@ void join(worker_actor* self, caf::actor sup) {
             st.opts.log("refused", why);
           if (st.opts.on_refused)
             st.opts.on_refused(why);
-          kill_runners(self, "refused");
+          kill_runners(self, stop_reason::node_lost);
           self->quit();
           return;
         }
@@ -426,7 +426,7 @@ caf::behavior worker_node(worker_actor* self, worker_options opts) {
   });
   self->set_exit_handler([=](caf::exit_msg& msg) {
     // The worker shuts down: its steps die with it.
-    kill_runners(self, "shutdown");
+    kill_runners(self, stop_reason::shutdown);
     self->quit(msg.reason);
   });
   self->send(self, rejoin_atom::value);

@@ -10,21 +10,24 @@ caf::error make_error(actors_errc x, std::string context) {
                     caf::make_message(std::move(context))};
 }
 
-caf::error make_stop(const std::string& reason, bool force) {
-  return make_error(force ? actors_errc::stop_force : actors_errc::stop, reason);
+caf::error make_stop(stop_reason reason, stop_mode mode) {
+  return make_error(mode == stop_mode::force ? actors_errc::stop_force : actors_errc::stop,
+                    to_string(reason));
 }
 
-bool is_stop(const caf::error& err, std::string& reason, bool& force) {
+bool is_stop(const caf::error& err, stop_reason& reason, stop_mode& mode) {
   // Note: category() of an empty error dereferences null in CAF 0.17.
   if (!err || err.category() != actors_category)
     return false;
   auto code = static_cast<actors_errc>(err.code());
   if (code != actors_errc::stop && code != actors_errc::stop_force)
     return false;
-  force = code == actors_errc::stop_force;
+  mode = code == actors_errc::stop_force ? stop_mode::force : stop_mode::graceful;
   auto& ctx = err.context();
-  reason = ctx.size() == 1 && ctx.match_element<std::string>(0) ? ctx.get_as<std::string>(0)
-                                                                 : "requested";
+  reason = stop_reason::requested;
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0)
+      && !from_string(ctx.get_as<std::string>(0), reason))
+    reason = stop_reason::requested;
   return true;
 }
 

@@ -6,12 +6,14 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
+#include "persistence/outcomes.hpp"
+
 namespace canopy::core {
 
 /// Errors and exit reasons of the actor layer.
 enum class actors_errc : uint8_t {
-  /// Exit reason of a graceful stop; the context holds the stop reason
-  /// string (e.g. `"parent_stopped"`).
+  /// Exit reason of a graceful stop; the context holds the stop reason's
+  /// spelling (exit reasons cross to other nodes).
   stop = 1,
   /// Exit reason of a forced stop (no grace periods); context as `stop`.
   stop_force,
@@ -36,12 +38,13 @@ constexpr caf::atom_value actors_category = caf::atom("actors");
 /// Returns a `caf::error` with code `x` and the message `context`.
 caf::error make_error(actors_errc x, std::string context);
 
-/// Returns the exit reason that stops an actor with stop reason `reason`
-/// (`"requested"`, `"parent_stopped"`, ...); `force` skips grace periods.
-caf::error make_stop(const std::string& reason, bool force);
+/// Returns the exit reason that stops an actor (a runner, a child
+/// execution) for `reason` in `mode` (`force` skips grace periods).
+caf::error make_stop(stop_reason reason, stop_mode mode);
 
-/// If `err` is a stop exit reason, sets `reason` and `force` and returns true.
-bool is_stop(const caf::error& err, std::string& reason, bool& force);
+/// If `err` is a stop exit reason, sets `reason` and `mode` and returns true.
+/// A reason this version does not know reads as `requested`.
+bool is_stop(const caf::error& err, stop_reason& reason, stop_mode& mode);
 
 /// The exit reason of an execution stopped compactly, standing for `events`.
 caf::error make_compact_stop(uint64_t events);

@@ -6,7 +6,7 @@ namespace canopy::core {
 
 caf::error fn_context::checkpoint() const {
   if (stop_requested())
-    return make_error(actors_errc::stop, "stopped");
+    return make_stop(stop_reason::requested, stop_mode::graceful);
   return caf::none;
 }
 

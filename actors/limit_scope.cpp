@@ -34,9 +34,9 @@ std::optional<limit_scope::refusal> limit_scope::charge(double cost) {
   std::lock_guard<std::mutex> guard{*mtx_};
   for (auto s = this; s != nullptr; s = s->parent_.get()) {
     if (s->max_steps_ && s->used_.steps + 1 > *s->max_steps_)
-      return refusal{"max_steps", s->owner_};
+      return refusal{step_reason::max_steps, s->owner_};
     if (s->budget_ && s->used_.spent + cost > *s->budget_ + 1e-9)
-      return refusal{"budget_exceeded", s->owner_};
+      return refusal{step_reason::budget_exceeded, s->owner_};
   }
   for (auto s = this; s != nullptr; s = s->parent_.get()) {
     s->used_.steps += 1;

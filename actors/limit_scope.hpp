@@ -22,7 +22,7 @@ class limit_scope {
 public:
   /// Why a charge was refused and which scope refused it.
   struct refusal {
-    std::string reason; ///< "max_steps" or "budget_exceeded"
+    step_reason reason = step_reason::max_steps; ///< `max_steps` or `budget_exceeded`
     std::string owner;  ///< execution id that owns the scope
   };
 

@@ -8,7 +8,8 @@
 #include <caf/meta/type_name.hpp>
 #include <nlohmann/json.hpp>
 
-#include "actors/agent_actor.hpp"
+#include "actors/agent_reply.hpp"
+#include "actors/execution/outcomes.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 

@@ -201,9 +201,10 @@ caf::behavior step_runner(runner_actor* self, caf::actor parent, runner_spec spe
     auto& st = self->state;
     if (!msg.reason)
       return;
-    std::string reason;
-    bool force = false;
-    bool stop = is_stop(msg.reason, reason, force);
+    stop_reason reason = stop_reason::requested;
+    stop_mode mode = stop_mode::graceful;
+    bool stop = is_stop(msg.reason, reason, mode);
+    bool force = mode == stop_mode::force;
     if (st.reported) {
       // Its process is gone. A stop: the parent answers the result soon.
       // A parent that died or is unreachable never will.

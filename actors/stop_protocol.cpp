@@ -48,15 +48,6 @@ stop_ticket nothing_to_stop(const std::string& id) {
 
 } // namespace
 
-// -- outcomes --------------------------------------------------------------------
-
-const char* to_string(stop_result x) {
-  switch (x) {
-    case stop_result::stopped: return "stopped";
-    case stop_result::no_execution: return "no_execution";
-    default: return "stopping";
-  }
-}
 
 // -- building blocks --------------------------------------------------------------
 
@@ -79,7 +70,7 @@ stop_result read_stop_result(const store& db, const stop_ticket& ticket) {
   auto stored = db.stop(ticket.request.id);
   if (!stored || !stored->handled)
     return stop_result::stopping;
-  return stored->result == "stopped" ? stop_result::stopped : stop_result::no_execution;
+  return stored->result;
 }
 
 caf::message make_stop_message(stop_reason reason, stop_mode mode) {

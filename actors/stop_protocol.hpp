@@ -49,17 +49,7 @@
 
 namespace canopy::core {
 
-// -- outcomes --------------------------------------------------------------------
-// (`stop_mode`, graceful or force, is in actors/execution/outcomes.hpp.)
-
-/// Where a stop request stands (SPEC §13 rules 10, 13, 19).
-enum class stop_result : uint8_t {
-  stopping,     ///< stored; its target has not settled yet
-  stopped,      ///< its target's snapshot is committed
-  no_execution, ///< there was nothing to stop, or its target ended otherwise
-};
-
-const char* to_string(stop_result x);
+// (`stop_mode` and `stop_result` are in persistence/outcomes.hpp.)
 
 /// A stop request and where it stands.
 struct stop_ticket {

@@ -3,7 +3,7 @@
 // The stop watcher: one per runtime. Every `stop_poll_interval` it reads the
 // stop registry and delivers requests stored by other processes to the
 // executions that live here (sets the target's halt token, then sends it
-// (stop_atom, "requested", force)), each request once. It polls
+// (stop_atom, `requested`, force)), each request once. It polls
 // only while an execution lives in this process: the directory wakes it when
 // the first one registers, and it stops ticking when it finds none.
 //

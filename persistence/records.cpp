@@ -42,6 +42,30 @@ void put_int(json& j, const char* key, int64_t v) {
     j[key] = v;
 }
 
+void put_reason(json& j, step_reason r) {
+  if (r != step_reason::none)
+    j["reason"] = to_string(r);
+}
+
+/// Reads a spelled enum at `key` when present. @throws on an unknown one.
+template <class Enum>
+void get_enum(const json& j, const char* key, Enum& out) {
+  auto i = j.find(key);
+  if (i == j.end() || i->is_null())
+    return;
+  if (!from_string(i->get<std::string>(), out))
+    throw std::runtime_error(std::string{"unknown "} + key);
+}
+
+/// Reads an event's status: a step's when the event names a step.
+event_status event_status_of(const json& j, const char* key, bool of_step) {
+  event_status x;
+  auto i = j.find(key);
+  if (i != j.end() && !i->is_null() && !from_string(i->get<std::string>(), of_step, x))
+    throw std::runtime_error("unknown status");
+  return x;
+}
+
 template <class F>
 auto decode(const char* what, F f) -> decltype(f()) {
   try {
@@ -91,7 +115,34 @@ bool is_terminal(execution_status x) {
          || x == execution_status::stopped;
 }
 
-bool reset_step_record(step_record& r, const std::string& reason, int64_t now) {
+const char* to_string(const event_status& x) {
+  if (auto e = std::get_if<execution_status>(&x))
+    return to_string(*e);
+  if (auto st = std::get_if<step_status>(&x))
+    return to_string(*st);
+  return "";
+}
+
+bool from_string(const std::string& s, bool of_step, event_status& x) {
+  if (s.empty()) {
+    x = std::monostate{};
+    return true;
+  }
+  if (of_step) {
+    step_status st;
+    if (!from_string(s, st))
+      return false;
+    x = st;
+    return true;
+  }
+  execution_status e;
+  if (!from_string(s, e))
+    return false;
+  x = e;
+  return true;
+}
+
+bool reset_step_record(step_record& r, step_reason reason, int64_t now) {
   if (!is_active(r.status))
     return false;
   r.status = step_status::pending;
@@ -106,7 +157,7 @@ json to_json(const execution_record& x) {
   json j = {{"id", x.id}, {"graph", x.graph}, {"status", to_string(x.status)},
             {"root", x.root_id}, {"depth", x.depth}, {"inputs", x.inputs},
             {"created", x.created_at}};
-  put_str(j, "reason", x.reason);
+  put_reason(j, x.reason);
   put_str(j, "error", x.error);
   put_str(j, "parent", x.parent_id);
   put_str(j, "pstep", x.parent_step);
@@ -132,7 +183,7 @@ caf::expected<execution_record> execution_from_json(const json& j) {
     x.graph = j.at("graph").get<std::string>();
     if (!from_string(j.at("status").get<std::string>(), x.status))
       throw std::runtime_error("unknown status");
-    get_to(j, "reason", x.reason);
+    get_enum(j, "reason", x.reason);
     get_to(j, "error", x.error);
     get_to(j, "parent", x.parent_id);
     get_to(j, "root", x.root_id);
@@ -164,7 +215,7 @@ json to_json(const step_record& x) {
     j["result"] = x.result;
   if (!x.error.is_null())
     j["error"] = x.error;
-  put_str(j, "reason", x.reason);
+  put_reason(j, x.reason);
   if (x.node != "local")
     j["node"] = x.node;
   put_str(j, "child", x.child_id);
@@ -188,7 +239,7 @@ caf::expected<step_record> step_from_json(const json& j) {
       x.result = *i;
     if (auto i = j.find("error"); i != j.end())
       x.error = *i;
-    get_to(j, "reason", x.reason);
+    get_enum(j, "reason", x.reason);
     get_to(j, "node", x.node);
     get_to(j, "child", x.child_id);
     get_to(j, "pid", x.pid);
@@ -204,12 +255,12 @@ caf::expected<step_record> step_from_json(const json& j) {
 // -- event ----------------------------------------------------------------------
 
 json to_json(const event_record& x) {
-  json j = {{"seq", x.seq}, {"time", x.time}, {"type", x.type}, {"ex", x.execution_id},
-            {"root", x.root_id}};
+  json j = {{"seq", x.seq}, {"time", x.time}, {"type", to_string(x.type)},
+            {"ex", x.execution_id}, {"root", x.root_id}};
   put_str(j, "parent", x.parent_id);
   put_str(j, "step", x.step);
-  put_str(j, "status", x.status);
-  put_str(j, "reason", x.reason);
+  put_str(j, "status", to_string(x.status));
+  put_reason(j, x.reason);
   if (!x.data.is_null())
     j["data"] = x.data;
   return j;
@@ -220,46 +271,66 @@ caf::expected<event_record> event_from_json(const json& j) {
     event_record x;
     x.seq = j.at("seq").get<uint64_t>();
     x.time = j.at("time").get<int64_t>();
-    x.type = j.at("type").get<std::string>();
+    if (!from_string(j.at("type").get<std::string>(), x.type))
+      throw std::runtime_error("unknown type");
     x.execution_id = j.at("ex").get<std::string>();
     get_to(j, "root", x.root_id);
     get_to(j, "parent", x.parent_id);
     get_to(j, "step", x.step);
-    get_to(j, "status", x.status);
-    get_to(j, "reason", x.reason);
+    x.status = event_status_of(j, "status", !x.step.empty());
+    get_enum(j, "reason", x.reason);
     if (auto i = j.find("data"); i != j.end())
       x.data = *i;
     return x;
   });
 }
 
-event_record make_event(const execution_record& rec, const char* type, int64_t time,
-                        const std::string& step, const std::string& status,
-                        const std::string& reason, json data) {
+event_record make_event(const execution_record& rec, event_type type, int64_t time,
+                        json data) {
   event_record e;
   e.time = time;
   e.type = type;
   e.execution_id = rec.id;
   e.root_id = rec.root_id;
   e.parent_id = rec.parent_id;
-  e.step = step;
-  e.status = status;
-  e.reason = reason;
   e.data = std::move(data);
   return e;
 }
 
+event_record make_execution_event(const execution_record& rec, event_type type, int64_t time,
+                                  execution_status status, step_reason reason, json data) {
+  auto e = make_event(rec, type, time, std::move(data));
+  e.status = status;
+  e.reason = reason;
+  return e;
+}
+
+event_record make_step_event(const execution_record& rec, event_type type, int64_t time,
+                             const std::string& step, json data) {
+  auto e = make_event(rec, type, time, std::move(data));
+  e.step = step;
+  return e;
+}
+
+event_record make_step_event(const execution_record& rec, event_type type, int64_t time,
+                             const std::string& step, step_status status, step_reason reason,
+                             json data) {
+  auto e = make_step_event(rec, type, time, step, std::move(data));
+  e.status = status;
+  e.reason = reason;
+  return e;
+}
+
 json event_document(const event_record& x) {
-  json j = {{"seq", x.seq}, {"time", to_rfc3339(x.time)}, {"type", x.type},
+  json j = {{"seq", x.seq}, {"time", to_rfc3339(x.time)}, {"type", to_string(x.type)},
             {"execution_id", x.execution_id}, {"root_id", x.root_id}};
   if (!x.parent_id.empty())
     j["parent_id"] = x.parent_id;
   if (!x.step.empty())
     j["step"] = x.step;
-  if (!x.status.empty())
-    j["status"] = x.status;
-  if (!x.reason.empty())
-    j["reason"] = x.reason;
+  if (!std::holds_alternative<std::monostate>(x.status))
+    j["status"] = to_string(x.status);
+  put_reason(j, x.reason);
   if (!x.data.is_null())
     j["data"] = x.data;
   return j;
@@ -280,7 +351,7 @@ caf::expected<stop_record> stop_from_json(const json& j) {
     x.target = j.at("target").get<std::string>();
     get_to(j, "force", x.force);
     get_to(j, "handled", x.handled);
-    get_to(j, "result", x.result);
+    get_enum(j, "result", x.result);
     get_to(j, "requested", x.requested_at);
     get_to(j, "handled_at", x.handled_at);
     get_to(j, "who", x.who);
@@ -293,7 +364,7 @@ json stop_document(const stop_record& x) {
           {"execution_id", x.target},
           {"mode", x.force ? "force" : "graceful"},
           {"status", x.handled ? "handled" : "requested"},
-          {"result", x.result.empty() ? json(nullptr) : json(x.result)},
+          {"result", x.handled ? json(to_string(x.result)) : json(nullptr)},
           {"requested_at", to_rfc3339(x.requested_at)},
           {"handled_at", x.handled_at == 0 ? json(nullptr) : json(to_rfc3339(x.handled_at))},
           {"who", x.who}};

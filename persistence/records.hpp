@@ -8,9 +8,12 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
+
+#include "persistence/outcomes.hpp"
 
 namespace canopy::core {
 
@@ -58,7 +61,7 @@ struct execution_record {
   std::string id;
   std::string graph;        ///< the graph's name
   execution_status status = execution_status::queued;
-  std::string reason;       ///< empty = none
+  step_reason reason = step_reason::none;
   std::string error;        ///< failure message, empty = none
   std::string parent_id;    ///< empty for a root
   std::string root_id;
@@ -100,7 +103,7 @@ struct step_record {
   int attempt = 0;          ///< attempts started so far (from 1 once started)
   json result;              ///< null until the step produced a result
   json error;               ///< null, or the failure message
-  std::string reason;       ///< why a stop or failure ended or reset it
+  step_reason reason = step_reason::none; ///< why a stop or failure ended or reset it
   std::string node = "local";
   std::string child_id;     ///< the child execution of a `graph` step
   int64_t pid = 0;          ///< process group of the running attempt (`run` steps)
@@ -127,19 +130,31 @@ struct step_record {
 /// wait with the same deadline.
 /// @returns true when `r` was active (and is now pending), false when it is
 ///          left as it was.
-bool reset_step_record(step_record& r, const std::string& reason, int64_t now);
+bool reset_step_record(step_record& r, step_reason reason, int64_t now);
+
+/// The status an event reports: its execution's, its step's, or none.
+using event_status = std::variant<std::monostate, execution_status, step_status>;
+
+/// @returns the spelling of the status `x` holds, "" for none.
+const char* to_string(const event_status& x);
+/// Parses an event's status: a step status when `of_step` (the event names
+/// a step), else an execution status; "" is none. @returns false when unknown.
+bool from_string(const std::string& s, bool of_step, event_status& x);
 
 /// One entry of the event log (SPEC §8). `seq` is assigned at commit.
 struct event_record {
   uint64_t seq = 0;
   int64_t time = 0;
-  std::string type;
+  event_type type = event_type::execution_started;
   std::string execution_id;
   std::string root_id;
   std::string parent_id;
   std::string step;
-  std::string status;
-  std::string reason;
+  /// The status the event leaves its execution (no `step`) or step in;
+  /// empty for events that change none (output, signals, stop requests,
+  /// agents).
+  event_status status;
+  step_reason reason = step_reason::none;
   json data;
 };
 
@@ -149,7 +164,7 @@ struct stop_record {
   std::string target;       ///< execution id
   bool force = false;
   bool handled = false;     ///< `requested` → `handled`
-  std::string result;       ///< once handled: "stopped" or "no_execution"
+  stop_result result = stop_result::stopping; ///< `stopping` until handled
   int64_t requested_at = 0;
   int64_t handled_at = 0;
   std::string who;          ///< requester, e.g. "cli:pid 4242" or "user:alice"
@@ -195,9 +210,9 @@ struct signal_record {
 struct subtree_stop {
   std::string target;        ///< its own records are written as usual, in the same batch
   std::string root_id;       ///< the tree (keys the event log)
-  /// The reason of target's direct children ("parent_stopped" or
-  /// "sibling_failed"); deeper executions get "parent_stopped".
-  std::string child_reason;
+  /// The reason of target's direct children (`parent_stopped` or
+  /// `sibling_failed`); deeper executions get `parent_stopped`.
+  step_reason child_reason = step_reason::none;
   int64_t time = 0;          ///< ended_at of every execution and step it ends
   uint64_t events = 0;       ///< how many events it stands for (given by the batch's writer)
   uint64_t first_seq = 0;    ///< assigned at commit
@@ -307,11 +322,21 @@ struct history_entry {
   int64_t time = 0;
 };
 
-/// An event about execution `rec` at `time` (`seq` is assigned at commit):
-/// every event of the log is built here.
-event_record make_event(const execution_record& rec, const char* type, int64_t time,
-                        const std::string& step = {}, const std::string& status = {},
-                        const std::string& reason = {}, json data = nullptr);
+/// The events of the log are built here. `seq` is assigned at commit.
+/// An event about execution `rec` at `time` that changes no status.
+event_record make_event(const execution_record& rec, event_type type, int64_t time,
+                        json data = nullptr);
+/// An event about execution `rec` that leaves it `status`.
+event_record make_execution_event(const execution_record& rec, event_type type, int64_t time,
+                                  execution_status status,
+                                  step_reason reason = step_reason::none, json data = nullptr);
+/// An event about step `step` of `rec` that changes no status (output, signals).
+event_record make_step_event(const execution_record& rec, event_type type, int64_t time,
+                             const std::string& step, json data = nullptr);
+/// An event about step `step` of `rec` that leaves it `status`.
+event_record make_step_event(const execution_record& rec, event_type type, int64_t time,
+                             const std::string& step, step_status status,
+                             step_reason reason = step_reason::none, json data = nullptr);
 
 // -- codecs --------------------------------------------------------------------
 

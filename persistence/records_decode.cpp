@@ -25,6 +25,24 @@ E enum_at(msgpack::reader& r, unsigned count) {
   return static_cast<E>(i);
 }
 
+/// An enum stored as its spelling; an unknown one is corrupt.
+template <class E>
+E spelled(msgpack::reader& r) {
+  E x{};
+  if (!from_string(std::string{r.raw_str()}, x))
+    throw msgpack::format_error("unknown value");
+  return x;
+}
+
+/// An event's status: a step's when the event names a step (`step` is read
+/// first: keys are in the order records_encode.cpp writes them).
+event_status event_status_at(msgpack::reader& r, bool of_step) {
+  event_status x;
+  if (!from_string(std::string{r.raw_str()}, of_step, x))
+    throw msgpack::format_error("unknown status");
+  return x;
+}
+
 /// Reads the map of a record: `field(reader, key, record)` reads the value
 /// of a key it knows and returns its bit in `required` (0 when optional), or
 /// returns `unknown` without reading, and the value is skipped. Unknown keys
@@ -138,7 +156,7 @@ caf::expected<execution_record> decode_execution(std::string_view bytes) {
           break;
         case 'r':
           if (k == "root") return x.root_id = r.str(), 0u;
-          if (k == "reason") return x.reason = r.str(), 0u;
+          if (k == "reason") return x.reason = spelled<step_reason>(r), 0u;
           break;
         case 's':
           if (k == "status") return x.status = enum_at<execution_status>(r, 6), 4u;
@@ -179,7 +197,7 @@ caf::expected<step_record> decode_step(std::string_view bytes) {
           break;
         case 'r':
           if (k == "result") return x.result = r.value(), 0u;
-          if (k == "reason") return x.reason = r.str(), 0u;
+          if (k == "reason") return x.reason = spelled<step_reason>(r), 0u;
           break;
         case 's':
           if (k == "step") return x.step = r.str(), 2u;
@@ -208,16 +226,16 @@ caf::expected<event_record> decode_event(std::string_view bytes) {
           break;
         case 'r':
           if (k == "root") return x.root_id = r.str(), 0u;
-          if (k == "reason") return x.reason = r.str(), 0u;
+          if (k == "reason") return x.reason = spelled<step_reason>(r), 0u;
           break;
         case 's':
           if (k == "seq") return x.seq = r.uinteger(), 1u;
           if (k == "step") return x.step = r.str(), 0u;
-          if (k == "status") return x.status = r.str(), 0u;
+          if (k == "status") return x.status = event_status_at(r, !x.step.empty()), 0u;
           break;
         case 't':
           if (k == "time") return x.time = r.integer(), 2u;
-          if (k == "type") return x.type = r.str(), 4u;
+          if (k == "type") return x.type = spelled<event_type>(r), 4u;
           break;
       }
       return unknown;
@@ -260,7 +278,7 @@ caf::expected<stop_record> decode_stop(std::string_view bytes) {
       if (k == "target") return x.target = r.str(), 2u;
       if (k == "force") return x.force = r.boolean(), 0u;
       if (k == "handled") return x.handled = r.boolean(), 0u;
-      if (k == "result") return x.result = r.str(), 0u;
+      if (k == "result") return x.result = spelled<stop_result>(r), 0u;
       if (k == "requested") return x.requested_at = r.integer(), 0u;
       if (k == "handled_at") return x.handled_at = r.integer(), 0u;
       if (k == "who") return x.who = r.str(), 0u;
@@ -359,7 +377,7 @@ caf::expected<subtree_stop> decode_subtree_stop(std::string_view bytes) {
     "subtree stop", bytes, 31, [](msgpack::reader& r, std::string_view k, subtree_stop& x) {
       if (k == "target") return x.target = r.str(), 1u;
       if (k == "root") return x.root_id = r.str(), 2u;
-      if (k == "reason") return x.child_reason = r.str(), 0u;
+      if (k == "reason") return x.child_reason = spelled<step_reason>(r), 0u;
       if (k == "time") return x.time = r.integer(), 4u;
       if (k == "events") return x.events = r.uinteger(), 8u;
       if (k == "first") return x.first_seq = r.uinteger(), 16u;

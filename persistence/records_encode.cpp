@@ -35,8 +35,8 @@ struct record_writer {
     w.key(k);
     return w;
   }
-  void str(std::string_view k, const std::string& v) { field(k).str(v); }
-  void str_if(std::string_view k, const std::string& v) {
+  void str(std::string_view k, std::string_view v) { field(k).str(v); }
+  void str_if(std::string_view k, std::string_view v) {
     if (!v.empty())
       str(k, v);
   }
@@ -111,7 +111,7 @@ std::string encode(const execution_record& x) {
   w.num_if("depth", x.depth);
   w.field("inputs").value(x.inputs);
   w.num("created", x.created_at);
-  w.str_if("reason", x.reason);
+  w.str_if("reason", to_string(x.reason));
   w.str_if("error", x.error);
   w.str_if("parent", x.parent_id);
   w.str_if("pstep", x.parent_step);
@@ -137,7 +137,7 @@ void write_step(record_writer& w, const step_record& x) {
   w.num_if("attempt", x.attempt);
   w.value_if("result", x.result);
   w.value_if("error", x.error);
-  w.str_if("reason", x.reason);
+  w.str_if("reason", to_string(x.reason));
   if (x.node != "local")
     w.str("node", x.node);
   w.str_if("child", x.child_id);
@@ -152,13 +152,13 @@ void write_step(record_writer& w, const step_record& x) {
 void write_event(record_writer& w, const event_record& x) {
   w.field("seq").uinteger(x.seq);
   w.num("time", x.time);
-  w.str("type", x.type);
+  w.str("type", to_string(x.type));
   w.str("ex", x.execution_id);
   w.str("root", x.root_id);
   w.str_if("parent", x.parent_id);
   w.str_if("step", x.step);
-  w.str_if("status", x.status);
-  w.str_if("reason", x.reason);
+  w.str_if("status", to_string(x.status));
+  w.str_if("reason", to_string(x.reason));
   w.value_if("data", x.data);
 }
 
@@ -211,7 +211,8 @@ std::string encode(const stop_record& x) {
   w.str("target", x.target);
   w.field("force").boolean(x.force);
   w.field("handled").boolean(x.handled);
-  w.str_if("result", x.result);
+  if (x.handled)
+    w.str("result", to_string(x.result));
   w.num("requested", x.requested_at);
   w.num_if("handled_at", x.handled_at);
   w.str_if("who", x.who);
@@ -275,7 +276,7 @@ std::string encode(const subtree_stop& x) {
   record_writer w;
   w.str("target", x.target);
   w.str("root", x.root_id);
-  w.str_if("reason", x.child_reason);
+  w.str_if("reason", to_string(x.child_reason));
   w.num("time", x.time);
   w.field("events").uinteger(x.events);
   w.field("first").uinteger(x.first_seq);

@@ -11,7 +11,7 @@ namespace {
 
 /// Appends `s` as a JSON string. Ids, names and reasons are canopy's own;
 /// anything else goes through `dump_json`, which sanitises UTF-8.
-void append_string(std::string& out, const std::string& s) {
+void append_string(std::string& out, std::string_view s) {
   bool plain = true;
   for (unsigned char c : s)
     if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) {
@@ -19,7 +19,7 @@ void append_string(std::string& out, const std::string& s) {
       break;
     }
   if (!plain) {
-    out += dump_json(json(s));
+    out += dump_json(json(std::string{s}));
     return;
   }
   out += '"';
@@ -43,11 +43,11 @@ struct object_writer {
     out += k;
     out += "\":";
   }
-  void str(const char* k, const std::string& v) {
+  void str(const char* k, std::string_view v) {
     key(k);
     append_string(out, v);
   }
-  void str_if(const char* k, const std::string& v) {
+  void str_if(const char* k, std::string_view v) {
     if (!v.empty())
       str(k, v);
   }
@@ -87,7 +87,7 @@ std::string encode_json(const execution_record& x) {
   w.key("inputs");
   w.out += x.inputs.is_object() && x.inputs.empty() ? std::string{"{}"} : dump_json(x.inputs);
   w.num("created", x.created_at);
-  w.str_if("reason", x.reason);
+  w.str_if("reason", to_string(x.reason));
   w.str_if("error", x.error);
   w.str_if("parent", x.parent_id);
   w.str_if("pstep", x.parent_step);
@@ -116,7 +116,7 @@ std::string encode_json(const step_record& x) {
   w.num("attempt", x.attempt);
   w.value_if("result", x.result);
   w.value_if("error", x.error);
-  w.str_if("reason", x.reason);
+  w.str_if("reason", to_string(x.reason));
   if (x.node != "local")
     w.str("node", x.node);
   w.str_if("child", x.child_id);
@@ -132,13 +132,13 @@ std::string encode_json(const event_record& x) {
   w.key("seq");
   w.out += std::to_string(x.seq);
   w.num("time", x.time);
-  w.str("type", x.type);
+  w.str("type", to_string(x.type));
   w.str("ex", x.execution_id);
   w.str("root", x.root_id);
   w.str_if("parent", x.parent_id);
   w.str_if("step", x.step);
-  w.str_if("status", x.status);
-  w.str_if("reason", x.reason);
+  w.str_if("status", to_string(x.status));
+  w.str_if("reason", to_string(x.reason));
   w.value_if("data", x.data);
   return w.finish();
 }
@@ -152,7 +152,8 @@ std::string encode_json(const stop_record& x) {
   w.out += x.force ? "true" : "false";
   w.key("handled");
   w.out += x.handled ? "true" : "false";
-  w.str_if("result", x.result);
+  if (x.handled)
+    w.str("result", to_string(x.result));
   w.num("requested", x.requested_at);
   w.num_if("handled_at", x.handled_at);
   w.str_if("who", x.who);

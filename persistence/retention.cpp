@@ -34,11 +34,14 @@ caf::expected<retention_rules> retention_from_json(const nlohmann::json& v,
   retention_rules out;
   for (auto& [key, value] : v.items()) {
     std::optional<millis> interval;
-    std::optional<millis>* slot = key == "completed"  ? &out.completed
-                                  : key == "failed"   ? &out.failed
-                                  : key == "stopped"  ? &out.stopped
-                                  : key == "interval" ? &interval
-                                                      : nullptr;
+    execution_status status = execution_status::queued;
+    bool terminal = from_string(key, status) && is_terminal(status);
+    std::optional<millis>* slot = !terminal                               ? nullptr
+                                  : status == execution_status::completed ? &out.completed
+                                  : status == execution_status::failed    ? &out.failed
+                                                                          : &out.stopped;
+    if (key == "interval")
+      slot = &interval;
     if (slot == nullptr)
       return make_error(persistence_errc::invalid_graph,
                         path + "/" + key

@@ -23,7 +23,7 @@ struct candidate {
   std::shared_ptr<const graph> g; ///< keeps `def` alive
   const wait_def* def = nullptr;
   step_status status = step_status::pending;
-  std::string reason;
+  step_reason reason = step_reason::none;
 };
 
 bool unfinished(const candidate& c) {
@@ -213,7 +213,7 @@ void add_received(write_batch& batch, const execution_record& target, signal_rec
   o.emplace("step", sig.step.empty() ? json(nullptr) : json(sig.step));
   o.emplace("fail", sig.failure);
   batch.events.push_back(
-    make_event(target, "signal.received", sig.received_at, {}, {}, {}, std::move(data)));
+    make_event(target, event_type::signal_received, sig.received_at, std::move(data)));
   batch.signals.push_back(std::move(sig));
 }
 
@@ -306,7 +306,7 @@ signal_decision decide_signal(const store& db, const signal_request& req,
       }
   if (target->status == execution_status::completed) {
     auto d = fail(signal_outcome::ended, "execution '" + target->id + "' completed");
-    d.status = "completed";
+    d.status = execution_status::completed;
     return d;
   }
   std::vector<const candidate*> open;
@@ -317,8 +317,10 @@ signal_decision decide_signal(const store& db, const signal_request& req,
     auto* c = allowed.back();
     auto d = fail(signal_outcome::ended, "the wait at step '" + c->path + "' is "
                                            + to_string(c->status)
-                                           + (c->reason.empty() ? "" : " (" + c->reason + ")"));
-    d.status = to_string(c->status);
+                                           + (c->reason == step_reason::none
+                                                ? ""
+                                                : std::string{" ("} + to_string(c->reason) + ")"));
+    d.status = c->status;
     d.reason = c->reason;
     return d;
   }

@@ -73,8 +73,8 @@ struct signal_decision {
   signal_record record;           ///< store: the new record (id set); replay: the stored one
   execution_record target;        ///< store: the execution it was sent to
   std::vector<std::string> steps; ///< ambiguous: the armed candidates' step paths
-  std::string status;             ///< ended: the status that ended it
-  std::string reason;             ///< ended: its reason, if any
+  event_status status;            ///< ended: the status that ended it
+  step_reason reason = step_reason::none; ///< ended: its reason, if any
 };
 
 /// Decides what becomes of `req` from what `db` stores now.

@@ -51,7 +51,7 @@
 // became `stopped` and each of their running/queued steps `pending` (the
 // exact rule, its walk and its events: store_subtree.hpp). At commit it gets
 // a reserved seq range [first_seq, first_seq + events) of the root's log, one
-// compact entry in `events` at its first seq (type "subtree.stopped", never
+// compact entry in `events` at its first seq (type `subtree.stopped`, never
 // shown: readers expand it) and its record in `subtrees`. Every read resolves
 // it: `execution`, `steps`, `list`, `live`, `agent_runs` and `tree_events`
 // return exactly what the per-node records and events would be, and the stop

@@ -25,13 +25,13 @@ namespace {
 const std::string empty_value;
 
 /// The `stop.requested` / `stop.handled` event of request `r` on `target`.
-event_record stop_event(const execution_record& target, const stop_record& r, const char* type,
-                        int64_t time) {
+event_record stop_event(const execution_record& target, const stop_record& r, int64_t time) {
   if (r.handled)
-    return make_event(target, type, time, {}, to_string(target.status), target.reason,
-                      {{"stop_id", r.id}});
-  return make_event(target, type, time, {}, {}, {},
-                    {{"stop_id", r.id}, {"mode", r.force ? "force" : "graceful"}, {"who", r.who}});
+    return make_execution_event(target, event_type::stop_handled, time, target.status,
+                                target.reason, {{"stop_id", r.id}});
+  auto mode = r.force ? stop_mode::force : stop_mode::graceful;
+  return make_event(target, event_type::stop_requested, time,
+                    {{"stop_id", r.id}, {"mode", to_string(mode)}, {"who", r.who}});
 }
 
 /// The one rule that answers stop requests (SPEC §4.1, §4.4, §13 rule 10): a
@@ -79,14 +79,15 @@ int settle_stops(MDB_txn* txn, const store_subtree::dbs& d, unsigned stops, unsi
       if (auto req = decode_stop(as_view(sv))) {
         req->handled = true;
         req->handled_at = now_ms();
-        req->result = target && target->status == execution_status::stopped ? "stopped"
-                                                                            : "no_execution";
+        req->result = target && target->status == execution_status::stopped
+                        ? stop_result::stopped
+                        : stop_result::no_execution;
         auto text = encode(*req);
         MDB_val nv = as_val(text);
         if ((rc = mdb_put(txn, stops, &sk, &nv, 0)) != 0)
           break;
         if (target)
-          out.push_back(stop_event(*target, *req, "stop.handled", req->handled_at));
+          out.push_back(stop_event(*target, *req, req->handled_at));
       }
     }
     if ((rc = mdb_cursor_del(cur, 0)) != 0)
@@ -336,12 +337,12 @@ void commit_txn::put_stop_requests(write_batch& b) {
       continue;
     stop_record r = x;
     r.handled = false;
-    r.result.clear();
+    r.result = stop_result::stopping;
     r.handled_at = 0;
     put(s_.stops_, r.id, encode(r));
     put(s_.pending_, pair_key(r.target, r.id), empty_value);
     if (auto target = load_execution(txn_, s_.executions_, r.target))
-      requested.push_back(stop_event(*target, r, "stop.requested", r.requested_at));
+      requested.push_back(stop_event(*target, r, r.requested_at));
     settle_.insert(r.target);
   }
   if (!requested.empty())
@@ -473,11 +474,11 @@ void commit_txn::delete_stop_of(std::string_view event) {
   // Only a `stop.requested` event names a request of its own (its
   // `stop.handled` names the same one): a substring test spares decoding
   // every other event of the tree.
-  static constexpr std::string_view requested = "stop.requested";
+  std::string_view requested = to_string(event_type::stop_requested);
   if (rc_ != 0 || event.find(requested) == std::string_view::npos)
     return;
   auto e = decode_event(event);
-  if (!e || e->type != requested || !e->data.is_object())
+  if (!e || e->type != event_type::stop_requested || !e->data.is_object())
     return;
   auto id = e->data.find("stop_id");
   if (id == e->data.end() || !id->is_string())

@@ -14,8 +14,6 @@ using namespace store_lmdb;
 
 namespace {
 
-const std::string parent_stopped = "parent_stopped";
-
 /// Executions a materialisation writes together (see `materialize`): a few
 /// ms of writing, the longest a write waits for it to give way (at most
 /// 6.6 ms measured at 111,111 executions).
@@ -106,7 +104,7 @@ std::optional<subtree_stop> from_compact_entry(const event_record& e) {
 
 // -- resolution -----------------------------------------------------------------------
 
-void resolve_execution(execution_record& rec, const std::string& reason, int64_t time) {
+void resolve_execution(execution_record& rec, step_reason reason, int64_t time) {
   rec.status = execution_status::stopped;
   rec.reason = reason;
   rec.ended_at = time;
@@ -136,20 +134,22 @@ uint64_t expand_each(MDB_txn* txn, const dbs& d, const subtree_stop& s, bool rec
   walk(txn, d, s, [&](execution_record& rec, bool direct) {
     steps.clear();
     events.clear();
-    auto& reason = direct ? s.child_reason : parent_stopped;
+    auto reason = direct ? s.child_reason : step_reason::parent_stopped;
     resolve_execution(rec, reason, s.time);
     auto prefix = rec.id + '\0';
     scan_prefix(txn, d.steps, prefix, prefix, [&](const MDB_val&, const MDB_val& v) {
       auto step = decode_step(as_view(v));
       if (!step || !reset_step_record(*step, reason, s.time))
         return true;
-      add(make_event(rec, "step.pending", s.time, step->step, "pending", reason));
+      add(make_step_event(rec, event_type::step_pending, s.time, step->step,
+                          step_status::pending, reason));
       if (records)
         steps.push_back(std::move(*step));
       return true;
     });
-    add(make_event(rec, "execution.stopped", s.time, {}, "stopped", reason,
-                   rec.error.empty() ? json(nullptr) : json{{"error", rec.error}}));
+    add(make_execution_event(rec, event_type::execution_stopped, s.time,
+                             execution_status::stopped, reason,
+                             rec.error.empty() ? json(nullptr) : json{{"error", rec.error}}));
     return f(rec, steps, events);
   });
   return n;
@@ -246,14 +246,14 @@ std::optional<resolver::coverage> resolver::covering(const execution_record& rec
   if (target.empty())
     return std::nullopt;
   auto s = stop_of(rec.root_id, target);
-  return coverage{s, rec.parent_id == target ? &s->child_reason : &parent_stopped};
+  return coverage{s, rec.parent_id == target ? s->child_reason : step_reason::parent_stopped};
 }
 
 bool resolver::resolve(execution_record& rec) {
   auto c = covering(rec);
   if (!c)
     return false;
-  resolve_execution(rec, *c->reason, c->stop->time);
+  resolve_execution(rec, c->reason, c->stop->time);
   return true;
 }
 
@@ -272,7 +272,7 @@ void resolver::resolve_steps(const std::string& id, std::vector<step_record>& st
   if (!c)
     return;
   for (auto& s : steps)
-    reset_step_record(s, *c->reason, c->stop->time);
+    reset_step_record(s, c->reason, c->stop->time);
 }
 
 // -- materialisation ------------------------------------------------------------------

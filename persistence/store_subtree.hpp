@@ -35,7 +35,7 @@ namespace canopy::core::store_subtree {
 
 /// The type of the compact entry in the event log. Never shown: every reader
 /// of the log expands it (`tree_events`).
-inline constexpr const char* compact_type = "subtree.stopped";
+inline constexpr event_type compact_type = event_type::subtree_stopped;
 
 /// The databases the compact snapshot reads and writes.
 struct dbs {
@@ -60,7 +60,7 @@ event_record compact_entry(const subtree_stop& s);
 std::optional<subtree_stop> from_compact_entry(const event_record& e);
 
 /// Resolves a covered execution's record in place (see the top of this file).
-void resolve_execution(execution_record& rec, const std::string& reason, int64_t time);
+void resolve_execution(execution_record& rec, step_reason reason, int64_t time);
 
 /// What a subtree_stop stands for, in walk order.
 struct expansion {
@@ -104,7 +104,7 @@ public:
   /// What covers an execution (valid as long as the resolver).
   struct coverage {
     const subtree_stop* stop = nullptr;
-    const std::string* reason = nullptr; ///< its resolved reason
+    step_reason reason = step_reason::none; ///< its resolved reason
   };
 
   /// The coverage of stored execution `rec`: nothing when `rec` is terminal

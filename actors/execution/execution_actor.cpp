@@ -16,10 +16,6 @@ namespace canopy::core {
 
 const char* execution_shell_state::name = "execution";
 
-caf::error make_stop(step_reason reason, stop_mode mode) {
-  return make_stop(std::string{to_string(reason)}, mode == stop_mode::force);
-}
-
 std::shared_ptr<const machine_env> make_machine_env(const execution_services& svc) {
   auto env = std::make_shared<machine_env>();
   env->node_name = svc.node_name;
@@ -37,7 +33,7 @@ std::shared_ptr<const machine_env> make_machine_env(const execution_services& sv
 
 namespace {
 
-/// A stop reason from a message or an exit reason (unknown: `requested`).
+/// The stop reason of a stop message (unknown: `requested`).
 step_reason reason_of(const std::string& s) {
   step_reason r = step_reason::requested;
   from_string(s, r);
@@ -342,12 +338,11 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
     // their down carries); a stop exit reason only ever comes from above
     // (the parent, or the runtime for a root).
     auto& st = self->state;
-    std::string reason;
-    bool force = false;
+    stop_reason reason = stop_reason::requested;
+    stop_mode mode = stop_mode::graceful;
     bool from_parent = st.parent && msg.source == st.parent.address();
-    if (is_stop(msg.reason, reason, force))
-      st.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful,
-                 from_parent, now_ms());
+    if (is_stop(msg.reason, reason, mode))
+      st.m->stop(reason, mode, from_parent, now_ms());
     else if (from_parent && is(msg.reason, persistence_errc::fenced))
       // Its tree was taken over by another process: end every step now and
       // write nothing (stopped from above, it hands its state to its parent,

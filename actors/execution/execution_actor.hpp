@@ -206,7 +206,4 @@ stored_graph to_stored(const graph& g);
 /// (`svc.child_options`) with its functions and tools.
 parse_options run_time_parse_options(const execution_services& svc, int depth, int max_depth);
 
-/// The exit reason that stops a worker with `reason` in `mode`.
-caf::error make_stop(step_reason reason, stop_mode mode);
-
 } // namespace canopy::core

@@ -106,7 +106,7 @@ execution_machine::execution_machine(std::shared_ptr<const machine_env> env, mac
       s.result = std::move(r.result);
     } else if (r.status == step_status::skipped) {
       s.phase = step_phase::skipped; // final: never decided again
-      from_string(r.reason, s.reason);
+      s.reason = r.reason;
       ++skipped_;
     }
   }
@@ -144,7 +144,7 @@ void execution_machine::start(int64_t now) {
   }
   phase_ = exec_phase::running;
   rec_.status = execution_status::running;
-  rec_.reason.clear();
+  rec_.reason = step_reason::none;
   rec_.error.clear();
   rec_.outputs = nullptr;
   rec_.ended_at = 0;
@@ -156,7 +156,8 @@ void execution_machine::start(int64_t now) {
     auto left = g_->limits.deadline->count() - scope_->run_ms();
     effects_.emplace_back(fx::timer{timer_kind::deadline, 0, 0, std::max<int64_t>(0, left), 0});
   }
-  emit(resumed ? "execution.resumed" : "execution.started", now, {}, "running");
+  emit(resumed ? event_type::execution_resumed : event_type::execution_started, now,
+       execution_status::running);
   put_execution();
   pump(now);
   flush();

@@ -364,9 +364,14 @@ public:
 private:
   // -- records (machine_records.cpp) --
   write_batch& batch_or_new();
-  void emit(const char* type, int64_t now, const std::string& step = {},
-            const std::string& status = {}, const std::string& reason = {},
-            json data = nullptr);
+  /// Adds an event about the execution that leaves it `status`.
+  void emit(event_type type, int64_t now, execution_status status,
+            step_reason reason = step_reason::none, json data = nullptr);
+  /// Adds an event about step `step` that leaves it `status`.
+  void emit_step(event_type type, int64_t now, const std::string& step, step_status status,
+                 step_reason reason = step_reason::none, json data = nullptr);
+  /// Adds an event about step `step` that changes no status (output, signals).
+  void emit_note(event_type type, int64_t now, const std::string& step, json data);
   void put_step(uint32_t idx);
   /// `{"attempt": attempt}`, the data of `step.started` (built without an
   /// initializer list: once per step).

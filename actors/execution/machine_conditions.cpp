@@ -44,7 +44,7 @@ void execution_machine::skip_step(uint32_t idx, step_reason reason, int64_t now)
   s.error = nullptr;
   s.result = nullptr;
   ++skipped_;
-  emit("step.skipped", now, g_->steps[idx].id, "skipped", to_string(reason));
+  emit_step(event_type::step_skipped, now, g_->steps[idx].id, step_status::skipped, reason);
   put_step(idx);
   batch_completed_.push_back(idx); // its dependents are decided once it is durable
 }

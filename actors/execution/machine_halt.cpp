@@ -92,8 +92,8 @@ void execution_machine::begin_halt(execution_status final_status, step_reason re
   // to `stopped` in the one snapshot.
   if (final_status == execution_status::stopped && !from_above_) {
     rec_.status = execution_status::stopping;
-    rec_.reason = to_string(reason);
-    emit("execution.stopping", now, {}, "stopping", rec_.reason);
+    rec_.reason = reason;
+    emit(event_type::execution_stopping, now, execution_status::stopping, rec_.reason);
     put_execution();
   }
   // One allocation for the exits below, not one per doubling (an effect is
@@ -145,7 +145,7 @@ bool execution_machine::reset_to_pending(uint32_t idx, step_reason reason, int64
                                          json event_data) {
   if (!reset_in_memory(idx, reason, now))
     return false;
-  emit("step.pending", now, g_->steps[idx].id, "pending", to_string(reason),
+  emit_step(event_type::step_pending, now, g_->steps[idx].id, step_status::pending, reason,
        std::move(event_data));
   put_step(idx);
   return true;
@@ -166,14 +166,14 @@ void execution_machine::try_complete_halt(int64_t now) {
   for (uint32_t i = 0; i < steps_.size(); ++i)
     reset_to_pending(i, step_reason_, now);
   rec_.status = final_status_;
-  rec_.reason = to_string(final_reason_);
+  rec_.reason = final_reason_;
   rec_.error = error_;
   rec_.ended_at = now;
   rec_.outputs = nullptr;
   stop_clock(now);
-  auto type = final_status_ == execution_status::failed ? "execution.failed"
-                                                        : "execution.stopped";
-  emit(type, now, {}, to_string(final_status_), rec_.reason,
+  auto type = final_status_ == execution_status::failed ? event_type::execution_failed
+                                                        : event_type::execution_stopped;
+  emit(type, now, final_status_, rec_.reason,
        error_.empty() ? json(nullptr) : json{{"error", error_}});
   // The store answers the stop requests of every execution this snapshot
   // ends (`stop.handled`), in the same transaction.
@@ -187,7 +187,7 @@ void execution_machine::try_complete_halt(int64_t now) {
     subtree_stop ss;
     ss.target = rec_.id;
     ss.root_id = rec_.root_id;
-    ss.child_reason = to_string(child_reason());
+    ss.child_reason = child_reason();
     ss.time = now;
     ss.events = stopped_below_;
     batch_or_new().subtree_stops.push_back(std::move(ss));
@@ -210,7 +210,7 @@ void execution_machine::complete_halt_compactly(int64_t now) {
     events += reset_in_memory(i, step_reason_, now) ? 1 : 0;
   stopped_below_ += events;
   rec_.status = execution_status::stopped;
-  rec_.reason = to_string(final_reason_);
+  rec_.reason = final_reason_;
   rec_.ended_at = now;
   rec_.outputs = nullptr;
   stop_clock(now);

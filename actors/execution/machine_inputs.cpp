@@ -53,7 +53,7 @@ void execution_machine::output(uint32_t idx, int32_t attempt, json lines, int64_
   if (phase_ == exec_phase::done || !current(idx, attempt))
     return;
   for (auto& l : lines)
-    emit("step.output", now, g_->steps[idx].id, {}, {}, std::move(l));
+    emit_note(event_type::step_output, now, g_->steps[idx].id, std::move(l));
   flush();
 }
 
@@ -71,7 +71,7 @@ void execution_machine::signalled(uint32_t idx, int32_t attempt, int signal, int
   d.emplace("signal", signal_name(signal));
   d.emplace("next", next != 0 ? json(signal_name(next)) : json(nullptr));
   d.emplace("next_in_ms", next != 0 ? json(next_in_ms) : json(nullptr));
-  emit("step.signalled", now, g_->steps[idx].id, {}, {}, std::move(data));
+  emit_note(event_type::step_signalled, now, g_->steps[idx].id, std::move(data));
   flush();
 }
 

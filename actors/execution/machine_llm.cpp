@@ -88,7 +88,7 @@ void execution_machine::queue_llm(uint32_t idx, int64_t now) {
   s.reason = step_reason::none;
   s.ticket = next_ticket_++;
   s.held |= held_own_pool;
-  emit("step.queued", now, g_->steps[idx].id, "queued");
+  emit_step(event_type::step_queued, now, g_->steps[idx].id, step_status::queued);
   put_step(idx);
   effects_.emplace_back(fx::acquire_slot{s.ticket, own_pool(idx)});
 }

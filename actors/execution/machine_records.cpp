@@ -10,10 +10,21 @@ write_batch& execution_machine::batch_or_new() {
   return *batch_;
 }
 
-void execution_machine::emit(const char* type, int64_t now, const std::string& step,
-                             const std::string& status, const std::string& reason, json data) {
+void execution_machine::emit(event_type type, int64_t now, execution_status status,
+                             step_reason reason, json data) {
   batch_or_new().events.push_back(
-    make_event(rec_, type, now, step, status, reason, std::move(data)));
+    make_execution_event(rec_, type, now, status, reason, std::move(data)));
+}
+
+void execution_machine::emit_step(event_type type, int64_t now, const std::string& step,
+                                  step_status status, step_reason reason, json data) {
+  batch_or_new().events.push_back(
+    make_step_event(rec_, type, now, step, status, reason, std::move(data)));
+}
+
+void execution_machine::emit_note(event_type type, int64_t now, const std::string& step,
+                                  json data) {
+  batch_or_new().events.push_back(make_step_event(rec_, type, now, step, std::move(data)));
 }
 
 json execution_machine::attempt_data(int attempt) {
@@ -52,7 +63,7 @@ step_record execution_machine::step_record_of(uint32_t idx) const {
   r.attempt = s.attempt;
   r.result = s.result; // a completed step's result, or a failed attempt's output
   r.error = s.error;
-  r.reason = to_string(s.reason);
+  r.reason = s.reason;
   r.node = s.node;
   r.child_id = s.child_id;
   r.pid = s.pid;
@@ -106,7 +117,7 @@ void execution_machine::append_history(int64_t now) {
   b.history.push_back(std::move(in));
   b.history.push_back(std::move(out));
   b.events.push_back(
-    make_event(rec_, "agent.reply", now, {}, {}, {}, {{"agent", rec_.agent}, {"reply", reply}}));
+    make_event(rec_, event_type::agent_reply, now, {{"agent", rec_.agent}, {"reply", reply}}));
 }
 
 void execution_machine::stop_clock(int64_t now) {

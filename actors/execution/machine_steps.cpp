@@ -116,9 +116,7 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
   }
   if (auto refused = scope_->charge(def.cost + call.reserved)) {
     blocked_ = true;
-    step_reason why = step_reason::max_steps;
-    from_string(refused->reason, why);
-    stop_owner(refused->owner, why, now);
+    stop_owner(refused->owner, refused->reason, now);
     return false;
   }
   scope_dirty_ = true;
@@ -177,7 +175,7 @@ bool execution_machine::start_step(uint32_t idx, int64_t now) {
       // Ask the agent for a turn; the step waits `queued`.
       s.phase = step_phase::waiting_turn;
       s.reason = step_reason::none;
-      emit("step.queued", now, def.id, "queued");
+      emit_step(event_type::step_queued, now, def.id, step_status::queued);
       put_step(idx);
       effects_.emplace_back(fx::request_turn{idx, s.attempt});
       break;
@@ -204,7 +202,8 @@ void execution_machine::start_fn(uint32_t idx, int64_t now) {
   if (name == "noop" || name == "echo" || name == "fail")
     // Instant: the record is written once, at the end; the event still says
     // that the step started.
-    emit("step.started", now, def.id, "running", {}, attempt_data(s.attempt));
+    emit_step(event_type::step_started, now, def.id, step_status::running, step_reason::none,
+              attempt_data(s.attempt));
   if (name == "noop")
     return complete_step(idx, json::object(), now);
   if (name == "echo")
@@ -274,7 +273,7 @@ void execution_machine::enqueue(uint32_t idx, const tool_def* tool,
   s.ticket = next_ticket_++;
   if (own_pool(idx).kind != fx::pool_ref::of::node)
     s.held |= held_own_pool;
-  emit("step.queued", now, g_->steps[idx].id, "queued");
+  emit_step(event_type::step_queued, now, g_->steps[idx].id, step_status::queued);
   put_step(idx);
   if (env_->has_cluster) {
     s.held |= held_place;
@@ -343,7 +342,7 @@ bool execution_machine::spawn_child(uint32_t idx, child_launch c, uint64_t turn,
   if (!c.queued.empty())
     batch_or_new().append(std::move(c.queued));
   if (next) {
-    emit("step.iteration", now, def.id, "running", {},
+    emit_step(event_type::step_iteration, now, def.id, step_status::running, step_reason::none,
          {{"iteration", iteration(idx)}, {"child_id", s.child_id}});
     put_step(idx);
   } else {
@@ -378,7 +377,8 @@ void execution_machine::mark_running(uint32_t idx, step_phase phase, int64_t now
     s.started_at = now; // waited for a slot: running starts now
   s.phase = phase;
   s.reason = step_reason::none;
-  emit("step.started", now, g_->steps[idx].id, "running", {}, attempt_data(s.attempt));
+  emit_step(event_type::step_started, now, g_->steps[idx].id, step_status::running,
+            step_reason::none, attempt_data(s.attempt));
   put_step(idx);
 }
 
@@ -392,7 +392,7 @@ void execution_machine::complete_step(uint32_t idx, json result, int64_t now) {
   s.error = nullptr;
   s.reason = step_reason::none;
   s.result = std::move(result); // what references to it resolve to from now on
-  emit("step.completed", now, id, "completed");
+  emit_step(event_type::step_completed, now, id, step_status::completed);
   put_step(idx);
   batch_completed_.push_back(idx);
 }
@@ -413,7 +413,7 @@ void execution_machine::fail_attempt(uint32_t idx, const std::string& error, jso
     auto delay = retry_delay(def, s.attempt);
     s.phase = step_phase::retry_wait;
     s.reason = step_reason::retry;
-    emit("step.retry", now, def.id, "pending", "retry",
+    emit_step(event_type::step_retry, now, def.id, step_status::pending, step_reason::retry,
          {{"attempt", s.attempt}, {"error", error}, {"delay_ms", delay.count()}});
     put_step(idx);
     effects_.emplace_back(fx::timer{timer_kind::retry, idx, s.attempt, delay.count(), 0});
@@ -422,7 +422,7 @@ void execution_machine::fail_attempt(uint32_t idx, const std::string& error, jso
   s.phase = step_phase::failed;
   s.reason = why;
   s.deadline = 0; // a new attempt (a resume) waits afresh
-  emit("step.failed", now, def.id, "failed", to_string(why), {{"error", error}});
+  emit_step(event_type::step_failed, now, def.id, step_status::failed, why, {{"error", error}});
   put_step(idx);
   if (phase_ < exec_phase::halting) {
     error_ = "step '" + def.id + "' failed: " + error;
@@ -461,14 +461,15 @@ void execution_machine::finish(int64_t now) {
   if (outputs) {
     rec_.status = execution_status::completed;
     rec_.outputs = std::move(*outputs);
-    emit("execution.completed", now, {}, "completed");
+    emit(event_type::execution_completed, now, execution_status::completed);
     if (!rec_.agent.empty())
       append_history(now);
   } else {
     rec_.status = execution_status::failed;
-    rec_.reason = "step_failed";
+    rec_.reason = step_reason::step_failed;
     rec_.error = "outputs: " + message_of(outputs.error());
-    emit("execution.failed", now, {}, "failed", "step_failed", {{"error", rec_.error}});
+    emit(event_type::execution_failed, now, execution_status::failed, step_reason::step_failed,
+         {{"error", rec_.error}});
   }
   put_execution();
   flush(after_write::report);

@@ -42,7 +42,8 @@ void execution_machine::start_wait(uint32_t idx, int64_t now) {
   d.emplace("signal", w.signal);
   d.emplace("deadline", s.deadline != 0 ? json(to_rfc3339(s.deadline)) : json(nullptr));
   d.emplace("prompt", prompt.empty() ? json(nullptr) : json(prompt));
-  emit("step.waiting", now, def.id, "waiting", {}, std::move(data));
+  emit_step(event_type::step_waiting, now, def.id, step_status::waiting, step_reason::none,
+            std::move(data));
   put_step(idx);
   effects_.emplace_back(fx::arm_wait{idx, s.attempt, w.signal});
 }
@@ -87,13 +88,15 @@ bool execution_machine::signal_offered(uint32_t idx, int32_t attempt, const sign
   d.emplace("signal_id", sig.id);
   d.emplace("name", sig.name);
   d.emplace("by", sig.who);
-  emit("signal.consumed", now, def.id, {}, {}, std::move(data));
+  emit_note(event_type::signal_consumed, now, def.id, std::move(data));
   batch_or_new().signals.push_back(std::move(taken));
   // The write that consumes it answers the offer: it is the one that ends
   // the step (a failure's ends the execution too, whose actor then quits).
   reply_pending_ = true;
   if (sig.failure) {
-    fail_attempt(idx, sig.message.empty() ? std::string{"rejected"} : "rejected: " + sig.message,
+    fail_attempt(idx, sig.message.empty() ? std::string{to_string(step_reason::rejected)}
+                                          : std::string{to_string(step_reason::rejected)} + ": "
+                                              + sig.message,
                  nullptr, now, step_reason::rejected);
   } else {
     json result(json::value_t::object);

@@ -35,7 +35,8 @@ write_batch make_queued_batch(const execution_record& rec, const graph& g) {
   write_batch b;
   b.executions.push_back(rec);
   b.encoded_graphs.emplace_back(rec.id, encode_graph(g.document, g.base_dir, g.files));
-  b.events.push_back(make_event(rec, "execution.queued", now_ms(), {}, "queued"));
+  b.events.push_back(make_execution_event(rec, event_type::execution_queued, now_ms(),
+                                          execution_status::queued));
   if (rec.id == rec.root_id) {
     b.lease.root = rec.id;
     b.lease.acquire = true; // of a tree never leased: epoch 0

@@ -273,7 +273,7 @@ void start_remote(execution_shell* self, fx::spawn_runner& e) {
       [=](caf::actor& runner) {
         auto& st = self->state;
         if (!st.m->remote_started(idx, attempt)) {
-          self->send_exit(runner, make_stop("node_lost", true));
+          self->send_exit(runner, make_stop(stop_reason::node_lost, stop_mode::force));
           return;
         }
         self->link_to(runner);

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "actors/agent_actor.hpp"
+#include "actors/agent_runs.hpp"
 #include "actors/execution/shell.hpp"
 #include "actors/messages.hpp"
 #include "persistence/conversation.hpp"
@@ -87,7 +87,7 @@ child_launch make_child(const execution_services& svc, const execution_machine& 
     out.queued = make_queued_batch(r, *g);
     if (!agent.empty())
       out.queued.events.push_back(make_agent_event(
-        r, "agent.message",
+        r, event_type::agent_message,
         {{"agent", agent}, {"message", r.inputs.value("message", json{})},
          {"who", "execution:" + parent.id + "/" + def.id}}));
   }

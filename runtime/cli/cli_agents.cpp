@@ -79,26 +79,17 @@ std::shared_ptr<const graph> load_agent_graph(const std::string& file, bool for_
   return parsed.value;
 }
 
-/// How a message ended, from the library (`agent_reply`) or the server.
-struct message_outcome {
-  std::string status;
-  std::string reason;
-  json reply;
-  std::string execution_id;
-  std::string error;
-};
-
 /// Prints the outcome of `agent send` and @returns its exit code: 0
 /// completed, 3 stopped or cancelled, 1 failed or busy. `resume_hint`
 /// gives the command that resumes a run of that id.
-int report_message(const std::string& name, const message_outcome& r, bool as_json,
+int report_message(const std::string& name, const agent_reply& r, bool as_json,
                    const std::function<std::string(const std::string&)>& resume_hint) {
   if (as_json) {
     json out = {{"reply", r.reply},
                 {"execution_id", r.execution_id.empty() ? json() : json(r.execution_id)},
-                {"status", r.status}};
-    if (!r.reason.empty())
-      out["reason"] = r.reason;
+                {"status", to_string(r.status)}};
+    if (r.reason != step_reason::none)
+      out["reason"] = to_string(r.reason);
     if (!r.error.empty())
       out["error"] = r.error;
     std::cout << out.dump() << "\n";
@@ -107,7 +98,7 @@ int report_message(const std::string& name, const message_outcome& r, bool as_js
     if (!r.execution_id.empty())
       std::cerr << "resume with: " << resume_hint(r.execution_id) << "\n";
   };
-  if (r.status == "completed") {
+  if (r.status == reply_status::completed) {
     if (!as_json) {
       auto text = content_text(r.reply);
       std::cout << text;
@@ -116,23 +107,25 @@ int report_message(const std::string& name, const message_outcome& r, bool as_js
     }
     return exit_completed;
   }
-  if (r.status == "busy") {
+  if (r.status == reply_status::busy) {
     std::cerr << "agent " << name << " is busy\n";
     return exit_failed;
   }
-  if (r.status == "cancelled") {
+  if (r.status == reply_status::cancelled) {
     std::cerr << "the message to agent " << name << " was cancelled"
               << (r.error.empty() ? std::string{} : ": " + r.error) << "\n";
     return exit_stopped;
   }
-  std::cerr << r.status << (r.reason.empty() ? std::string{} : " (" + r.reason + ")");
+  std::cerr << to_string(r.status)
+            << (r.reason == step_reason::none ? std::string{}
+                                              : std::string{" ("} + to_string(r.reason) + ")");
   if (!r.execution_id.empty())
     std::cerr << ": " << r.execution_id;
   std::cerr << "\n";
   if (!r.error.empty())
     std::cerr << "error: " << r.error << "\n";
   hint();
-  return r.status == "stopped" ? exit_stopped : exit_failed;
+  return r.status == reply_status::stopped ? exit_stopped : exit_failed;
 }
 
 int cmd_agent_create(const global_options& g, const agent_options& o) {
@@ -177,9 +170,9 @@ int cmd_agent_send(const global_options& g, const agent_options& o) {
       // The run may not be stored yet: ask again until it was cancelled or
       // the send is over.
       while (!over) {
-        caf::expected<std::string> res{std::string{}};
+        caf::expected<cancel_result> res{cancel_result::no_execution};
         std::thread([&] { res = rt.cancel_agent(local_owner, o.name, who, millis{0}); }).join();
-        if (!res || *res == "cancelled")
+        if (!res || *res == cancel_result::cancelled)
           return;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
@@ -196,10 +189,8 @@ int cmd_agent_send(const global_options& g, const agent_options& o) {
   guard.finish();
   if (!reply)
     return agent_fail(o.name, reply.error());
-  message_outcome m{reply->status, reply->reason, reply->reply, reply->execution_id,
-                    reply->error};
   auto home = rt.db()->home();
-  return report_message(o.name, m, o.json, [&](const std::string& id) {
+  return report_message(o.name, *reply, o.json, [&](const std::string& id) {
     return "canopy --home " + home + " resume " + id;
   });
 }
@@ -213,7 +204,7 @@ int cmd_agent_cancel(const global_options& g, const agent_options& o) {
                                  millis{static_cast<int64_t>(wait_s * 1000)});
   if (!res)
     return agent_fail(o.name, res.error());
-  std::cout << *res << "\n";
+  std::cout << to_string(*res) << "\n";
   return exit_completed;
 }
 
@@ -313,10 +304,8 @@ int remote_agent_send(const remote_options& r, const agent_options& o) {
   guard.finish();
   if (!answer)
     return fail(answer.error());
-  message_outcome m{answer->status, answer->reason, answer->reply, answer->execution_id,
-                    answer->error};
   auto url = api->options().server.text();
-  return report_message(o.name, m, o.json, [&](const std::string& id) {
+  return report_message(o.name, *answer, o.json, [&](const std::string& id) {
     return "POST " + url + "/v1/executions/" + id + "/resume";
   });
 }
@@ -331,7 +320,7 @@ int remote_agent_cancel(const remote_options& r, const agent_options& o) {
   auto res = api->cancel_agent(o.name, wait);
   if (!res)
     return fail(res.error());
-  std::cout << *res << "\n";
+  std::cout << to_string(*res) << "\n";
   return exit_completed;
 }
 

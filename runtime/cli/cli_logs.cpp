@@ -84,8 +84,9 @@ public:
         auto kind = text_of(step, "kind");
         s.prefixed_ = kind == "graph" || kind == "plan" || kind == "agent"
                       || !text_of(step, "child_id").empty();
-        auto status = text_of(step, "status");
-        s.settled_ = status == "completed" || status == "failed";
+        auto status = step_status::pending;
+        from_string(text_of(step, "status"), status);
+        s.settled_ = status == step_status::completed || status == step_status::failed;
         s.target_ = labelled + name;
         return s;
       }
@@ -110,7 +111,7 @@ public:
   /// selected. A model's text (`stream: "model"`) comes in pieces: they are
   /// joined, and printed by whole lines, the rest once its step ends.
   std::optional<std::string> line(const event_record& e) {
-    if (e.type != "step.output" || !e.data.is_object())
+    if (e.type != event_type::step_output || !e.data.is_object())
       return std::nullopt;
     if (!stream_.empty() && text_of(e.data, "stream") != stream_)
       return std::nullopt;
@@ -131,8 +132,8 @@ public:
 
   /// The rest of a model's text once its step ended (see `line`), or nullopt.
   std::optional<std::string> ended(const event_record& e) {
-    if (model_.empty() || e.step.empty() || e.type == "step.output"
-        || e.type.rfind("step.", 0) != 0)
+    if (model_.empty() || e.step.empty() || e.type == event_type::step_output
+        || family_of(e.type) != event_family::step)
       return std::nullopt;
     auto label = label_of(e);
     if (!label)
@@ -178,13 +179,13 @@ public:
   /// Follows the chosen step's life: it settles with `step.completed` or
   /// `step.failed` and is live again when it starts over (a retry, a resume).
   void observe(const event_record& e) {
-    if (target_.empty() || e.step.empty() || e.type.rfind("step.", 0) != 0
-        || e.type == "step.output")
+    if (target_.empty() || e.step.empty() || family_of(e.type) != event_family::step
+        || e.type == event_type::step_output)
       return;
     auto label = label_of(e);
     if (!label || *label != target_)
       return;
-    settled_ = e.type == "step.completed" || e.type == "step.failed";
+    settled_ = e.type == event_type::step_completed || e.type == event_type::step_failed;
   }
 
   /// True when a step was chosen and it completed or failed (as of the

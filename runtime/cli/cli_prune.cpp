@@ -62,12 +62,16 @@ std::variant<retention_rules, int> rules_of(const prune_options& o) {
   if (!age)
     return usage_error("--older-than: " + message_of(age.error()));
   retention_rules rules;
-  if (o.status.empty() || o.status == "completed")
-    rules.completed = *age;
-  if (o.status.empty() || o.status == "failed")
-    rules.failed = *age;
-  if (o.status.empty() || o.status == "stopped")
-    rules.stopped = *age;
+  execution_status only = execution_status::queued;
+  bool any = o.status.empty();
+  if (any || (from_string(o.status, only) && is_terminal(only))) {
+    if (any || only == execution_status::completed)
+      rules.completed = *age;
+    if (any || only == execution_status::failed)
+      rules.failed = *age;
+    if (any || only == execution_status::stopped)
+      rules.stopped = *age;
+  }
   if (rules.empty())
     return usage_error("--status: '" + o.status + "' is not completed, failed or stopped");
   return rules;

@@ -20,10 +20,7 @@ namespace {
 /// Prints a final status as `canopy stop` does: `stopped (requested)`.
 void print_status(const json& doc) {
   auto rec = execution_of(doc);
-  std::cout << to_string(rec.status);
-  if (!rec.reason.empty())
-    std::cout << " (" << rec.reason << ")";
-  std::cout << "\n";
+  std::cout << status_text(rec) << "\n";
 }
 
 /// Labels of a tree document's executions, as `tree_view::label` makes them:
@@ -98,16 +95,16 @@ int remote_stop(const remote_options& r, const std::string& id, bool force, doub
   auto answer = api->stop(id, force, wait_s);
   if (!answer)
     return fail(answer.error());
-  if (answer->result == "no_execution") {
-    std::cout << "no_execution\n";
+  if (answer->result == stop_result::no_execution) {
+    std::cout << to_string(stop_result::no_execution) << "\n";
     return 0;
   }
-  if (answer->result == "stopped") {
+  if (answer->result == stop_result::stopped) {
     print_status(answer->execution);
     return 0;
   }
-  auto status = answer->execution.is_object() ? to_string(execution_of(answer->execution).status)
-                                              : "stopping";
+  auto status = to_string(answer->execution.is_object() ? execution_of(answer->execution).status
+                                                        : execution_status::stopping);
   std::cout << status << "\n";
   std::cerr << "still " << status << " after " << wait_s << " s\n";
   return 1;

@@ -13,6 +13,7 @@
 #include "actors/execution/execution_actor.hpp"
 #include "persistence/signal_rules.hpp"
 #include "runtime/cli/cli_common.hpp"
+#include "runtime/cli/render.hpp"
 #include "runtime/node/error.hpp"
 
 extern char** environ;
@@ -199,10 +200,7 @@ int cmd_stop(const global_options& g, const std::string& id, bool force, double 
     std::cerr << "still " << to_string(now->status) << " after " << wait_s << " s\n";
     return 1;
   }
-  std::cout << to_string(now->status);
-  if (!now->reason.empty())
-    std::cout << " (" << now->reason << ")";
-  std::cout << "\n";
+  std::cout << status_text(*now) << "\n";
   return 0;
 }
 

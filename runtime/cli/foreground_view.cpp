@@ -153,10 +153,7 @@ int foreground_view::finish(const execution_record& rec, const nlohmann::json& d
     view_.notice({});
     if (tty_)
       draw(view_.render({}, now_ms()), drawn_);
-    std::cout << to_string(rec.status);
-    if (!rec.reason.empty())
-      std::cout << " (" << rec.reason << ")";
-    std::cout << ": " << id_ << "\n";
+    std::cout << status_text(rec) << ": " << id_ << "\n";
     if (!rec.error.empty())
       std::cout << "error: " << rec.error << "\n";
     // Without the tree, a failed step's last stderr lines follow the error.

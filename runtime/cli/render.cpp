@@ -53,20 +53,29 @@ std::string output_text(const json& data) {
   return text;
 }
 
+std::string status_text(const execution_record& rec) {
+  std::string out = to_string(rec.status);
+  if (rec.reason != step_reason::none)
+    out += std::string{" ("} + to_string(rec.reason) + ")";
+  return out;
+}
+
 std::string event_line(const event_record& e, const std::string& label) {
-  std::string out = clock_of(e.time) + " " + e.type;
-  out.append(e.type.size() < 20 ? 20 - e.type.size() : 1, ' ');
+  std::string type = to_string(e.type);
+  std::string status = to_string(e.status);
+  std::string out = clock_of(e.time) + " " + type;
+  out.append(type.size() < 20 ? 20 - type.size() : 1, ' ');
   out += label;
   if (!e.step.empty())
     out += "/" + e.step;
-  if (e.type == "step.output" && e.data.is_object())
+  if (e.type == event_type::step_output && e.data.is_object())
     out += " | " + output_text(e.data);
-  else if (e.type == "step.signalled" && e.data.is_object())
+  else if (e.type == event_type::step_signalled && e.data.is_object())
     out += " " + signal_text(e.data);
-  else if (!e.status.empty())
-    out += " " + e.status;
-  if (!e.reason.empty())
-    out += " (" + e.reason + ")";
+  else if (!status.empty())
+    out += " " + status;
+  if (e.reason != step_reason::none)
+    out += std::string{" ("} + to_string(e.reason) + ")";
   if (e.data.is_object() && e.data.contains("error") && e.data["error"].is_string())
     out += ": " + e.data["error"].get<std::string>();
   return out;
@@ -159,15 +168,16 @@ std::string tree_view::label_of(const std::string& id) const {
 
 void tree_view::apply(const event_record& e) {
   auto& v = get(e.execution_id);
-  if (e.type.rfind("execution.", 0) == 0) {
-    if (!e.status.empty())
-      v.status = e.status;
-    v.reason = e.reason;
+  auto status = std::get_if<step_status>(&e.status);
+  if (family_of(e.type) == event_family::execution) {
+    if (auto s = std::get_if<execution_status>(&e.status))
+      v.status = to_string(*s);
+    v.reason = to_string(e.reason);
     return;
   }
   if (e.step.empty())
     return;
-  if (e.type == "step.signalled") {
+  if (e.type == event_type::step_signalled) {
     // The escalation of its running attempt: shown with it, no status.
     if (!v.steps.count(e.step) || !e.data.is_object())
       return;
@@ -184,9 +194,10 @@ void tree_view::apply(const event_record& e) {
     // A step the graph document did not list (e.g. a plan's): it prints,
     // so it runs; a status event below says more.
     v.order.push_back(e.step);
-    v.steps[e.step] = e.type == "step.output" ? "running" : "pending";
+    v.steps[e.step] = to_string(e.type == event_type::step_output ? step_status::running
+                                                                  : step_status::pending);
   }
-  if (e.type == "step.output") {
+  if (e.type == event_type::step_output) {
     if (!e.data.is_object())
       return;
     auto line = output_text(e.data);
@@ -199,17 +210,17 @@ void tree_view::apply(const event_record& e) {
     }
     return;
   }
-  if (e.type == "step.started")
+  if (e.type == event_type::step_started)
     v.stderr_tail.erase(e.step); // a new attempt: the lines of the last one go
-  if (e.type == "step.started" || (!e.status.empty() && e.status != "running"))
+  if (e.type == event_type::step_started || (status && *status != step_status::running))
     v.signals.erase(e.step); // its attempt ended (or a new one began)
-  if (e.type == "step.waiting" && e.data.is_object())
+  if (e.type == event_type::step_waiting && e.data.is_object())
     v.waits[e.step] = {text_at(e.data, "signal"),
                        ms_of_rfc3339(e.data.value("deadline", nlohmann::json()))};
-  else if (!e.status.empty())
+  else if (status)
     v.waits.erase(e.step);
-  if (!e.status.empty())
-    v.steps[e.step] = e.status;
+  if (status)
+    v.steps[e.step] = to_string(*status);
 }
 
 std::string tree_view::signal_view::text(int64_t now) const {

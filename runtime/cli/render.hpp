@@ -29,6 +29,9 @@ std::string output_text(const nlohmann::json& data);
 /// (SIGKILL in 5s)`.
 std::string event_line(const event_record& e, const std::string& label);
 
+/// An execution's status and reason as the CLI prints them: `stopped (requested)`.
+std::string status_text(const execution_record& rec);
+
 /// Where a `tree_view` looks up what events do not carry, once per execution
 /// it meets: the execution's record (graph name, lineage, status) and its
 /// graph document (the steps, in order, before they start). Either may

@@ -340,7 +340,8 @@ std::string render_list(const std::vector<execution_record>& rows, int64_t now) 
   std::string out = line("ID", "GRAPH", "STATUS", "REASON", "AGE", "DURATION");
   for (auto& r : rows) {
     auto from = r.started_at != 0 ? r.started_at : r.created_at;
-    out += line(r.id, r.graph, to_string(r.status), r.reason.empty() ? "-" : r.reason,
+    out += line(r.id, r.graph, to_string(r.status),
+                r.reason == core::step_reason::none ? "-" : to_string(r.reason),
                 r.created_at == 0 ? std::string{"-"} : human_age(now - r.created_at),
                 span(from, r.ended_at, !is_terminal(r.status), now));
   }

@@ -160,7 +160,7 @@ execution_record execution_of(const json& doc) {
   r.graph = text_of(doc, "graph");
   if (!from_string(text_of(doc, "status"), r.status))
     r.status = execution_status::queued;
-  r.reason = text_of(doc, "reason");
+  from_string(text_of(doc, "reason"), r.reason);
   r.error = text_of(doc, "error");
   r.parent_id = text_of(doc, "parent_id");
   r.root_id = text_of(doc, "root_id");
@@ -186,13 +186,13 @@ event_record event_of(const json& doc) {
   if (auto i = doc.find("seq"); i != doc.end() && i->is_number_unsigned())
     e.seq = i->get<uint64_t>();
   e.time = ms_of_rfc3339(doc.value("time", json()));
-  e.type = text_of(doc, "type");
+  from_string(text_of(doc, "type"), e.type);
   e.execution_id = text_of(doc, "execution_id");
   e.root_id = text_of(doc, "root_id");
   e.parent_id = text_of(doc, "parent_id");
   e.step = text_of(doc, "step");
-  e.status = text_of(doc, "status");
-  e.reason = text_of(doc, "reason");
+  from_string(text_of(doc, "status"), !e.step.empty(), e.status);
+  from_string(text_of(doc, "reason"), e.reason);
   if (auto i = doc.find("data"); i != doc.end())
     e.data = *i;
   return e;

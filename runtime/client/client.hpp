@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "persistence/duration.hpp"
+#include "actors/agent_reply.hpp"
 #include "persistence/records.hpp"
 
 namespace canopy::core {
@@ -143,19 +144,8 @@ struct api_answer {
 
 /// The answer of `POST /v1/executions/{id}/stop` (SPEC §13 rule 19).
 struct stop_answer {
-  std::string result;       ///< "stopped", "no_execution" or "stopping" (202)
+  stop_result result = stop_result::stopping; ///< `stopping` with 202
   nlohmann::json execution; ///< the document (null when the server sent none)
-};
-
-/// The answer of `POST /v1/agents/{name}/messages` (SPEC §13 rule 21): a
-/// run's end (200) or a message refused (409 `busy` or `cancelled`).
-struct agent_message_answer {
-  /// `completed`, `failed`, `stopped` (200), or `busy`, `cancelled` (409).
-  std::string status;
-  nlohmann::json reply;     ///< null unless completed
-  std::string execution_id; ///< empty when no run started
-  std::string reason;       ///< the run's reason, when the server sent one
-  std::string error;        ///< why it failed or was refused
 };
 
 /// A client of one server. Every request opens its own connection, so one
@@ -246,14 +236,16 @@ public:
   /// `POST /v1/agents/{name}/messages` with `{message}`; waits (without a
   /// read timeout of its own) until the run ended. A 409 `busy` or
   /// `cancelled` is an answer, not an error.
-  caf::expected<agent_message_answer> send_agent_message(const std::string& name,
+  /// `POST /v1/agents/{name}/messages`: a run's end (200), or a message
+  /// refused (409 `busy` or `cancelled`) as an answer with that status.
+  caf::expected<agent_reply> send_agent_message(const std::string& name,
                                                          const nlohmann::json& message) const;
 
   /// `POST /v1/agents/{name}/cancel` with `{}`. The server waits (up to
   /// 30 s) for the runs to stop before it answers; `wait` is how long this
   /// client waits for the answer beyond its read timeout.
-  /// @returns "cancelled" or "no_execution".
-  caf::expected<std::string> cancel_agent(const std::string& name,
+  /// @returns `cancelled` or `no_execution`.
+  caf::expected<cancel_result> cancel_agent(const std::string& name,
                                           millis wait = millis{30000}) const;
 
   // -- cluster (SPEC §10) --------------------------------------------------------

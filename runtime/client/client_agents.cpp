@@ -93,7 +93,7 @@ caf::expected<json> api_client::agent(const std::string& name) const {
   return std::move(a->body);
 }
 
-caf::expected<agent_message_answer>
+caf::expected<agent_reply>
 api_client::send_agent_message(const std::string& name, const json& message) const {
   json body = {{"message", message}};
   // The answer comes when the agent's run ended, however long it takes; a
@@ -103,14 +103,13 @@ api_client::send_agent_message(const std::string& name, const json& message) con
   if (!a)
     return a.error();
   auto [status, text] = *a;
-  agent_message_answer out;
+  agent_reply out;
   if (status == 409) {
     auto doc = parse_answer(text);
     auto e = !doc.is_discarded() && doc.is_object() ? doc.value("error", json()) : json();
-    auto code = text_of(e, "code");
-    if (code != "busy" && code != "cancelled")
+    if (!from_string(text_of(e, "code"), out.status)
+        || (out.status != reply_status::busy && out.status != reply_status::cancelled))
       return error_of_answer(status, text);
-    out.status = code;
     out.error = text_of(e, "message");
     return out;
   }
@@ -120,25 +119,25 @@ api_client::send_agent_message(const std::string& name, const json& message) con
   auto& doc = fin->body;
   if (!doc.is_object())
     return unexpected("the answer to a message is not a JSON object");
-  out.status = text_of(doc, "status");
-  if (out.status.empty())
-    out.status = "completed"; // a server that only sends {reply, execution_id}
+  out.status = reply_status::completed; // a server that only sends {reply, execution_id}
+  if (auto s = text_of(doc, "status"); !s.empty() && !from_string(s, out.status))
+    return unexpected("the answer to a message has an unknown status: " + s);
   out.reply = doc.value("reply", json());
   out.execution_id = text_of(doc, "execution_id");
-  out.reason = text_of(doc, "reason");
+  from_string(text_of(doc, "reason"), out.reason);
   out.error = text_of(doc, "error");
   return out;
 }
 
-caf::expected<std::string> api_client::cancel_agent(const std::string& name,
+caf::expected<cancel_result> api_client::cancel_agent(const std::string& name,
                                                     millis wait) const {
   json body = json::object();
   millis extra = wait;
   auto a = post("/v1/agents/" + url_encode(name) + "/cancel", body, extra);
   if (!a)
     return a.error();
-  auto result = text_of(a->body, "result");
-  if (result != "cancelled" && result != "no_execution")
+  cancel_result result;
+  if (!from_string(text_of(a->body, "result"), result))
     return unexpected("the cancel answer has no known result: " + a->body.dump());
   return result;
 }

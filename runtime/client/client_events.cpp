@@ -21,9 +21,9 @@ millis reconnect_delay(int n) {
   return millis{std::min<int64_t>(ms, 2000)};
 }
 
-bool is_terminal_event(const std::string& type) {
-  return type == "execution.completed" || type == "execution.failed"
-         || type == "execution.stopped";
+bool is_terminal_event(const std::string& spelling) {
+  event_type type;
+  return from_string(spelling, type) && is_final(type);
 }
 
 } // namespace

@@ -73,15 +73,16 @@ caf::expected<stop_answer> api_client::stop(const std::string& id, bool force,
     return a.error();
   // The execution document, with the stop's outcome under `stop`.
   stop_answer out;
+  std::string result;
   if (a->body.is_object()) {
     if (auto i = a->body.find("stop"); i != a->body.end())
-      out.result = text_of(*i, "result");
+      result = text_of(*i, "result");
     out.execution = a->body;
     out.execution.erase("stop");
   }
-  if (a->status == 202 && out.result.empty())
-    out.result = "stopping";
-  if (out.result != "stopped" && out.result != "no_execution" && out.result != "stopping")
+  if (a->status == 202 && result.empty())
+    out.result = stop_result::stopping;
+  else if (!from_string(result, out.result))
     return unexpected("the stop answer has no known result: " + a->body.dump());
   return out;
 }

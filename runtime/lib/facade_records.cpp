@@ -34,7 +34,7 @@ execution_info to_info(const core::execution_record& rec) {
   x.id = rec.id;
   x.graph = rec.graph;
   x.status = static_cast<execution_status>(rec.status);
-  x.reason = rec.reason;
+  x.reason = to_string(rec.reason);
   x.error = rec.error;
   x.root_id = rec.root_id;
   x.parent_id = rec.parent_id;
@@ -51,13 +51,13 @@ event to_event(const core::event_record& e) {
   event x;
   x.seq = e.seq;
   x.time = e.time;
-  x.type = e.type;
+  x.type = to_string(e.type);
   x.execution_id = e.execution_id;
   x.root_id = e.root_id;
   x.parent_id = e.parent_id;
   x.step = e.step;
-  x.status = e.status;
-  x.reason = e.reason;
+  x.status = to_string(e.status);
+  x.reason = to_string(e.reason);
   x.data = e.data;
   return x;
 }

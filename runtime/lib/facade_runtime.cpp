@@ -244,15 +244,16 @@ result<agent_reply> runtime::send(const std::string& name, json message) {
   auto r = s_->rt->send_to_agent("", name, std::move(message));
   if (!r)
     return facade::to_error(r.error());
-  if (r->status == "busy")
+  if (r->status == core::reply_status::busy)
     return error{errc::busy, r->error.empty() ? "agent '" + name + "' is busy" : r->error};
   agent_reply x;
-  x.cancelled = r->status == "cancelled";
-  x.status = execution_status::stopped;
-  core::execution_status st;
-  if (core::from_string(r->status, st))
-    x.status = static_cast<execution_status>(st);
-  x.reason = r->reason;
+  x.cancelled = r->status == core::reply_status::cancelled;
+  switch (r->status) {
+    case core::reply_status::completed: x.status = execution_status::completed; break;
+    case core::reply_status::failed: x.status = execution_status::failed; break;
+    default: x.status = execution_status::stopped; break;
+  }
+  x.reason = to_string(r->reason);
   x.reply = r->reply;
   x.execution_id = r->execution_id;
   x.error = r->error;
@@ -263,7 +264,7 @@ result<bool> runtime::cancel_agent(const std::string& name, millis wait) {
   auto r = s_->rt->cancel_agent("", name, "library", wait);
   if (!r)
     return facade::to_error(r.error());
-  return *r == "cancelled";
+  return *r == core::cancel_result::cancelled;
 }
 
 } // namespace canopy

@@ -10,6 +10,10 @@ json time_or_null(int64_t ms) {
   return ms == 0 ? json(nullptr) : json(to_rfc3339(ms));
 }
 
+json reason_or_null(step_reason r) {
+  return r == step_reason::none ? json(nullptr) : json(to_string(r));
+}
+
 json str_or_null(const std::string& s) {
   return s.empty() ? json(nullptr) : json(s);
 }
@@ -22,7 +26,7 @@ json step_document(const step_record& s) {
             {"started_at", time_or_null(s.started_at)},
             {"ended_at", time_or_null(s.ended_at)},
             {"error", s.error},
-            {"reason", str_or_null(s.reason)}};
+            {"reason", reason_or_null(s.reason)}};
   if (!s.child_id.empty())
     j["child_id"] = s.child_id;
   if (s.deadline != 0)
@@ -68,7 +72,7 @@ json execution_summary(const execution_record& rec) {
   return {{"id", rec.id},
           {"graph", rec.graph},
           {"status", to_string(rec.status)},
-          {"reason", str_or_null(rec.reason)},
+          {"reason", reason_or_null(rec.reason)},
           {"error", str_or_null(rec.error)},
           {"parent_id", str_or_null(rec.parent_id)},
           {"root_id", rec.root_id},

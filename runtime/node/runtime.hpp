@@ -343,9 +343,9 @@ public:
   /// Stops every live run of agent `name` of `owner` (each snapshotted like
   /// any stopped execution, with an `agent.cancelled` event) and waits up to
   /// `wait` for them to settle.
-  /// @returns "cancelled", or "no_execution" when no run was live;
+  /// @returns `cancelled`, or `no_execution` when no run was live;
   ///          `not_found` for an unknown agent; a store error.
-  caf::expected<std::string> cancel_agent(const std::string& owner, const std::string& name,
+  caf::expected<cancel_result> cancel_agent(const std::string& owner, const std::string& name,
                                           const std::string& who = "library",
                                           millis wait = millis{30'000});
 

@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/agent_runs.hpp"
 #include "actors/blocking.hpp"
 #include "actors/execution/execution_actor.hpp"
 #include "actors/messages.hpp"
@@ -71,7 +72,7 @@ caf::expected<agent_reply> runtime::send_to_agent(const std::string& owner,
   return blocking_ask<agent_reply>(*sys_, *a, std::nullopt, message_atom::value, std::move(message), who);
 }
 
-caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
+caf::expected<cancel_result> runtime::cancel_agent(const std::string& owner,
                                                  const std::string& name,
                                                  const std::string& who, millis wait) {
   auto ag = db_->agent(owner, name);
@@ -100,11 +101,11 @@ caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
       targets.push_back(std::move(*rec));
   }
   if (targets.empty())
-    return std::string{"no_execution"};
+    return cancel_result::no_execution;
   std::vector<stop_order> orders;
   for (auto& rec : targets) {
     stop_order o{rec.id, {}};
-    o.extra.events.push_back(make_agent_event(rec, "agent.cancelled",
+    o.extra.events.push_back(make_agent_event(rec, event_type::agent_cancelled,
                                               {{"agent", name}, {"by", who}}));
     orders.push_back(std::move(o));
   }
@@ -112,7 +113,7 @@ caf::expected<std::string> runtime::cancel_agent(const std::string& owner,
                                          stop_mode::graceful, who, wait, true);
   if (!outcomes.empty() && outcomes.back().error)
     return std::move(outcomes.back().error);
-  return std::string{"cancelled"};
+  return cancel_result::cancelled;
 }
 
 } // namespace canopy::core

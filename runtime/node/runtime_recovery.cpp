@@ -130,7 +130,7 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
   std::vector<std::string> roots;
   std::vector<std::vector<step_record>> left; // the steps to kill, per batch
   auto now = now_ms();
-  const std::string interrupted = to_string(step_reason::interrupted);
+  const step_reason interrupted = step_reason::interrupted;
   for (auto& [root, t] : trees) {
     if (t.live.empty())
       continue; // it settled before it died
@@ -151,14 +151,15 @@ caf::expected<std::vector<std::string>> recover_interrupted(store& db) {
           running.push_back(s);
         if (!reset_step_record(s, interrupted, now))
           continue;
-        batch.events.push_back(
-          make_event(rec, "step.pending", now, s.step, "pending", interrupted));
+        batch.events.push_back(make_step_event(rec, event_type::step_pending, now, s.step,
+                                               step_status::pending, interrupted));
         batch.steps.push_back(std::move(s));
       }
       rec.status = execution_status::stopped;
       rec.reason = interrupted;
       rec.ended_at = now;
-      batch.events.push_back(make_event(rec, "execution.stopped", now, {}, "stopped", interrupted));
+      batch.events.push_back(make_execution_event(rec, event_type::execution_stopped, now,
+                                                  execution_status::stopped, interrupted));
       batch.executions.push_back(std::move(rec));
     }
     roots.push_back(root);
@@ -200,7 +201,7 @@ bool only_waits_interrupted(const store& db, const std::string& root) {
       return false;
     std::shared_ptr<const graph> g;
     for (auto& s : *steps) {
-      if (s.status != step_status::pending || s.reason != "interrupted")
+      if (s.status != step_status::pending || s.reason != step_reason::interrupted)
         continue;
       if (!g) {
         auto sg = db.graph(id);

@@ -161,21 +161,21 @@ void api_server::message_agent(call& c) {
   if (!r)
     return;
   spdlog::info("event=agent.message user={} agent={} status={} execution={}", c.user,
-               ag->name, r->status, r->execution_id);
-  if (r->status == "busy" || r->status == "cancelled")
-    return reply(c.res, {409, r->status, r->error, ""});
+               ag->name, to_string(r->status), r->execution_id);
+  if (r->status == reply_status::busy || r->status == reply_status::cancelled)
+    return reply(c.res, {409, to_string(r->status), r->error, ""});
   if (r->execution_id.empty()) {
     // Nothing ran: the node is closing, or the agent's graph no longer
     // validates on this node.
-    if (r->status == "stopped")
+    if (r->status == reply_status::stopped)
       return reply(c.res, {503, "shutting_down", r->error, ""});
     return reply(c.res, {409, "wrong_state", r->error, ""});
   }
-  json answer = {{"reply", r->status == "completed" ? r->reply : json(nullptr)},
+  json answer = {{"reply", r->status == reply_status::completed ? r->reply : json(nullptr)},
                  {"execution_id", r->execution_id},
-                 {"status", r->status}};
-  if (!r->reason.empty())
-    answer["reason"] = r->reason;
+                 {"status", to_string(r->status)}};
+  if (r->reason != step_reason::none)
+    answer["reason"] = to_string(r->reason);
   if (!r->error.empty())
     answer["error"] = r->error;
   reply(c.res, 200, answer);
@@ -250,8 +250,9 @@ void api_server::cancel_agent(call& c) {
   auto result = rt_.cancel_agent(c.user, ag->name, "user:" + c.user);
   if (!result)
     return reply(c.res, from_error(result.error()));
-  spdlog::info("event=agent.cancel user={} agent={} result={}", c.user, ag->name, *result);
-  reply(c.res, 200, {{"result", *result}});
+  spdlog::info("event=agent.cancel user={} agent={} result={}", c.user, ag->name,
+               to_string(*result));
+  reply(c.res, 200, {{"result", to_string(*result)}});
 }
 
 } // namespace canopy::core::api

@@ -112,7 +112,7 @@ void api_server::stream_events(call& c, const execution_record& rec, uint64_t af
           out = "retry: " + std::to_string(sse_retry_ms) + "\n\n";
         }
         for (auto& e : scan->events) {
-          out += "id: " + std::to_string(e.seq) + "\nevent: " + e.type
+          out += "id: " + std::to_string(e.seq) + "\nevent: " + to_string(e.type)
                  + "\ndata: " + dump_json(event_document(e)) + "\n\n";
           st->sent = e.seq;
         }

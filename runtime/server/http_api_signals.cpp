@@ -84,8 +84,9 @@ void api_server::post_signal(call& c) {
     auto e = refusal(d);
     auto doc = error_body(e);
     if (d.outcome == signal_outcome::ended) {
-      doc["error"]["status"] = d.status;
-      doc["error"]["reason"] = d.reason.empty() ? json(nullptr) : json(d.reason);
+      doc["error"]["status"] = to_string(d.status);
+      doc["error"]["reason"] = d.reason == step_reason::none ? json(nullptr)
+                                                             : json(to_string(d.reason));
     } else if (d.outcome == signal_outcome::ambiguous) {
       doc["error"]["steps"] = d.steps;
     }

@@ -67,7 +67,7 @@ metrics::metrics()
 }
 
 void metrics::on_event(const event_record& e, const store& db) {
-  if (e.type == "stop.handled" && e.data.is_object() && e.data.contains("stop_id")
+  if (e.type == event_type::stop_handled && e.data.is_object() && e.data.contains("stop_id")
       && e.data["stop_id"].is_string()) {
     if (auto r = db.stop(e.data["stop_id"].get<std::string>()); r && r->handled_at != 0) {
       std::lock_guard<std::mutex> guard{mtx_};
@@ -76,15 +76,14 @@ void metrics::on_event(const event_record& e, const store& db) {
     return;
   }
   std::lock_guard<std::mutex> guard{mtx_};
-  if (e.type == "step.started") {
-    ++steps_started_;
-  } else if (e.type == "step.completed") {
-    ++steps_completed_;
-  } else if (e.type == "step.failed") {
-    ++steps_failed_;
-  } else if (e.type.compare(0, 6, "agent.") == 0) {
-    if (auto i = agent_events_.find(e.type); i != agent_events_.end())
-      ++i->second;
+  switch (e.type) {
+    case event_type::step_started: ++steps_started_; break;
+    case event_type::step_completed: ++steps_completed_; break;
+    case event_type::step_failed: ++steps_failed_; break;
+    case event_type::agent_cancelled:
+    case event_type::agent_message:
+    case event_type::agent_reply: ++agent_events_[e.type]; break;
+    default: break;
   }
 }
 
@@ -170,7 +169,8 @@ std::string metrics::render(size_t live_actors, const std::array<uint64_t, 6>& e
   out += "# HELP canopy_agent_events_total Agent messages, replies and cancels, by event type.\n"
          "# TYPE canopy_agent_events_total counter\n";
   for (auto& kv : agent_events_)
-    out += "canopy_agent_events_total{type=\"" + kv.first + "\"} " + std::to_string(kv.second)
+    out += "canopy_agent_events_total{type=\"" + std::string{to_string(kv.first)} + "\"} "
+           + std::to_string(kv.second)
            + "\n";
   out += "# HELP canopy_http_requests_total HTTP requests answered, by route and code.\n"
          "# TYPE canopy_http_requests_total counter\n";

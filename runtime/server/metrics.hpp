@@ -81,9 +81,10 @@ private:
   histogram commit_latency_;
   std::vector<std::string> routes_; ///< the route labels (set_routes)
   std::map<std::string, uint64_t> requests_; ///< "method\0route\0code" → count
-  /// `agent.message`, `agent.reply`, `agent.cancelled` → count
-  std::map<std::string, uint64_t> agent_events_{
-    {"agent.cancelled", 0}, {"agent.message", 0}, {"agent.reply", 0}};
+  /// `agent.*` event type → count
+  std::map<event_type, uint64_t> agent_events_{{event_type::agent_cancelled, 0},
+                                               {event_type::agent_message, 0},
+                                               {event_type::agent_reply, 0}};
 };
 
 } // namespace canopy::core

@@ -94,7 +94,8 @@ bool resume_at_start(runtime& rt, bool resume_interrupted) {
     return false;
   }
   for (auto& rec : *stopped) {
-    if (rec.reason != "interrupted" || !(resume_interrupted || only_waits_interrupted(*db, rec.id)))
+    if (rec.reason != step_reason::interrupted
+        || !(resume_interrupted || only_waits_interrupted(*db, rec.id)))
       continue;
     auto h = rt.resume(rec.id);
     if (!h) {
@@ -171,9 +172,10 @@ int serve(const server_options& opts, std::atomic<bool>& stop_requested, std::mu
   auto db = (*rt)->db();
   auto sub = (*rt)->subscribe([m, db, &events](const event_record& e) {
     m->on_event(e, *db);
-    if (e.type.compare(0, 10, "execution.") == 0 || e.type.compare(0, 5, "stop.") == 0)
-      spdlog::info("event={} execution={} root={} status={} reason={}", e.type, e.execution_id,
-                   e.root_id, e.status, e.reason);
+    auto family = family_of(e.type);
+    if (family == event_family::execution || family == event_family::stop)
+      spdlog::info("event={} execution={} root={} status={} reason={}", to_string(e.type),
+                   e.execution_id, e.root_id, to_string(e.status), to_string(e.reason));
     events.bump();
   });
   if (!resume_at_start(**rt, opts.resume_interrupted))

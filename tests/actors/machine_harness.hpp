@@ -221,7 +221,7 @@ inline std::vector<event_record> written_events(const std::vector<effect>& xs) {
 inline std::vector<std::string> event_types(const std::vector<effect>& xs) {
   std::vector<std::string> out;
   for (auto& ev : written_events(xs))
-    out.push_back(ev.type);
+    out.push_back(to_string(ev.type));
   return out;
 }
 

@@ -141,7 +141,7 @@ TEST_CASE("a step that fails for good halts its execution as failed", "[actors][
   f.m->down(f.idx("b"), "stopped", ++f.now);
   f.settle(f.fx());
   CHECK(f.m->record().status == execution_status::failed);
-  CHECK(f.m->record().reason == "step_failed");
+  CHECK(f.m->record().reason == step_reason::step_failed);
   CHECK(f.step("b").phase == step_phase::idle);
   CHECK(f.step("b").reason == step_reason::sibling_failed);
 }

@@ -45,7 +45,7 @@ std::unique_ptr<machine_fixture> resumed_with_child(execution_status status, jso
   step_record pending;
   pending.step = "c";
   pending.status = step_status::pending;
-  pending.reason = "requested";
+  pending.reason = step_reason::requested;
   pending.attempt = 1;
   pending.child_id = "k1";
   auto f = std::make_unique<machine_fixture>(one_child, false, std::vector<step_record>{pending});
@@ -129,7 +129,7 @@ TEST_CASE("a child that stopped on its own puts its step back to pending and sto
   CHECK(f.step("c").phase == step_phase::idle);
   CHECK(f.step("c").reason == step_reason::child_stopped);
   CHECK(f.m->record().status == execution_status::stopped);
-  CHECK(f.m->record().reason == "child_stopped");
+  CHECK(f.m->record().reason == step_reason::child_stopped);
 }
 
 TEST_CASE("a child stopped with its parent adds its final batch to the parent's snapshot",
@@ -167,7 +167,7 @@ TEST_CASE("the execution a stop reaches commits one subtree record for the child
   auto& ss = b.subtree_stops.front();
   CHECK(ss.target == f.m->record().id);
   CHECK(ss.root_id == f.m->record().root_id);
-  CHECK(ss.child_reason == "parent_stopped");
+  CHECK(ss.child_reason == step_reason::parent_stopped);
   CHECK(ss.events == 7);
   CHECK(ss.time == f.now);
   // Its own records are written as ever, in the same batch.

@@ -33,8 +33,8 @@ json branch(bool approved) {
 std::vector<std::pair<std::string, std::string>> skips(const std::vector<effect>& xs) {
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& ev : written_events(xs))
-    if (ev.type == "step.skipped")
-      out.emplace_back(ev.step, ev.reason);
+    if (ev.type == event_type::step_skipped)
+      out.emplace_back(ev.step, to_string(ev.reason));
   return out;
 }
 
@@ -42,7 +42,7 @@ std::vector<std::pair<std::string, std::string>> skips(const std::vector<effect>
 size_t starts_of(const std::vector<effect>& xs, const std::string& step) {
   size_t n = 0;
   for (auto& ev : written_events(xs))
-    n += ev.type == "step.started" && ev.step == step ? 1 : 0;
+    n += ev.type == event_type::step_started && ev.step == step ? 1 : 0;
   return n;
 }
 
@@ -54,7 +54,7 @@ step_record stored(const std::string& step, step_status status, json result = nu
   r.status = status;
   r.attempt = status == step_status::completed ? 1 : 0;
   r.result = std::move(result);
-  r.reason = reason;
+  from_string(reason, r.reason);
   return r;
 }
 

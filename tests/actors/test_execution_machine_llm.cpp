@@ -63,7 +63,7 @@ TEST_CASE("an llm step hands its resolved messages to the shell's call and compl
   auto out = f.fx();
   auto events = written_events(out);
   REQUIRE(events.size() == 1);
-  CHECK(events[0].type == "step.output");
+  CHECK(events[0].type == event_type::step_output);
   CHECK(events[0].data == json{{"stream", "model"}, {"text", "Hel"}});
 
   json result = {{"content", "Hello"}, {"json", nullptr}};
@@ -243,7 +243,7 @@ TEST_CASE("a resumed tool-calling loop adopts its completed turn and starts the 
   ask.execution_id = "e1";
   ask.step = "ask";
   ask.status = step_status::pending;
-  ask.reason = "interrupted";
+  ask.reason = step_reason::interrupted;
   ask.attempt = 1;
   ask.child_id = "child-9";
   machine_fixture f{agent_graph(4), false, {ask}};
@@ -315,7 +315,7 @@ TEST_CASE("a priced llm step whose reservation would pass the budget is not star
   f.m->start(++f.now);
   auto seen = f.settle(f.fx());
   CHECK_FALSE(first<fx::start_llm>(seen));
-  CHECK(f.m->record().reason == "budget_exceeded");
+  CHECK(f.m->record().reason == step_reason::budget_exceeded);
   CHECK(f.step("ask").attempt == 0);
   CHECK(spent(f) == 0);
 }

@@ -145,7 +145,7 @@ TEST_CASE("a resumed loop adopts its completed iteration and starts the next one
   review.execution_id = "e1";
   review.step = "review";
   review.status = step_status::pending;
-  review.reason = "interrupted";
+  review.reason = step_reason::interrupted;
   review.attempt = 1;
   review.child_id = "it-2";
   machine_fixture f{revise(), false, {review}};
@@ -181,7 +181,7 @@ TEST_CASE("a resumed loop continues a stopped iteration under its own id",
   review.execution_id = "e1";
   review.step = "review";
   review.status = step_status::pending;
-  review.reason = "requested";
+  review.reason = step_reason::requested;
   review.attempt = 1;
   review.child_id = "it-3";
   machine_fixture f{revise(), false, {review}};

@@ -114,7 +114,7 @@ struct world {
       REQUIRE(w->batch.steps.empty());
       REQUIRE(w->batch.executions.empty());
       REQUIRE(w->batch.events.size() == 1);
-      REQUIRE(w->batch.events[0].type == "step.signalled");
+      REQUIRE(w->batch.events[0].type == event_type::step_signalled);
       ++signals_written;
       writes.push_back(std::move(*w));
     }
@@ -145,7 +145,7 @@ struct world {
       if (auto w = effect_as<fx::write>(e)) {
         count_terminal(w->batch);
         for (auto& ev : w->batch.events) // a skipped step never starts
-          REQUIRE((ev.type != "step.started" || (ev.step != "g" && ev.step != "k")));
+          REQUIRE((ev.type != event_type::step_started || (ev.step != "g" && ev.step != "k")));
         for (auto& sig : w->batch.signals) {
           REQUIRE(sig.state == signal_state::consumed);
           REQUIRE(sig.wait_step == "w");

@@ -74,11 +74,11 @@ TEST_CASE("a runner's signal during a stop writes one step.signalled event and c
   CHECK(w->batch.executions.empty());
   auto evs = events_of(xs);
   REQUIRE(evs.size() == 1);
-  CHECK(evs[0].type == "step.signalled");
+  CHECK(evs[0].type == event_type::step_signalled);
   CHECK(evs[0].step == "a");
   CHECK(evs[0].execution_id == "e1");
   CHECK(evs[0].time == f.now);
-  CHECK(evs[0].status.empty()); // a step's status is not changed by it
+  CHECK(std::holds_alternative<std::monostate>(evs[0].status)); // a step's status is not changed by it
   CHECK(evs[0].data == json{{"attempt", attempt},
                             {"signal", "SIGINT"},
                             {"next", "SIGTERM"},
@@ -113,7 +113,7 @@ TEST_CASE("a forced stop's SIGKILL is one step.signalled event with nothing next
   f.m->signalled(f.idx("a"), f.step("a").attempt, SIGKILL, 0, -1, ++f.now);
   auto evs = events_of(f.fx());
   REQUIRE(evs.size() == 1);
-  CHECK(evs[0].type == "step.signalled");
+  CHECK(evs[0].type == event_type::step_signalled);
   CHECK(evs[0].data["signal"] == "SIGKILL");
   CHECK(evs[0].data["next"].is_null());
   CHECK(evs[0].data["next_in_ms"].is_null());

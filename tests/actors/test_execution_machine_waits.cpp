@@ -97,9 +97,9 @@ TEST_CASE("a wait is armed in one write with its deadline and prompt and asks th
   CHECK(armed->idx == f.idx("approve"));
   size_t waiting_events = 0;
   for (auto& ev : written_events(seen))
-    if (ev.type == "step.waiting") {
+    if (ev.type == event_type::step_waiting) {
       ++waiting_events;
-      CHECK(ev.status == "waiting");
+      CHECK(to_string(ev.status) == std::string{"waiting"});
       CHECK(ev.data["signal"] == "approval");
       CHECK(ev.data["prompt"] == "Publish Q3?");
       CHECK(ev.data["deadline"] == to_rfc3339(s.deadline));
@@ -234,7 +234,7 @@ TEST_CASE("a stop sets a waiting step pending at once with its deadline kept, an
         }
   REQUIRE(found);
   CHECK(pending.status == step_status::pending);
-  CHECK(pending.reason == "requested");
+  CHECK(pending.reason == step_reason::requested);
   CHECK(pending.deadline == deadline);
   // The snapshot had nothing to wait for: no worker, no grace.
   CHECK(count<fx::send_exit>(stopped) == 0);
@@ -265,7 +265,7 @@ TEST_CASE("a passed deadline on resume applies on_timeout once the desk found no
   pending.step = "approve";
   pending.status = step_status::pending;
   pending.attempt = 1;
-  pending.reason = "requested";
+  pending.reason = step_reason::requested;
   pending.deadline = 1'000'500;
   machine_fixture f{approval("default"), false, {stored_draft(), pending}};
   f.now = 2'000'000;

@@ -64,7 +64,7 @@ struct stand_in_state {
 /// Commits `rec` as `stopped`: the store answers its pending requests.
 void settle(store& db, execution_record rec, stand_in_seen& seen) {
   rec.status = execution_status::stopped;
-  rec.reason = "requested";
+  rec.reason = step_reason::requested;
   rec.ended_at = now_ms();
   write_batch b;
   b.executions.push_back(std::move(rec));
@@ -156,7 +156,7 @@ struct protocol_fixture {
   std::vector<std::string> event_types(const std::string& id) {
     std::vector<std::string> out;
     for (auto& e : get(db->tree_events(id)))
-      out.push_back(e.type);
+      out.push_back(to_string(e.type));
     return out;
   }
 };
@@ -181,7 +181,7 @@ TEST_CASE("a stop of a live target is delivered to it, stored with its extra rec
   auto seen = std::make_shared<stand_in_seen>();
   auto token = fx.live(rec, stand_in_mode::settles, seen);
   write_batch extra;
-  extra.events.push_back(store_test::make_event("e1", "e1", "agent.cancelled"));
+  extra.events.push_back(store_test::make_event("e1", "e1", event_type::agent_cancelled));
   auto t = get(request_stop(fx.sys(), fx.ctx, "e1", stop_mode::force, "test", extra));
   CHECK(t.request.target == "e1");
   CHECK_FALSE(t.request.id.empty());
@@ -192,7 +192,7 @@ TEST_CASE("a stop of a live target is delivered to it, stored with its extra rec
   CHECK_FALSE(seen->failed);
   auto stored = get(fx.db->stop(t.request.id));
   CHECK(stored.handled);
-  CHECK(stored.result == "stopped");
+  CHECK(stored.result == stop_result::stopped);
   CHECK(stored.who == "test");
   auto types = fx.event_types("e1");
   CHECK(has(types, "stop.requested"));

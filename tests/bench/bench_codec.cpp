@@ -37,12 +37,12 @@ event_record sample_event() {
   event_record x;
   x.seq = 123456;
   x.time = 1763900000456;
-  x.type = "step.completed";
+  x.type = event_type::step_completed;
   x.execution_id = "01jf3k9q4z8m2r7t5v6w0x1y2a";
   x.root_id = "01jf3k9q4z8m2r7t5v6w0x1y2b";
   x.parent_id = "01jf3k9q4z8m2r7t5v6w0x1y2b";
   x.step = "summarise";
-  x.status = "completed";
+  x.status = step_status::completed;
   x.data = {{"attempt", 1}, {"duration_ms", 333}};
   return x;
 }

@@ -450,13 +450,13 @@ std::string verify_tree(const store& db, const std::string& root_id, const std::
   auto root = db.execution(root_id);
   if (!root)
     return "root not found";
-  if (root->status != execution_status::stopped || root->reason != "requested")
-    problem(std::string{"root is "} + to_string(root->status) + "/" + root->reason);
+  if (root->status != execution_status::stopped || root->reason != step_reason::requested)
+    problem(std::string{"root is "} + to_string(root->status) + "/" + to_string(root->reason));
   auto req = db.stop(stop_id);
   if (!req)
     problem("stop request not found");
-  else if (!req->handled || req->result != "stopped")
-    problem("stop request handled=" + std::to_string(req->handled) + " result=" + req->result);
+  else if (!req->handled || req->result != stop_result::stopped)
+    problem("stop request handled=" + std::to_string(req->handled) + " result=" + to_string(req->result));
   size_t seen = 0, stopped = 0, pending_steps = 0, steps_total = 0;
   std::vector<std::pair<std::string, int>> todo{{root_id, 0}};
   while (!todo.empty()) {
@@ -473,8 +473,8 @@ std::string verify_tree(const store& db, const std::string& root_id, const std::
     else
       problem("execution " + id + " (level " + std::to_string(level) + ") is "
               + to_string(rec->status));
-    if (level > 0 && rec->reason != "parent_stopped")
-      problem("execution " + id + " reason '" + rec->reason + "'");
+    if (level > 0 && rec->reason != step_reason::parent_stopped)
+      problem("execution " + id + " reason '" + to_string(rec->reason) + "'");
     auto steps = db.steps(id);
     if (!steps) {
       problem("steps of " + id + " unreadable");
@@ -536,22 +536,22 @@ tree_result run_tree(runtime& rt, const fs::path& dir, int depth, std::chrono::s
   out.before = sample_rss(true);
   auto sub = rt.subscribe([ev](const event_record& e) {
     // Events arrive in seq order: nothing may start once the request is stored.
-    if (e.type == "step.started" && ev->stop_requested.load())
+    if (e.type == event_type::step_started && ev->stop_requested.load())
       ev->started_after_stop.fetch_add(1);
-    if (e.type == "stop.requested")
+    if (e.type == event_type::stop_requested)
       ev->stop_requested.store(true);
-    else if (e.type == "execution.stopped")
+    else if (e.type == event_type::execution_stopped)
       ev->stopped_events.fetch_add(1);
-    else if (e.type == "step.pending")
+    else if (e.type == event_type::step_pending)
       ev->pending_events.fetch_add(1);
-    if (e.type == "step.started" && e.step == "sleep")
+    if (e.type == event_type::step_started && e.step == "sleep")
       ev->leaves_started.fetch_add(1, std::memory_order_relaxed);
-    else if (e.type == "execution.started")
+    else if (e.type == event_type::execution_started)
       ev->executions_started.fetch_add(1, std::memory_order_relaxed);
-    else if (e.type == "stop.handled" && e.parent_id.empty()) { // the only root
+    else if (e.type == event_type::stop_handled && e.parent_id.empty()) { // the only root
       ev->handled_ns.store(steady_ns());
       ev->handled.store(true);
-    } else if (e.type == "execution.stopped" && e.parent_id.empty())
+    } else if (e.type == event_type::execution_stopped && e.parent_id.empty())
       ev->root_stopped_event_ms.store(e.time);
   });
   t0 = clock_type::now();
@@ -797,9 +797,9 @@ resume_result run_resume(runtime& rt, size_t steps, std::chrono::seconds timeout
   std::string id;
   {
     auto sub = rt.subscribe([&](const event_record& e) {
-      if (e.type == "step.completed")
+      if (e.type == event_type::step_completed)
         completed.fetch_add(1, std::memory_order_relaxed);
-      else if (e.type == "step.started" && e.step == "wait")
+      else if (e.type == event_type::step_started && e.step == "wait")
         waiting.store(true);
     });
     t0 = clock_type::now();
@@ -831,7 +831,7 @@ resume_result run_resume(runtime& rt, size_t steps, std::chrono::seconds timeout
   // -- the resume ---------------------------------------------------------------
   std::atomic<int64_t> first_ns{0};
   auto sub = rt.subscribe([&](const event_record& e) {
-    if (e.type == "step.started" && e.execution_id == id && first_ns.load() == 0)
+    if (e.type == event_type::step_started && e.execution_id == id && first_ns.load() == 0)
       first_ns.store(steady_ns());
   });
   std::optional<perf_session> perf;

@@ -142,8 +142,10 @@ const char* const step_names[] = {"search", "draft", "review"};
 
 /// The execution's three steps and the events of its run, as a run writes them.
 void add_run(write_batch& b, const execution_record& r, const std::string& child = {}) {
-  b.events.push_back(make_event(r, "execution.queued", r.created_at, {}, "queued"));
-  b.events.push_back(make_event(r, "execution.started", r.started_at, {}, "running"));
+  b.events.push_back(make_execution_event(r, event_type::execution_queued, r.created_at,
+                                          execution_status::queued));
+  b.events.push_back(make_execution_event(r, event_type::execution_started, r.started_at,
+                                          execution_status::running));
   int64_t t = r.started_at;
   for (int i = 0; i < 3; ++i) {
     step_record s;
@@ -158,11 +160,14 @@ void add_run(write_batch& b, const execution_record& r, const std::string& child
     if (!pending) {
       s.result = {{"exit_code", failed ? 1 : 0}, {"stdout", "step " + s.step + " done\n"},
                   {"stderr", failed ? "boom\n" : ""}, {"json", nullptr}};
-      b.events.push_back(make_event(r, "step.started", s.started_at, s.step, "running"));
-      b.events.push_back(make_event(r, failed ? "step.failed" : "step.completed", s.ended_at,
-                                    s.step, to_string(s.status)));
+      b.events.push_back(make_step_event(r, event_type::step_started, s.started_at, s.step,
+                                         step_status::running));
+      b.events.push_back(make_step_event(r,
+                                         failed ? event_type::step_failed
+                                                : event_type::step_completed,
+                                         s.ended_at, s.step, s.status));
     } else {
-      s.reason = "requested";
+      s.reason = step_reason::requested;
       s.started_at = s.ended_at = 0;
     }
     if (failed)
@@ -172,8 +177,13 @@ void add_run(write_batch& b, const execution_record& r, const std::string& child
     b.steps.push_back(std::move(s));
   }
   if (is_terminal(r.status))
-    b.events.push_back(make_event(r, ("execution." + std::string{to_string(r.status)}).c_str(),
-                                  r.ended_at, {}, to_string(r.status), r.reason));
+    b.events.push_back(make_execution_event(r,
+                                            r.status == execution_status::completed
+                                              ? event_type::execution_completed
+                                            : r.status == execution_status::failed
+                                              ? event_type::execution_failed
+                                              : event_type::execution_stopped,
+                                            r.ended_at, r.status, r.reason));
 }
 
 execution_record make_root(size_t i, int64_t ended) {
@@ -186,9 +196,9 @@ execution_record make_root(size_t i, int64_t ended) {
   r.status = m < 3 ? execution_status::failed
              : m < 5 ? execution_status::stopped : execution_status::completed;
   if (r.status == execution_status::failed)
-    r.reason = "step_failed";
+    r.reason = step_reason::step_failed;
   if (r.status == execution_status::stopped)
-    r.reason = "requested";
+    r.reason = step_reason::requested;
   r.inputs = {{"topic", "topic " + std::to_string(i)}};
   r.created_at = ended - 2000;
   r.started_at = ended - 1900;
@@ -235,7 +245,7 @@ built build_home(const std::string& home, size_t n) {
         c.depth = 1;
         c.status = r.status == execution_status::stopped ? execution_status::stopped
                                                          : execution_status::completed;
-        c.reason = c.status == execution_status::stopped ? "parent_stopped" : "";
+        c.reason = c.status == execution_status::stopped ? step_reason::parent_stopped : step_reason::none;
         child_id = c.id;
         // First written live, as a run writes it: that puts it in the
         // children index, which deletions of its tree walk.
@@ -272,7 +282,7 @@ void add_interrupted(const std::string& home, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     auto r = make_root(i, now);
     r.status = execution_status::running;
-    r.reason.clear();
+    r.reason = step_reason::none;
     r.ended_at = 0;
     r.outputs = nullptr;
     r.owner_pid = dead;

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   e.id = "01m84jvdxbed9x4te5986rcj6z";
   e.graph = "research";
   e.status = execution_status::stopped;
-  e.reason = "interrupted";
+  e.reason = step_reason::interrupted;
   e.root_id = e.id;
   e.inputs = {{"topic", "actors"}, {"n", 3}, {"deep", {{"a", {1, 2.5, nullptr, true}}}}};
   e.outputs = nullptr;
@@ -69,14 +69,14 @@ int main(int argc, char** argv) {
   both(dir, "step", s);
   s.status = step_status::failed;
   s.error = "exit code 1";
-  s.reason = "step_failed";
+  s.reason = step_reason::step_failed;
   s.child_id = "01m84jve1ed5ywgr50zh3arrzb";
   both(dir, "step_failed", s);
 
   event_record ev;
   ev.seq = 17;
   ev.time = 1763900000400;
-  ev.type = "step.output";
+  ev.type = event_type::step_output;
   ev.execution_id = e.id;
   ev.root_id = e.root_id;
   ev.parent_id = e.parent_id;
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   st.target = e.id;
   st.force = true;
   st.handled = true;
-  st.result = "stopped";
+  st.result = stop_result::stopped;
   st.requested_at = 1;
   st.handled_at = 2;
   st.who = "user:alice";

@@ -87,7 +87,7 @@ std::future<caf::expected<agent_reply>> send_async(runtime& rt, const std::strin
 std::vector<std::string> event_types(runtime& rt, const std::string& root) {
   std::vector<std::string> out;
   for (auto& e : checked_tree_events(*rt.db(), root))
-    out.push_back(e.type);
+    out.push_back(to_string(e.type));
   return out;
 }
 
@@ -106,7 +106,7 @@ TEST_CASE("an agent answers messages and its history survives a restart",
     create(*rt, "echo", echo_graph(dir.path));
     auto r1 = rt->send_to_agent("", "echo", "hello");
     REQUIRE(r1);
-    CHECK(r1->status == "completed");
+    CHECK(to_string(r1->status) == std::string{"completed"});
     CHECK(r1->reply == "re: hello ([])");
     first_run = r1->execution_id;
     auto rec = rt->db()->execution(first_run);
@@ -130,7 +130,7 @@ TEST_CASE("an agent answers messages and its history survives a restart",
   // The next run gets the history as its input.
   auto r2 = rt->send_to_agent("", "echo", "again");
   REQUIRE(r2);
-  CHECK(r2->status == "completed");
+  CHECK(to_string(r2->status) == std::string{"completed"});
   auto text = r2->reply.get<std::string>();
   CHECK(text.find("re: again") == 0);
   CHECK(text.find("\"content\":\"hello\"") != std::string::npos);
@@ -167,7 +167,7 @@ TEST_CASE("an agent that lives on a cluster node fails its runs on a node withou
   CHECK(stored->node == "gpu-1");
   auto r = rt->send_to_agent("", "far", "hello");
   REQUIRE(r);
-  CHECK(r->status == "failed");
+  CHECK(to_string(r->status) == std::string{"failed"});
   CHECK_THAT(r->error, Catch::Contains("node 'gpu-1'"));
   auto run = rt->db()->execution(r->execution_id);
   REQUIRE(run);
@@ -177,7 +177,7 @@ TEST_CASE("an agent that lives on a cluster node fails its runs on a node withou
   CHECK(rt->db()->agent("", "far")->node.empty());
   auto again = rt->send_to_agent("", "far", "hello");
   REQUIRE(again);
-  CHECK(again->status == "completed");
+  CHECK(to_string(again->status) == std::string{"completed"});
   CHECK(again->reply == "re: hello ([])");
 }
 
@@ -188,16 +188,16 @@ TEST_CASE("cancel stops the run in flight and an idle agent answers no_execution
   create(*rt, "echo", echo_graph(dir.path));
   auto idle = rt->cancel_agent("", "echo");
   REQUIRE(idle);
-  CHECK(*idle == "no_execution");
+  CHECK(*idle == cancel_result::no_execution);
   auto sent = send_async(*rt, "echo", "slow");
   auto pid = std::stol(wait_file(dir.path + "/pid-slow"));
   auto c = rt->cancel_agent("", "echo");
   REQUIRE(c);
-  CHECK(*c == "cancelled");
+  CHECK(*c == cancel_result::cancelled);
   auto r = sent.get();
   REQUIRE(r);
-  CHECK(r->status == "stopped");
-  CHECK(r->reason == "requested");
+  CHECK(to_string(r->status) == std::string{"stopped"});
+  CHECK(r->reason == step_reason::requested);
   CHECK(process_gone(pid));
   auto rec = rt->db()->execution(r->execution_id);
   REQUIRE(rec);
@@ -210,7 +210,7 @@ TEST_CASE("cancel stops the run in flight and an idle agent answers no_execution
   CHECK(rt->db()->history("", "echo")->empty());
   auto again = rt->cancel_agent("", "echo");
   REQUIRE(again);
-  CHECK(*again == "no_execution");
+  CHECK(*again == cancel_result::no_execution);
 }
 
 TEST_CASE("on_busy reject refuses a message while a run is live", "[integration][agents]") {
@@ -221,16 +221,16 @@ TEST_CASE("on_busy reject refuses a message while a run is live", "[integration]
   wait_file(dir.path + "/pid-slow");
   auto second = rt->send_to_agent("", "echo", "fast");
   REQUIRE(second);
-  CHECK(second->status == "busy");
+  CHECK(to_string(second->status) == std::string{"busy"});
   CHECK(second->execution_id.empty());
   dir.write("go", "");
   auto r1 = first.get();
   REQUIRE(r1);
-  CHECK(r1->status == "completed");
+  CHECK(to_string(r1->status) == std::string{"completed"});
   // Idle again: accepted.
   auto third = rt->send_to_agent("", "echo", "fast");
   REQUIRE(third);
-  CHECK(third->status == "completed");
+  CHECK(to_string(third->status) == std::string{"completed"});
   CHECK(rt->db()->history("", "echo")->size() == 4);
 }
 
@@ -250,8 +250,8 @@ TEST_CASE("on_busy queue runs messages one after the other in arrival order",
   auto r2 = second.get();
   REQUIRE(r1);
   REQUIRE(r2);
-  CHECK(r1->status == "completed");
-  CHECK(r2->status == "completed");
+  CHECK(to_string(r1->status) == std::string{"completed"});
+  CHECK(to_string(r2->status) == std::string{"completed"});
   auto e1 = rt->db()->execution(r1->execution_id);
   auto e2 = rt->db()->execution(r2->execution_id);
   REQUIRE(e1);
@@ -274,10 +274,10 @@ TEST_CASE("on_busy cancel_previous stops the live run for the newer message",
   auto pid = std::stol(wait_file(dir.path + "/pid-slow"));
   auto r2 = rt->send_to_agent("", "echo", "newer");
   REQUIRE(r2);
-  CHECK(r2->status == "completed");
+  CHECK(to_string(r2->status) == std::string{"completed"});
   auto r1 = first.get();
   REQUIRE(r1);
-  CHECK(r1->status == "stopped");
+  CHECK(to_string(r1->status) == std::string{"stopped"});
   CHECK(process_gone(pid));
   CHECK(has(event_types(*rt, r1->execution_id), "agent.cancelled"));
   auto h = rt->db()->history("", "echo");
@@ -329,7 +329,7 @@ TEST_CASE("stopping a conversation stops every agent it reached, and resume comp
   REQUIRE(rt->stop(root));
   auto r = sent.get();
   REQUIRE(r);
-  CHECK(r->status == "stopped");
+  CHECK(to_string(r->status) == std::string{"stopped"});
   CHECK(r->execution_id == root);
   CHECK(process_gone(pid));
   // B's and C's runs are the children of the `ask` steps, stopped with them.
@@ -349,7 +349,7 @@ TEST_CASE("stopping a conversation stops every agent it reached, and resume comp
     auto rec = rt->db()->execution(id);
     REQUIRE(rec);
     CHECK(rec->status == execution_status::stopped);
-    CHECK(rec->reason == "parent_stopped");
+    CHECK(rec->reason == step_reason::parent_stopped);
     CHECK(rec->root_id == root);
   }
   CHECK(rt->db()->execution(b_id)->agent == "b");
@@ -389,8 +389,8 @@ TEST_CASE("an agent messaging itself, directly or through another, is stopped by
   for (auto& name : {"self", "ping"}) {
     auto r = rt->send_to_agent("", name, "again");
     REQUIRE(r);
-    CHECK(r->status == "stopped");
-    CHECK(r->reason == "max_depth");
+    CHECK(to_string(r->status) == std::string{"stopped"});
+    CHECK(r->reason == step_reason::max_depth);
     // Depths 0 to 17: the run at depth 17 is past the default max_depth 16.
     auto tree = rt->db()->subtree_ids(r->execution_id);
     REQUIRE(tree);

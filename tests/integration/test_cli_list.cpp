@@ -19,6 +19,10 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 
+using canopy::core::event_type;
+using canopy::core::step_reason;
+using canopy::core::stop_result;
+
 using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
@@ -134,7 +138,7 @@ canopy::core::execution_record past_run(const std::string& graph, canopy::core::
   r.graph = graph;
   r.status = status;
   if (status == canopy::core::execution_status::failed) {
-    r.reason = "step_failed";
+    r.reason = step_reason::step_failed;
     r.error = "step 's' failed: exit code 1";
   }
   r.started_at = r.created_at + 1000;

@@ -9,6 +9,10 @@
 
 #include "tests/integration/event_log_check.hpp"
 
+using canopy::core::event_type;
+using canopy::core::step_reason;
+using canopy::core::stop_result;
+
 using namespace canopy::core::test;
 using json = nlohmann::json;
 
@@ -166,7 +170,7 @@ TEST_CASE("the event-log checker finds a completed or skipped step started and i
   SECTION("the store's records convert to the same documents") {
     canopy::core::event_record e;
     e.seq = 1;
-    e.type = "execution.started";
+    e.type = event_type::execution_started;
     e.execution_id = "r";
     e.root_id = "r";
     canopy::core::event_record twice = e;

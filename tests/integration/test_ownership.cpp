@@ -24,6 +24,10 @@
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/server_test_helpers.hpp"
 
+using canopy::core::event_type;
+using canopy::core::step_reason;
+using canopy::core::stop_result;
+
 using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
@@ -136,10 +140,11 @@ uint64_t take_over(const std::string& home, const std::string& id, int64_t owner
   b.lease.owner.pid = ::getpid();
   b.lease.owner.start = canopy::core::process_start_time(::getpid());
   rec->status = canopy::core::execution_status::stopped;
-  rec->reason = "interrupted";
+  rec->reason = step_reason::interrupted;
   b.executions.push_back(*rec);
-  b.events.push_back(canopy::core::make_event(*rec, "execution.stopped", canopy::core::now_ms(), {},
-                                        "stopped", "interrupted"));
+  b.events.push_back(canopy::core::make_execution_event(
+    *rec, event_type::execution_stopped, canopy::core::now_ms(),
+    canopy::core::execution_status::stopped, step_reason::interrupted));
   REQUIRE_FALSE((*db)->commit(b));
   REQUIRE(b.lease.outcome == canopy::core::lease_outcome::acquired);
   return b.events.back().seq;
@@ -239,13 +244,13 @@ TEST_CASE("a stop request comes before every event it causes in the log",
   REQUIRE(events);
   uint64_t requested = 0;
   for (auto& e : *events)
-    if (e.type == "stop.requested")
+    if (e.type == event_type::stop_requested)
       requested = e.seq;
   REQUIRE(requested > 0);
   for (auto& e : *events) {
-    INFO(e.type << " at " << e.seq << ", stop.requested at " << requested);
-    if (e.type == "execution.stopping" || e.type == "execution.stopped"
-        || (e.type == "step.pending" && e.reason == "requested") || e.type == "stop.handled")
+    INFO(to_string(e.type) << " at " << e.seq << ", stop.requested at " << requested);
+    if (e.type == event_type::execution_stopping || e.type == event_type::execution_stopped
+        || (e.type == event_type::step_pending && e.reason == step_reason::requested) || e.type == event_type::stop_handled)
       CHECK(e.seq > requested);
   }
 }

@@ -136,14 +136,14 @@ struct collector {
 
 auto is_event(const std::string& type, const std::string& step = {}) {
   return [=](const event_record& e) {
-    return e.type == type && (step.empty() || e.step == step);
+    return to_string(e.type) == type && (step.empty() || e.step == step);
   };
 }
 
 auto is_final_event() {
   return [](const event_record& e) {
-    return e.type == "execution.completed" || e.type == "execution.failed"
-           || e.type == "execution.stopped";
+    return e.type == event_type::execution_completed || e.type == event_type::execution_failed
+           || e.type == event_type::execution_stopped;
   };
 }
 
@@ -152,7 +152,7 @@ std::vector<event_record> select(const std::vector<event_record>& xs, const std:
                                  const std::string& step = {}) {
   std::vector<event_record> out;
   for (auto& e : xs)
-    if (e.type == type && (step.empty() || e.step == step))
+    if (to_string(e.type) == type && (step.empty() || e.step == step))
       out.push_back(e);
   return out;
 }
@@ -187,7 +187,7 @@ json stubborn_sleep(int seconds) {
 
 auto is_ready_output(const std::string& step) {
   return [=](const event_record& e) {
-    return e.type == "step.output" && e.step == step && e.data.is_object()
+    return e.type == event_type::step_output && e.step == step && e.data.is_object()
            && e.data.value("line", "") == "ready";
   };
 }
@@ -229,7 +229,7 @@ TEST_CASE("a registered fn's result flows through references into an echo step a
   auto rec = f.finish(h);
   INFO("error: " << rec.error);
   REQUIRE(rec.status == execution_status::completed);
-  CHECK(rec.reason.empty());
+  CHECK(rec.reason == step_reason::none);
   CHECK(rec.graph == "greeting");
   CHECK(rec.root_id == rec.id);
   CHECK(rec.inputs == json{{"name", "actors"}});
@@ -260,7 +260,7 @@ TEST_CASE("a fn returning an error fails the execution with step_failed", "[runt
     auto h = f.start(json{{"steps", {{"b", {{"fn", "broken"}}}}}});
     auto rec = f.finish(h);
     CHECK(rec.status == execution_status::failed);
-    CHECK(rec.reason == "step_failed");
+    CHECK(rec.reason == step_reason::step_failed);
     CHECK(rec.error.find("disk on fire") != std::string::npos);
     CHECK(rec.error.find("'b'") != std::string::npos);
     CHECK(rec.outputs.is_null());
@@ -273,14 +273,14 @@ TEST_CASE("a fn returning an error fails the execution with step_failed", "[runt
     CHECK(select(events, "step.failed", "b")[0].data["error"] == "disk on fire");
     auto failed = select(events, "execution.failed");
     REQUIRE(failed.size() == 1);
-    CHECK(failed[0].reason == "step_failed");
+    CHECK(failed[0].reason == step_reason::step_failed);
     CHECK(f.rt->db()->live()->empty());
   }
   SECTION("an exception") {
     auto h = f.start(json{{"steps", {{"t", {{"fn", "thrower"}}}}}});
     auto rec = f.finish(h);
     CHECK(rec.status == execution_status::failed);
-    CHECK(rec.reason == "step_failed");
+    CHECK(rec.reason == step_reason::step_failed);
     auto s = f.steps(h.id())["t"];
     CHECK(s.status == step_status::failed);
     CHECK(s.error.get<std::string>().find("kaboom") != std::string::npos);
@@ -290,7 +290,7 @@ TEST_CASE("a fn returning an error fails the execution with step_failed", "[runt
                                                 "y": {"fn": "fail"}}})"));
     auto rec = f.finish(h);
     CHECK(rec.status == execution_status::failed);
-    CHECK(rec.reason == "step_failed");
+    CHECK(rec.reason == step_reason::step_failed);
     auto steps = f.steps(h.id());
     // Whichever ran first failed the execution; a failed step records its message.
     bool x_failed = steps["x"].status == step_status::failed;
@@ -351,7 +351,7 @@ TEST_CASE("a step that keeps failing exhausts its retries and fails", "[runtime]
     "s": {"fn": "always", "retries": 2, "retry_delay": "10ms"}}})"));
   auto rec = f.finish(h);
   CHECK(rec.status == execution_status::failed);
-  CHECK(rec.reason == "step_failed");
+  CHECK(rec.reason == step_reason::step_failed);
   CHECK(calls.load() == 3);
   auto s = f.steps(h.id())["s"];
   CHECK(s.status == step_status::failed);
@@ -371,7 +371,7 @@ TEST_CASE("a timeout ends the attempt with error timeout", "[runtime]") {
     auto rec = f.finish(h);
     CHECK(elapsed_ms(begin) < 30000); // a hang bound: `error` says the timeout ended it
     CHECK(rec.status == execution_status::failed);
-    CHECK(rec.reason == "step_failed");
+    CHECK(rec.reason == step_reason::step_failed);
     CHECK(rec.error.find("timeout") != std::string::npos);
     auto s = f.steps(h.id())["nap"];
     CHECK(s.status == step_status::failed);
@@ -397,7 +397,7 @@ TEST_CASE("a timeout ends the attempt with error timeout", "[runtime]") {
     auto rec = f.finish(h);
     CHECK(elapsed_ms(begin) < 30000);
     CHECK(rec.status == execution_status::failed);
-    CHECK(rec.reason == "step_failed");
+    CHECK(rec.reason == step_reason::step_failed);
     auto s = f.steps(h.id())["s"];
     CHECK(s.status == step_status::failed);
     CHECK(s.error == "timeout");
@@ -451,16 +451,16 @@ TEST_CASE("a failed step stops its running siblings with sibling_failed", "[runt
   // Before the 60 s sleeps would end (grace periods are 100 ms).
   CHECK(elapsed_ms(released_at) < 30000);
   CHECK(rec.status == execution_status::failed);
-  CHECK(rec.reason == "step_failed");
+  CHECK(rec.reason == step_reason::step_failed);
   CHECK(rec.error.find("boom") != std::string::npos);
   auto steps = f.steps(h.id());
   CHECK(steps["gate"].status == step_status::completed);
   CHECK(steps["bad"].status == step_status::failed);
   CHECK(steps["bad"].error == "boom");
   CHECK(steps["slow"].status == step_status::pending);
-  CHECK(steps["slow"].reason == "sibling_failed");
+  CHECK(steps["slow"].reason == step_reason::sibling_failed);
   CHECK(steps["proc"].status == step_status::pending);
-  CHECK(steps["proc"].reason == "sibling_failed");
+  CHECK(steps["proc"].reason == step_reason::sibling_failed);
   auto pid = steps["proc"].pid;
   REQUIRE(pid > 0);
   CHECK(test::process_gone(pid));
@@ -469,11 +469,11 @@ TEST_CASE("a failed step stops its running siblings with sibling_failed", "[runt
     INFO("step " << step);
     auto pending = select(events, "step.pending", step);
     REQUIRE(pending.size() == 1);
-    CHECK(pending[0].reason == "sibling_failed");
+    CHECK(pending[0].reason == step_reason::sibling_failed);
   }
   auto failed = select(events, "execution.failed");
   REQUIRE(failed.size() == 1);
-  CHECK(failed[0].reason == "step_failed");
+  CHECK(failed[0].reason == step_reason::step_failed);
   CHECK(select(events, "execution.stopped").empty());
 }
 
@@ -556,8 +556,8 @@ TEST_CASE("subscribe delivers every event of the tree once, in seq order, includ
   for (auto& e : got)
     CHECK(e.root_id == h.id());
   REQUIRE(!got.empty());
-  CHECK(got.front().type == "execution.queued");
-  CHECK(got.back().type == "execution.completed");
+  CHECK(got.front().type == event_type::execution_queued);
+  CHECK(got.back().type == event_type::execution_completed);
   CHECK(select(got, "step.output", "d").size() == 2);
   // Fields match the stored log.
   for (size_t i = 0; i < std::min(got.size(), stored.size()); ++i)
@@ -635,7 +635,7 @@ TEST_CASE("resume of a failed execution re-runs only the failed step", "[runtime
     "outputs": {"got": "${steps.down.got}"}})"));
   auto first = f.finish(h);
   REQUIRE(first.status == execution_status::failed);
-  CHECK(first.reason == "step_failed");
+  CHECK(first.reason == step_reason::step_failed);
   auto before = f.steps(h.id());
   CHECK(before["up"].status == step_status::completed);
   CHECK(before["flaky"].status == step_status::failed);
@@ -647,7 +647,7 @@ TEST_CASE("resume of a failed execution re-runs only the failed step", "[runtime
   auto rec = f.finish(r);
   INFO("error: " << rec.error);
   REQUIRE(rec.status == execution_status::completed);
-  CHECK(rec.reason.empty());
+  CHECK(rec.reason == step_reason::none);
   CHECK(rec.error.empty());
   CHECK(rec.outputs == json{{"got", 7}});
   CHECK(up_calls.load() == 1);
@@ -690,7 +690,7 @@ TEST_CASE("resume answers not_found and wrong_state", "[runtime]") {
   h.stop();
   auto rec = f.finish(h);
   CHECK(rec.status == execution_status::stopped);
-  CHECK(rec.reason == "requested");
+  CHECK(rec.reason == step_reason::requested);
   CHECK_FALSE(h.running());
 }
 
@@ -728,11 +728,11 @@ TEST_CASE("a requested stop snapshots the running steps and resume finishes the 
   auto rec = f.finish(h);
   CHECK(elapsed_ms(asked) < 30000); // before the 60 s block and sleep end
   CHECK(rec.status == execution_status::stopped);
-  CHECK(rec.reason == "requested");
+  CHECK(rec.reason == step_reason::requested);
   auto steps = f.steps(h.id());
   CHECK(steps["first"].status == step_status::completed);
   CHECK(steps["block"].status == step_status::pending);
-  CHECK_FALSE(steps["block"].reason.empty());
+  CHECK_FALSE(steps["block"].reason == step_reason::none);
   CHECK(steps["proc"].status == step_status::pending);
   REQUIRE(steps["proc"].pid > 0);
   CHECK(test::process_gone(steps["proc"].pid));
@@ -748,7 +748,7 @@ TEST_CASE("a requested stop snapshots the running steps and resume finishes the 
     auto seen2 = std::make_shared<collector>();
     auto sub2 = r.subscribe(seen2->callback());
     REQUIRE(seen2->wait_for([](const event_record& e) {
-      return e.type == "step.completed" && e.step == "block";
+      return e.type == event_type::step_completed && e.step == "block";
     }));
     r.stop();
     auto rec2 = f.finish(r);
@@ -776,7 +776,7 @@ TEST_CASE("a stopped tree is materialised once the store writer is idle and read
   auto naps = [&] {
     size_t n = 0;
     for (auto& e : seen->snapshot())
-      n += e.type == "step.started" && e.step == "nap" ? 1 : 0;
+      n += e.type == event_type::step_started && e.step == "nap" ? 1 : 0;
     return n;
   };
   REQUIRE(test::eventually([&] { return naps() == 4; }));
@@ -833,7 +833,7 @@ TEST_CASE("a stop returns queued steps to pending and frees their slots", "[runt
   auto sub = h.subscribe(seen->callback());
   // One subprocess runs; the other waits for the only slot.
   REQUIRE(seen->wait_for([](const event_record& e) {
-    return e.type == "step.output" && e.data.is_object() && e.data.value("line", "") == "ready";
+    return e.type == event_type::step_output && e.data.is_object() && e.data.value("line", "") == "ready";
   }));
   REQUIRE(seen->wait_for(is_event("step.queued", "p1")));
   REQUIRE(seen->wait_for(is_event("step.queued", "p2")));
@@ -842,7 +842,7 @@ TEST_CASE("a stop returns queued steps to pending and frees their slots", "[runt
   REQUIRE(h.wait_for(generous));
   auto rec = get(h.status());
   CHECK(rec.status == execution_status::stopped);
-  CHECK(rec.reason == "requested");
+  CHECK(rec.reason == step_reason::requested);
   std::map<std::string, step_record> steps;
   for (auto& s : get(rt->db()->steps(h.id())))
     steps[s.step] = s;
@@ -850,7 +850,7 @@ TEST_CASE("a stop returns queued steps to pending and frees their slots", "[runt
   for (auto name : {"p1", "p2"}) {
     INFO("step " << name);
     CHECK(steps[name].status == step_status::pending);
-    CHECK_FALSE(steps[name].reason.empty());
+    CHECK_FALSE(steps[name].reason == step_reason::none);
     if (steps[name].pid > 0) {
       ++had_process;
       CHECK(test::process_gone(steps[name].pid));
@@ -884,7 +884,7 @@ TEST_CASE("a forced stop skips the grace periods", "[runtime]") {
   auto rec = f.finish(h);
   CHECK(elapsed_ms(asked) < 30000);
   CHECK(rec.status == execution_status::stopped);
-  CHECK(rec.reason == "requested");
+  CHECK(rec.reason == step_reason::requested);
   auto s = f.steps(h.id())["p"];
   CHECK(s.status == step_status::pending);
   REQUIRE(s.pid > 0);
@@ -974,25 +974,25 @@ TEST_CASE("recover_interrupted stops executions of dead owners and leaves live o
       INFO("execution " << id);
       auto rec = get(db.execution(id));
       CHECK(rec.status == execution_status::stopped);
-      CHECK(rec.reason == "interrupted");
+      CHECK(rec.reason == step_reason::interrupted);
       CHECK(rec.ended_at != 0);
     }
     auto steps = get(db.steps(dead));
     REQUIRE(steps.size() == 3);
     CHECK(steps[0].step == "s0");
     CHECK(steps[0].status == step_status::completed);
-    CHECK(steps[0].reason.empty());
+    CHECK(steps[0].reason == step_reason::none);
     CHECK(steps[1].status == step_status::pending);
-    CHECK(steps[1].reason == "interrupted");
+    CHECK(steps[1].reason == step_reason::interrupted);
     CHECK(steps[2].status == step_status::pending);
-    CHECK(steps[2].reason == "interrupted");
+    CHECK(steps[2].reason == step_reason::interrupted);
     auto reused_steps = get(db.steps(reused));
     REQUIRE(reused_steps.size() == 1);
     CHECK(reused_steps[0].status == step_status::pending);
     // The live owner's execution is untouched.
     auto m = get(db.execution(mine));
     CHECK(m.status == execution_status::running);
-    CHECK(m.reason.empty());
+    CHECK(m.reason == step_reason::none);
     auto mine_steps = get(db.steps(mine));
     REQUIRE(mine_steps.size() == 1);
     CHECK(mine_steps[0].status == step_status::running);
@@ -1006,11 +1006,11 @@ TEST_CASE("recover_interrupted stops executions of dead owners and leaves live o
     auto events = get(db.tree_events(dead));
     auto stopped = select(events, "execution.stopped");
     REQUIRE(stopped.size() == 1);
-    CHECK(stopped[0].reason == "interrupted");
+    CHECK(stopped[0].reason == step_reason::interrupted);
     auto pending = select(events, "step.pending");
     CHECK(pending.size() == 2);
     for (auto& e : pending)
-      CHECK(e.reason == "interrupted");
+      CHECK(e.reason == step_reason::interrupted);
   };
 
   SECTION("called directly") {
@@ -1066,7 +1066,7 @@ TEST_CASE("destroying the runtime stops live executions with reason shutdown", "
   auto db = get(store::open({f.home}));
   auto rec = get(db->execution(id));
   CHECK(rec.status == execution_status::stopped);
-  CHECK(rec.reason == "shutdown");
+  CHECK(rec.reason == step_reason::shutdown);
   CHECK(get(db->live()).empty());
   std::map<std::string, step_record> steps;
   for (auto& s : get(db->steps(id)))
@@ -1077,7 +1077,7 @@ TEST_CASE("destroying the runtime stops live executions with reason shutdown", "
   CHECK(test::process_gone(steps["proc"].pid));
   auto stopped = select(test::checked_tree_events(*db, id), "execution.stopped");
   REQUIRE(stopped.size() == 1);
-  CHECK(stopped[0].reason == "shutdown");
+  CHECK(stopped[0].reason == step_reason::shutdown);
 }
 
 TEST_CASE("a queued execution is stopped before it runs", "[runtime][stop]") {
@@ -1091,13 +1091,13 @@ TEST_CASE("a queued execution is stopped before it runs", "[runtime][stop]") {
   CHECK(req.result != stop_result::no_execution);
   auto rec = f.finish(second);
   CHECK(rec.status == execution_status::stopped);
-  CHECK(rec.reason == "requested");
+  CHECK(rec.reason == step_reason::requested);
   CHECK(rec.started_at == 0);
   for (auto& e : f.events(second.id()))
-    CHECK(e.type.rfind("step.", 0) != 0);
+    CHECK(family_of(e.type) != event_family::step);
   auto stop = get(f.rt->db()->stop(req.request.id));
   CHECK(stop.handled);
-  CHECK(stop.result == "stopped");
+  CHECK(stop.result == stop_result::stopped);
   // Stopping it again changes nothing.
   auto again = get(second.stop());
   CHECK(again.result == stop_result::no_execution);
@@ -1201,7 +1201,7 @@ TEST_CASE("a stop while most of a tree waits at the start gate ends every execut
   // Stop once the first leaf sleeps: the gate holds most of the tree back.
   REQUIRE(test::eventually([&] {
     for (auto& e : seen->snapshot())
-      if (e.type == "step.started" && e.step == "s")
+      if (e.type == event_type::step_started && e.step == "s")
         return true;
     return false;
   }));

@@ -29,6 +29,10 @@
 #include "tests/integration/event_log_check.hpp"
 #include "tests/integration/helpers.hpp"
 
+using canopy::core::event_type;
+using canopy::core::step_reason;
+using canopy::core::stop_result;
+
 using namespace canopy::core::test;
 using namespace std::chrono_literals;
 
@@ -736,11 +740,11 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
     auto rec = h.status();
     REQUIRE(rec);
     CHECK(rec->status == canopy::core::execution_status::stopped);
-    CHECK(rec->reason == "requested");
+    CHECK(rec->reason == step_reason::requested);
     auto evs = checked_tree_events(*rt.db(), h.id());
     std::vector<std::string> types;
     for (auto& e : evs)
-      types.push_back(e.type);
+      types.push_back(to_string(e.type));
     INFO("events: " << json(types).dump());
     CHECK(std::count(types.begin(), types.end(), "step.started") == 0);
     CHECK(std::count(types.begin(), types.end(), "execution.started") == 0);
@@ -797,10 +801,10 @@ TEST_CASE("a queued execution stopped through the library ends stopped before an
       std::optional<uint64_t> requested, started;
       std::vector<std::string> types;
       for (auto& e : evs) {
-        types.push_back(e.type);
-        if (e.type == "stop.requested" && !requested)
+        types.push_back(to_string(e.type));
+        if (e.type == event_type::stop_requested && !requested)
           requested = e.seq;
-        if (e.type == "execution.started" && !started)
+        if (e.type == event_type::execution_started && !started)
           started = e.seq;
       }
       INFO("events: " << json(types).dump());

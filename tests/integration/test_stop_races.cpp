@@ -43,10 +43,10 @@ void check_every_request_handled(const store& db, const std::vector<std::string>
   std::map<std::string, int> per_request; // stop id -> requested + 10 * handled
   for (auto& id : roots) {
     for (auto& e : checked_tree_events(db, id)) {
-      if (e.type == "stop.requested") {
+      if (e.type == event_type::stop_requested) {
         ++requests;
         per_request[e.data.value("stop_id", "")] += 1;
-      } else if (e.type == "stop.handled") {
+      } else if (e.type == event_type::stop_handled) {
         ++handled;
         per_request[e.data.value("stop_id", "")] += 10;
       }
@@ -60,7 +60,7 @@ void check_every_request_handled(const store& db, const std::vector<std::string>
     auto r = db.stop(sid);
     REQUIRE(r);
     CHECK(r->handled);
-    CHECK((r->result == "stopped" || r->result == "no_execution"));
+    CHECK((r->result == stop_result::stopped || r->result == stop_result::no_execution));
   }
 }
 
@@ -120,7 +120,7 @@ TEST_CASE("1000 stops sent the instant an execution starts over HTTP are each an
   size_t stored_requests = 0;
   for (auto& id : roots)
     for (auto& e : checked_tree_events(**db, id))
-      stored_requests += e.type == "stop.requested";
+      stored_requests += e.type == event_type::stop_requested;
   INFO(stored_requests << " of " << roots.size() << " stops stored a request");
   CHECK(stored_requests > 0); // the races did reach live executions
   check_every_request_handled(**db, roots, stored_requests);

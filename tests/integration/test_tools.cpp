@@ -129,13 +129,13 @@ struct collector {
 
 auto is_event(const std::string& type, const std::string& step = {}) {
   return [=](const event_record& e) {
-    return e.type == type && (step.empty() || e.step == step);
+    return to_string(e.type) == type && (step.empty() || e.step == step);
   };
 }
 
 auto is_output(const std::string& step, const std::string& line) {
   return [=](const event_record& e) {
-    return e.type == "step.output" && e.step == step && e.data.is_object()
+    return e.type == event_type::step_output && e.step == step && e.data.is_object()
            && e.data.value("line", "") == line;
   };
 }
@@ -143,14 +143,14 @@ auto is_output(const std::string& step, const std::string& line) {
 std::vector<std::string> types_of(const std::vector<event_record>& xs, const std::string& step) {
   std::vector<std::string> out;
   for (auto& e : xs)
-    if (e.step == step && e.type != "step.output")
-      out.push_back(e.type);
+    if (e.step == step && e.type != event_type::step_output)
+      out.push_back(to_string(e.type));
   return out;
 }
 
 size_t select_count(const std::vector<event_record>& xs, const std::string& type) {
   return static_cast<size_t>(
-    std::count_if(xs.begin(), xs.end(), [&](const event_record& e) { return e.type == type; }));
+    std::count_if(xs.begin(), xs.end(), [&](const event_record& e) { return to_string(e.type) == type; }));
 }
 
 /// Lines of a file.
@@ -209,7 +209,7 @@ TEST_CASE("a tool step whose template names a missing key fails naming the refer
     auto h = n.start(json::parse(R"({"steps": {"t": {"tool": "show", "with": {"other": 1}}}})"));
     auto rec = n.finish(h);
     CHECK(rec.status == execution_status::failed);
-    CHECK(rec.reason == "step_failed");
+    CHECK(rec.reason == step_reason::step_failed);
     auto t = n.steps(h.id())["t"];
     CHECK(t.status == step_status::failed);
     REQUIRE(t.error.is_string());
@@ -388,7 +388,7 @@ TEST_CASE("a tool's grace applies unless the step sets its own", "[integration][
     CHECK(test::process_gone(s.pid));
     json grace;
     for (auto& e : n.events(h.id()))
-      if (e.type == "step.signalled" && e.data.is_object()
+      if (e.type == event_type::step_signalled && e.data.is_object()
           && e.data.value("signal", "") == "SIGINT")
         grace = e.data.value("next_in_ms", json{});
     return grace;
@@ -487,12 +487,12 @@ TEST_CASE("a stop of an execution whose tool step is queued behind the tool's sl
   h.stop();
   auto rec = n.finish(h);
   CHECK(rec.status == execution_status::stopped);
-  CHECK(rec.reason == "requested");
+  CHECK(rec.reason == step_reason::requested);
   auto steps = n.steps(h.id());
   for (auto s : {"r", "g1", "g2"}) {
     INFO("step " << s);
     CHECK(steps[s].status == step_status::pending);
-    CHECK(steps[s].reason == "requested");
+    CHECK(steps[s].reason == step_reason::requested);
   }
   CHECK(steps["g1"].pid == 0);
   CHECK(steps["g2"].pid == 0);

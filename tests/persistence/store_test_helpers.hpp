@@ -56,7 +56,8 @@ inline step_record make_step(const std::string& exec, const std::string& name,
 }
 
 inline event_record make_event(const std::string& exec, const std::string& root,
-                               const std::string& type = "step.started", json data = nullptr) {
+                               event_type type = event_type::step_started,
+                               json data = nullptr) {
   event_record e;
   e.time = now_ms();
   e.type = type;

@@ -117,13 +117,13 @@ tree build(store& db) {
   write_batch b;
   for (auto& [id, r] : t.executions) {
     b.executions.push_back(r);
-    b.events.push_back(make_event(r, "execution.started", 110, {}, "running"));
+    b.events.push_back(make_execution_event(r, event_type::execution_started, 110, execution_status::running));
   }
   for (auto& [id, ss] : t.steps)
     for (auto& s : ss) {
       b.steps.push_back(s);
-      b.events.push_back(make_event(t.executions[id], "step.started", 120, s.step,
-                                    to_string(s.status)));
+      b.events.push_back(make_step_event(t.executions[id], event_type::step_started, 120, s.step,
+                                         s.status));
     }
   REQUIRE(!db.commit(b));
   // Then xat completes (its child xata stays stored running), xc fails and
@@ -138,12 +138,12 @@ tree build(store& db) {
   xc.ended_at = 310;
   auto& xb = t.executions["xb"];
   xb.status = execution_status::stopping;
-  xb.reason = "requested";
+  xb.reason = step_reason::requested;
   xb.error = "half";
   write_batch b2;
   for (auto* r : {&xat, &xc, &xb}) {
     b2.executions.push_back(*r);
-    b2.events.push_back(make_event(*r, "execution.changed", 320, {}, to_string(r->status)));
+    b2.events.push_back(make_execution_event(*r, event_type::execution_started, 320, r->status));
   }
   stop_record req;
   req.id = "s1";
@@ -173,30 +173,33 @@ void walk(const tree& t, const std::string& target, std::vector<std::string>& ou
 void own_stop(const tree& t, write_batch& b) {
   auto x = t.executions.at("x");
   x.status = execution_status::stopped;
-  x.reason = "requested";
+  x.reason = step_reason::requested;
   x.ended_at = stop_time;
   for (auto s : t.steps.at("x"))
     if (s.status == step_status::running || s.status == step_status::queued) {
       s.status = step_status::pending;
-      s.reason = "requested";
+      s.reason = step_reason::requested;
       s.ended_at = stop_time;
       b.steps.push_back(s);
-      b.events.push_back(make_event(x, "step.pending", stop_time, s.step, "pending", "requested"));
+      b.events.push_back(make_step_event(x, event_type::step_pending, stop_time, s.step, step_status::pending,
+                                         step_reason::requested));
     }
   b.executions.push_back(x);
-  b.events.push_back(make_event(x, "execution.stopped", stop_time, {}, "stopped", "requested"));
+  b.events.push_back(make_execution_event(x, event_type::execution_stopped, stop_time,
+                                          execution_status::stopped, step_reason::requested));
 }
 
 /// The per-node snapshot the way the execution actors wrote it before the
 /// compact snapshot: a record and events per covered execution and step.
-write_batch per_node_stop(const tree& t, const std::string& child_reason = "parent_stopped") {
+write_batch per_node_stop(const tree& t,
+                          step_reason child_reason = step_reason::parent_stopped) {
   write_batch b;
   own_stop(t, b);
   std::vector<std::string> ids;
   walk(t, "x", ids);
   for (auto& id : ids) {
     auto d = t.executions.at(id);
-    auto reason = d.parent_id == "x" ? child_reason : "parent_stopped";
+    auto reason = d.parent_id == "x" ? child_reason : step_reason::parent_stopped;
     d.status = execution_status::stopped;
     d.reason = reason;
     d.ended_at = stop_time;
@@ -207,9 +210,11 @@ write_batch per_node_stop(const tree& t, const std::string& child_reason = "pare
         s.reason = reason;
         s.ended_at = stop_time;
         b.steps.push_back(s);
-        b.events.push_back(make_event(d, "step.pending", stop_time, s.step, "pending", reason));
+        b.events.push_back(make_step_event(d, event_type::step_pending, stop_time, s.step,
+                                           step_status::pending, reason));
       }
-    b.events.push_back(make_event(d, "execution.stopped", stop_time, {}, "stopped", reason,
+    b.events.push_back(make_execution_event(d, event_type::execution_stopped, stop_time,
+                                            execution_status::stopped, reason,
                                   d.error.empty() ? json(nullptr) : json{{"error", d.error}}));
     b.executions.push_back(d);
   }
@@ -225,7 +230,7 @@ uint64_t subtree_event_count(const tree& t) {
 }
 
 write_batch compact_stop(const tree& t, uint64_t events,
-                         const std::string& child_reason = "parent_stopped") {
+                         step_reason child_reason = step_reason::parent_stopped) {
   write_batch b;
   own_stop(t, b);
   subtree_stop s;
@@ -251,7 +256,7 @@ const std::vector<std::string> all_ids = {"x",   "xa",   "xaa", "xaaa", "xat",
 /// was handled, which differs between two homes.
 json doc(const event_record& e) {
   auto j = to_json(e);
-  if (e.type == "stop.handled")
+  if (e.type == event_type::stop_handled)
     j["time"] = 0;
   return j;
 }
@@ -344,7 +349,8 @@ struct two_homes {
   std::shared_ptr<store> compact_db = open_store(compact_home);
   tree t;
 
-  explicit two_homes(bool stop = true, const std::string& child_reason = "parent_stopped") {
+  explicit two_homes(bool stop = true,
+                     step_reason child_reason = step_reason::parent_stopped) {
     t = build(*old_db);
     build(*compact_db);
     if (stop) {
@@ -371,7 +377,7 @@ TEST_CASE("a compact snapshot reads exactly like the per-node snapshot it stands
   auto xaa = h.compact_db->execution("xaa");
   REQUIRE(xaa);
   CHECK(xaa->status == execution_status::stopped);
-  CHECK(xaa->reason == "parent_stopped");
+  CHECK(xaa->reason == step_reason::parent_stopped);
   CHECK(xaa->ended_at == stop_time);
   auto xa_steps = h.compact_db->steps("xa");
   REQUIRE(xa_steps);
@@ -379,7 +385,7 @@ TEST_CASE("a compact snapshot reads exactly like the per-node snapshot it stands
   CHECK((*xa_steps)[4].status == step_status::pending);
   CHECK((*xa_steps)[4].pid == 900); // kept, as the per-node snapshot kept it
   CHECK((*xa_steps)[2].status == step_status::pending);
-  CHECK((*xa_steps)[2].reason.empty()); // pending before: untouched
+  CHECK((*xa_steps)[2].reason == step_reason::none); // pending before: untouched
   auto live = h.compact_db->live();
   REQUIRE(live);
   REQUIRE(live->size() == 1);
@@ -388,12 +394,12 @@ TEST_CASE("a compact snapshot reads exactly like the per-node snapshot it stands
 
 TEST_CASE("the target's children get the child reason and deeper executions parent_stopped",
           "[persistence]") {
-  two_homes h(true, "sibling_failed");
+  two_homes h(true, step_reason::sibling_failed);
   same_reads(*h.compact_db, *h.old_db);
-  CHECK(h.compact_db->execution("xa")->reason == "sibling_failed");
-  CHECK(h.compact_db->steps("xa")->at(3).reason == "sibling_failed");
-  CHECK(h.compact_db->execution("xaa")->reason == "parent_stopped");
-  CHECK(h.compact_db->steps("xaa")->at(0).reason == "parent_stopped");
+  CHECK(h.compact_db->execution("xa")->reason == step_reason::sibling_failed);
+  CHECK(h.compact_db->steps("xa")->at(3).reason == step_reason::sibling_failed);
+  CHECK(h.compact_db->execution("xaa")->reason == step_reason::parent_stopped);
+  CHECK(h.compact_db->steps("xaa")->at(0).reason == step_reason::parent_stopped);
   REQUIRE(h.compact_db->materialize("x") == materialize_outcome::done);
   same_reads(*h.compact_db, *h.old_db);
 }
@@ -413,7 +419,7 @@ TEST_CASE("a compact snapshot does not descend below a terminal execution", "[pe
   auto xc = h.compact_db->execution("xc");
   REQUIRE(xc);
   CHECK(xc->status == execution_status::failed);
-  CHECK(xc->reason.empty());
+  CHECK(xc->reason == step_reason::none);
 }
 
 TEST_CASE("a pending stop request on a covered execution is handled by the compact snapshot",
@@ -427,7 +433,7 @@ TEST_CASE("a pending stop request on a covered execution is handled by the compa
   auto after = h.compact_db->stop("s1");
   REQUIRE(after);
   CHECK(after->handled);
-  CHECK(after->result == "stopped");
+  CHECK(after->result == stop_result::stopped);
   auto pending = h.compact_db->pending_stops();
   REQUIRE(pending);
   CHECK(pending->empty());
@@ -436,14 +442,14 @@ TEST_CASE("a pending stop request on a covered execution is handled by the compa
   auto evs = h.compact_db->tree_events("x");
   REQUIRE(evs);
   REQUIRE(!evs->empty());
-  CHECK(evs->back().type == "stop.handled");
+  CHECK(evs->back().type == event_type::stop_handled);
   CHECK(evs->back().execution_id == "xaa");
-  CHECK(evs->back().status == "stopped");
-  CHECK(evs->back().reason == "parent_stopped");
+  CHECK(to_string(evs->back().status) == std::string{"stopped"});
+  CHECK(evs->back().reason == step_reason::parent_stopped);
   CHECK(evs->back().seq == b.subtree_stops.front().first_seq + walked);
   std::vector<event_record> taken;
   b.take_events(taken);
-  CHECK(taken.back().type == "stop.handled");
+  CHECK(taken.back().type == event_type::stop_handled);
 }
 
 TEST_CASE("a stop request arriving after a compact snapshot is answered at once",
@@ -459,7 +465,7 @@ TEST_CASE("a stop request arriving after a compact snapshot is answered at once"
   auto r = h.compact_db->stop("s2");
   REQUIRE(r);
   CHECK(r->handled);
-  CHECK(r->result == "stopped");
+  CHECK(r->result == stop_result::stopped);
 }
 
 TEST_CASE("materialising a compact snapshot keeps every read and removes the compact entry",
@@ -519,12 +525,12 @@ TEST_CASE("writing a record of a covered execution materialises its compact snap
   // A resume writes xaa back to running, with an event: the same on both.
   auto xaa = *h.old_db->execution("xaa");
   xaa.status = execution_status::running;
-  xaa.reason.clear();
+  xaa.reason = step_reason::none;
   xaa.ended_at = 0;
   auto resumed = [&] {
     write_batch b;
     b.executions.push_back(xaa);
-    b.events.push_back(make_event(xaa, "execution.resumed", 7000, {}, "running"));
+    b.events.push_back(make_execution_event(xaa, event_type::execution_resumed, 7000, execution_status::running));
     return b;
   };
   auto b1 = resumed(), b2 = resumed();
@@ -542,7 +548,7 @@ TEST_CASE("writing a step of a covered execution materialises its compact snapsh
   two_homes h;
   auto s = h.old_db->steps("xb")->front();
   s.status = step_status::running;
-  s.reason.clear();
+  s.reason = step_reason::none;
   write_batch b1, b2;
   b1.steps.push_back(s);
   b2.steps.push_back(s);
@@ -606,7 +612,7 @@ TEST_CASE("a compact snapshot whose count is short keeps its events within the r
   REQUIRE(!h.compact_db->commit(b));
   auto first = b.subtree_stops.front().first_seq;
   CHECK(*h.compact_db->last_seq() == first + 7);
-  CHECK(h.compact_db->tree_events("x", first + 6)->front().type == "stop.handled");
+  CHECK(h.compact_db->tree_events("x", first + 6)->front().type == event_type::stop_handled);
   auto per_node = per_node_stop(h.t);
   REQUIRE(!h.old_db->commit(per_node));
   auto full = h.old_db->tree_events("x");
@@ -615,10 +621,10 @@ TEST_CASE("a compact snapshot whose count is short keeps its events within the r
   REQUIRE(full);
   std::vector<json> want, got;
   for (auto& e : *full)
-    if (e.seq < first + 7 && e.type != "stop.handled")
+    if (e.seq < first + 7 && e.type != event_type::stop_handled)
       want.push_back(doc(e));
   for (auto& e : *evs)
-    if (e.type != "stop.handled")
+    if (e.type != event_type::stop_handled)
       got.push_back(doc(e));
   CHECK(got == want);
   for (size_t i = 1; i < evs->size(); ++i)
@@ -796,7 +802,7 @@ TEST_CASE("a compact snapshot round-trips through its binary codec", "[persisten
   subtree_stop s;
   s.target = "t";
   s.root_id = "r";
-  s.child_reason = "sibling_failed";
+  s.child_reason = step_reason::sibling_failed;
   s.time = 12345;
   s.events = 99;
   s.first_seq = 7;
@@ -804,7 +810,7 @@ TEST_CASE("a compact snapshot round-trips through its binary codec", "[persisten
   REQUIRE(back);
   CHECK(back->target == "t");
   CHECK(back->root_id == "r");
-  CHECK(back->child_reason == "sibling_failed");
+  CHECK(back->child_reason == step_reason::sibling_failed);
   CHECK(back->time == 12345);
   CHECK(back->events == 99);
   CHECK(back->first_seq == 7);

@@ -21,7 +21,7 @@ step_record full_step(step_status status) {
   r.attempt = 3;
   r.result = json{{"partial", true}};
   r.error = "earlier attempt failed";
-  r.reason = "retry";
+  r.reason = step_reason::retry;
   r.node = "worker-2";
   r.child_id = "child-1";
   r.pid = 4242;
@@ -42,9 +42,9 @@ TEST_CASE("an active step record goes back to pending with the reason and the ti
     INFO(to_string(status));
     auto before = full_step(status);
     auto r = before;
-    CHECK(reset_step_record(r, "interrupted", 5000));
+    CHECK(reset_step_record(r, step_reason::interrupted, 5000));
     CHECK(r.status == step_status::pending);
-    CHECK(r.reason == "interrupted");
+    CHECK(r.reason == step_reason::interrupted);
     CHECK(r.ended_at == 5000);
     // The rest as it was: the resume counts the attempt, kills what is left
     // of the process group and re-arms a wait with the same deadline.
@@ -69,9 +69,9 @@ TEST_CASE("a pending or final step record is left as it was", "[persistence][rec
     INFO(to_string(status));
     auto before = full_step(status);
     auto r = before;
-    CHECK_FALSE(reset_step_record(r, "interrupted", 5000));
+    CHECK_FALSE(reset_step_record(r, step_reason::interrupted, 5000));
     CHECK(r.status == status);
-    CHECK(r.reason == "retry");
+    CHECK(r.reason == step_reason::retry);
     CHECK(r.ended_at == 0);
     CHECK(encode(r) == encode(before));
   }
@@ -84,6 +84,6 @@ TEST_CASE("the steps the rule resets are exactly the active ones", "[persistence
     INFO(to_string(status));
     step_record r;
     r.status = status;
-    CHECK(reset_step_record(r, "requested", 1) == is_active(status));
+    CHECK(reset_step_record(r, step_reason::requested, 1) == is_active(status));
   }
 }

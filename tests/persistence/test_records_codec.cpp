@@ -26,7 +26,7 @@ execution_record full_execution() {
   x.id = "01jexec";
   x.graph = "g";
   x.status = execution_status::stopped;
-  x.reason = "stop_requested";
+  x.reason = step_reason::requested;
   x.error = "boom";
   x.parent_id = "01jparent";
   x.root_id = "01jroot";
@@ -54,7 +54,7 @@ step_record full_step() {
   x.attempt = 3;
   x.result = {{"stdout", "out\n"}, {"exit_code", 3}};
   x.error = "exit code 3";
-  x.reason = "node_lost";
+  x.reason = step_reason::node_lost;
   x.node = "worker-2";
   x.child_id = "01jchild";
   x.pid = 777;
@@ -68,13 +68,13 @@ event_record full_event() {
   event_record x;
   x.seq = 1ull << 40;
   x.time = 1700000000123;
-  x.type = "step.completed";
+  x.type = event_type::step_completed;
   x.execution_id = "01jexec";
   x.root_id = "01jroot";
   x.parent_id = "01jparent";
   x.step = "s1";
-  x.status = "completed";
-  x.reason = "done";
+  x.status = step_status::completed;
+  x.reason = step_reason::retry;
   x.data = {{"result", {{"v", 1}}}};
   return x;
 }
@@ -190,7 +190,7 @@ TEST_CASE("every field of an event survives the binary codec", "[persistence][co
   CHECK(ok(decode_event_execution(encode(x))) == "01jexec");
   event_record minimal;
   minimal.seq = 1;
-  minimal.type = "execution.queued";
+  minimal.type = event_type::execution_queued;
   minimal.execution_id = "e";
   auto m = ok(decode_event(encode(minimal)));
   CHECK(m.data.is_null());
@@ -201,7 +201,7 @@ TEST_CASE("every field of an event survives the binary codec", "[persistence][co
 TEST_CASE("stop requests, counters, graphs, registered graphs, agents and history entries "
           "survive the binary codec",
           "[persistence][codec]") {
-  stop_record s{"s1", "e1", true, true, "stopped", 100, 200, "user:alice"};
+  stop_record s{"s1", "e1", true, true, stop_result::stopped, 100, 200, "user:alice"};
   auto sb = ok(decode_stop(encode(s)));
   CHECK(stop_document(sb) == stop_document(s));
 
@@ -270,16 +270,16 @@ TEST_CASE("invalid UTF-8 anywhere becomes U+FFFD and every record still decodes 
           "[persistence][codec]") {
   auto x = full_execution();
   x.id = "e" + bad_utf8;
-  x.reason = bad_utf8;
+  x.error = bad_utf8;
   x.inputs = {{"text", bad_utf8}, {bad_utf8, {bad_utf8, 1}}};
   auto back = ok(decode_execution(encode(x)));
   CHECK_NOTHROW(to_json(back).dump());
-  CHECK(back.reason == "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd"
+  CHECK(back.error == "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd"
                        "d\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
-  CHECK(back.inputs.at("text") == back.reason);
+  CHECK(back.inputs.at("text") == back.error);
 
   auto e = full_event();
-  e.type = bad_utf8;
+  e.step = bad_utf8;
   e.data = {{"line", bad_utf8}};
   CHECK_NOTHROW(event_document(ok(decode_event(encode(e)))).dump());
 
@@ -296,8 +296,8 @@ TEST_CASE("invalid UTF-8 anywhere becomes U+FFFD and every record still decodes 
   CHECK_NOTHROW(agent_document(ab).dump());
 
   // Valid multi-byte text is kept as it is.
-  x.reason = "żółw 🐢";
-  CHECK(ok(decode_execution(encode(x))).reason == "żółw 🐢");
+  x.error = "żółw 🐢";
+  CHECK(ok(decode_execution(encode(x))).error == "żółw 🐢");
 }
 
 // -- schema evolution --------------------------------------------------------------
@@ -361,7 +361,7 @@ TEST_CASE("the decoders read the schema-1 JSON text of every record type",
   CHECK(ok(decode_event_execution(encode_json(full_event()))) == "01jexec");
   auto g = graph_of({{"steps", json::object()}});
   CHECK(to_json(ok(decode_graph(encode_json(g)))) == to_json(g));
-  stop_record s{"s1", "e1", false, true, "no_execution", 1, 2, "cli"};
+  stop_record s{"s1", "e1", false, true, stop_result::no_execution, 1, 2, "cli"};
   CHECK(stop_document(ok(decode_stop(encode_json(s)))) == stop_document(s));
   tree_counters c{3, 1.5, 7, 0};
   CHECK(ok(decode_counters(encode_json(c))).run_ms == 7);

@@ -65,7 +65,7 @@ std::vector<std::string> types(store& db, const std::string& root) {
   auto evs = db.tree_events(root);
   REQUIRE(evs);
   for (auto& e : *evs)
-    out.push_back(e.type);
+    out.push_back(to_string(e.type));
   return out;
 }
 
@@ -100,19 +100,19 @@ TEST_CASE("the commit that stops an execution answers its pending requests stopp
   commit(*db, std::move(b));
   write_batch snap;
   auto rec = make_exec("x", execution_status::stopped);
-  rec.reason = "requested";
+  rec.reason = step_reason::requested;
   snap.executions.push_back(rec);
   commit(*db, std::move(snap));
   auto r = db->stop("s1");
   REQUIRE(r);
   CHECK(r->handled);
-  CHECK(r->result == "stopped");
+  CHECK(r->result == stop_result::stopped);
   CHECK(r->handled_at != 0);
   CHECK(db->pending_stops()->empty());
   CHECK(types(*db, "x") == std::vector<std::string>{"stop.requested", "stop.handled"});
   auto handled = db->tree_events("x")->back();
-  CHECK(handled.status == "stopped");
-  CHECK(handled.reason == "requested");
+  CHECK(to_string(handled.status) == std::string{"stopped"});
+  CHECK(handled.reason == step_reason::requested);
 }
 
 TEST_CASE("a request that races with its execution's completion is answered no_execution",
@@ -136,7 +136,7 @@ TEST_CASE("a request that races with its execution's completion is answered no_e
   auto r = db->stop("s1");
   REQUIRE(r);
   CHECK(r->handled);
-  CHECK(r->result == "no_execution");
+  CHECK(r->result == stop_result::no_execution);
   CHECK(db->pending_stops()->empty());
   CHECK(types(*db, "x") == std::vector<std::string>{"stop.requested", "stop.handled"});
 }
@@ -170,9 +170,9 @@ TEST_CASE("a request for a child answered by the root's snapshot carries the chi
   // The snapshot: the root stopping ends the child too, in one commit.
   write_batch snap;
   auto root = make_exec("r", execution_status::stopped);
-  root.reason = "requested";
+  root.reason = step_reason::requested;
   auto child = make_exec("c", execution_status::stopped, "r");
-  child.reason = "parent_stopped";
+  child.reason = step_reason::parent_stopped;
   snap.executions.push_back(root);
   write_batch nested;
   nested.executions.push_back(child);
@@ -180,12 +180,12 @@ TEST_CASE("a request for a child answered by the root's snapshot carries the chi
   commit(*db, std::move(snap));
   auto r = db->stop("s1");
   REQUIRE(r);
-  CHECK(r->result == "stopped");
+  CHECK(r->result == stop_result::stopped);
   auto evs = db->tree_events("r");
   REQUIRE(evs);
-  REQUIRE(evs->back().type == "stop.handled");
+  REQUIRE(evs->back().type == event_type::stop_handled);
   CHECK(evs->back().execution_id == "c");
-  CHECK(evs->back().reason == "parent_stopped");
+  CHECK(evs->back().reason == step_reason::parent_stopped);
 }
 
 TEST_CASE("the events the store writes for requests are handed back with the batch in seq order",
@@ -196,7 +196,7 @@ TEST_CASE("the events the store writes for requests are handed back with the bat
   b.executions.push_back(make_exec("x", execution_status::completed));
   b.stops.push_back(make_request("s1", "x"));
   event_record own;
-  own.type = "execution.completed";
+  own.type = event_type::execution_completed;
   own.execution_id = own.root_id = "x";
   b.events.push_back(own);
   REQUIRE(!db->commit(b));
@@ -204,9 +204,9 @@ TEST_CASE("the events the store writes for requests are handed back with the bat
   b.take_events(out);
   REQUIRE(out.size() == 3);
   // The request heads its batch's events; its answer comes last.
-  CHECK(out[0].type == "stop.requested");
-  CHECK(out[1].type == "execution.completed");
-  CHECK(out[2].type == "stop.handled");
+  CHECK(out[0].type == event_type::stop_requested);
+  CHECK(out[1].type == event_type::execution_completed);
+  CHECK(out[2].type == event_type::stop_handled);
   CHECK(out[0].seq < out[1].seq);
   CHECK(out[1].seq < out[2].seq);
 }

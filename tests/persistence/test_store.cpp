@@ -78,7 +78,7 @@ TEST_CASE("an execution record round-trips with every field", "[persistence][sto
   r.id = make_execution_id();
   r.graph = "research";
   r.status = execution_status::stopped;
-  r.reason = "requested";
+  r.reason = step_reason::requested;
   r.error = "step 'x' failed: boom";
   r.parent_id = "parent-id";
   r.root_id = "root-id";
@@ -102,7 +102,7 @@ TEST_CASE("an execution record round-trips with every field", "[persistence][sto
   CHECK(back.node == "gpu-1");
   CHECK(back.id == r.id);
   CHECK(back.status == execution_status::stopped);
-  CHECK(back.reason == "requested");
+  CHECK(back.reason == step_reason::requested);
   CHECK(back.error == r.error);
   CHECK(back.parent_id == "parent-id");
   CHECK(back.root_id == "root-id");
@@ -139,7 +139,7 @@ TEST_CASE("a step record round-trips with every field", "[persistence][store]") 
   s.attempt = 3;
   s.result = json{{"exit_code", 1}, {"stdout", "x\ny"}, {"stderr", ""}, {"json", nullptr}};
   s.error = "exit code 1";
-  s.reason = "sibling_failed";
+  s.reason = step_reason::sibling_failed;
   s.node = "worker-7";
   s.child_id = "child-1";
   s.pid = 31337;
@@ -156,7 +156,7 @@ TEST_CASE("a step record round-trips with every field", "[persistence][store]") 
   CHECK(steps[0].attempt == 3);
   CHECK(steps[0].result == s.result);
   CHECK(steps[0].error == "exit code 1");
-  CHECK(steps[0].reason == "sibling_failed");
+  CHECK(steps[0].reason == step_reason::sibling_failed);
   CHECK(steps[0].node == "worker-7");
   CHECK(steps[0].child_id == "child-1");
   CHECK(steps[0].pid == 31337);
@@ -240,16 +240,16 @@ TEST_CASE("events round-trip and their seqs are assigned into the batch",
           "[persistence][store]") {
   test::temp_dir dir;
   auto db = open_store(dir.path);
-  event_record e = make_event("c1", "r1", "step.failed", json{{"error", "boom"}});
+  event_record e = make_event("c1", "r1", event_type::step_failed, json{{"error", "boom"}});
   e.time = 1700000000123;
   e.parent_id = "r1";
   e.step = "draft";
-  e.status = "failed";
-  e.reason = "sibling_failed";
+  e.status = step_status::failed;
+  e.reason = step_reason::sibling_failed;
   write_batch b;
-  b.events.push_back(make_event("r1", "r1", "execution.queued"));
+  b.events.push_back(make_event("r1", "r1", event_type::execution_queued));
   b.events.push_back(e);
-  b.events.push_back(make_event("r1", "r1", "execution.failed"));
+  b.events.push_back(make_event("r1", "r1", event_type::execution_failed));
   commit_ok(*db, b);
   REQUIRE(b.events.size() == 3);
   CHECK(b.events[0].seq == 1);
@@ -271,13 +271,13 @@ TEST_CASE("events round-trip and their seqs are assigned into the batch",
   e.seq = 2;
   CHECK(to_json(back) == to_json(e));
   CHECK(back.time == e.time);
-  CHECK(back.type == "step.failed");
+  CHECK(back.type == event_type::step_failed);
   CHECK(back.execution_id == "c1");
   CHECK(back.root_id == "r1");
   CHECK(back.parent_id == "r1");
   CHECK(back.step == "draft");
-  CHECK(back.status == "failed");
-  CHECK(back.reason == "sibling_failed");
+  CHECK(to_string(back.status) == std::string{"failed"});
+  CHECK(back.reason == step_reason::sibling_failed);
   CHECK(back.data == json{{"error", "boom"}});
   // Other trees' events are not part of this tree.
   CHECK(seqs_of(get(db->tree_events("r2"))) == std::vector<uint64_t>{5});
@@ -290,7 +290,7 @@ TEST_CASE("event seqs are strictly increasing over many commits", "[persistence]
   for (int i = 0; i < 200; ++i) {
     write_batch b;
     for (int j = 0; j < i % 4; ++j)
-      b.events.push_back(make_event("r", "r", "step.output", json{{"i", i}, {"j", j}}));
+      b.events.push_back(make_event("r", "r", event_type::step_output, json{{"i", i}, {"j", j}}));
     b.executions.push_back(make_exec("r", "g", execution_status::running));
     commit_ok(*db, b);
     for (auto& e : b.events) {

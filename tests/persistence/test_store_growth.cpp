@@ -66,7 +66,7 @@ TEST_CASE("the map grows when full and keeps every record readable",
     b.graphs.emplace_back(id, stored_graph{json{{"blob", blob}, {"i", i}}, "/", json::object()});
     b.steps.push_back(make_step(id, "s"));
     b.steps.back().result = json{{"stdout", blob.substr(0, 10000)}};
-    b.events.push_back(make_event(id, id, "execution.completed", json{{"i", i}}));
+    b.events.push_back(make_event(id, id, event_type::execution_completed, json{{"i", i}}));
     commit_ok(*db, b);
     CHECK(b.events[0].seq == static_cast<uint64_t>(i + 1));
   }
@@ -159,7 +159,7 @@ TEST_CASE("two processes committing to one home get unique, increasing seqs",
       write_batch b;
       for (int j = 0; j < per_commit; ++j)
         b.events.push_back(
-          make_event("child", "child", "step.output", json{{"i", i}, {"j", j}, {"pad", pad}}));
+          make_event("child", "child", event_type::step_output, json{{"i", i}, {"j", j}, {"pad", pad}}));
       if ((*db)->commit(b))
         return 12;
       for (auto& e : b.events) {
@@ -185,7 +185,7 @@ TEST_CASE("two processes committing to one home get unique, increasing seqs",
     write_batch b;
     for (int j = 0; j < per_commit; ++j)
       b.events.push_back(
-        make_event("parent", "parent", "step.output", json{{"i", i}, {"j", j}, {"pad", pad}}));
+        make_event("parent", "parent", event_type::step_output, json{{"i", i}, {"j", j}, {"pad", pad}}));
     commit_ok(*db, b);
     for (auto& e : b.events) {
       increasing = increasing && e.seq > last;
@@ -234,7 +234,7 @@ TEST_CASE("opening a home succeeds while another process grows its map",
     const std::string pad(10000, 'g');
     for (int i = 0; i < 300; ++i) {
       write_batch b;
-      b.events.push_back(make_event("grower", "grower", "step.output", json{{"pad", pad}}));
+      b.events.push_back(make_event("grower", "grower", event_type::step_output, json{{"pad", pad}}));
       if ((*db)->commit(b))
         return 12;
     }
@@ -444,12 +444,12 @@ TEST_CASE("a commit fails with store_busy once the writers' lock stayed taken fo
   auto db = open_store_waiting(dir.path, std::chrono::milliseconds{500});
   write_batch first;
   first.executions.push_back(make_exec("e1"));
-  first.events.push_back(make_event("e1", "e1", "execution.queued"));
+  first.events.push_back(make_event("e1", "e1", event_type::execution_queued));
   commit_ok(*db, first);
   writers_lock_holder holder{dir.path};
   write_batch second;
   second.executions.push_back(make_exec("e2"));
-  second.events.push_back(make_event("e2", "e2", "execution.queued"));
+  second.events.push_back(make_event("e2", "e2", event_type::execution_queued));
   auto t0 = std::chrono::steady_clock::now();
   auto err = db->commit(second);
   auto waited = seconds_since(t0);

@@ -202,10 +202,10 @@ TEST_CASE("tree_events honours after and limit and keeps trees apart",
   std::vector<uint64_t> a_seqs, ab_seqs;
   for (int i = 0; i < 10; ++i) {
     write_batch b;
-    b.events.push_back(make_event("a", "a", "step.output", json{{"i", i}}));
-    b.events.push_back(make_event("ab-child", "ab", "step.output", json{{"i", i}}));
+    b.events.push_back(make_event("a", "a", event_type::step_output, json{{"i", i}}));
+    b.events.push_back(make_event("ab-child", "ab", event_type::step_output, json{{"i", i}}));
     if (i % 3 == 0)
-      b.events.push_back(make_event("a-child", "a", "step.output", json{{"i", i}}));
+      b.events.push_back(make_event("a-child", "a", event_type::step_output, json{{"i", i}}));
     commit_ok(*db, b);
     for (auto& e : b.events)
       (e.root_id == "a" ? a_seqs : ab_seqs).push_back(e.seq);
@@ -308,7 +308,7 @@ TEST_CASE("deleted_executions removes the record, steps, graph and child index e
     b.steps.push_back(make_step(id, "s2"));
     b.graphs.emplace_back(id, stored_graph{json{{"steps", json::object()}}, "/", json::object()});
   }
-  b.events.push_back(make_event("c", "p", "execution.queued"));
+  b.events.push_back(make_event("c", "p", event_type::execution_queued));
   commit_ok(*db, b);
   REQUIRE(get(db->children("p")) == std::vector<std::string>{"c", "cd"});
 
@@ -369,9 +369,9 @@ TEST_CASE("deleted_trees removes a settled root's whole tree and leaves a live o
     b.steps.push_back(make_step(id, "s1"));
     b.graphs.emplace_back(id, stored_graph{json{{"steps", json::object()}}, "/", json::object()});
   }
-  b.events.push_back(make_event("r", "r", "execution.queued"));
-  b.events.push_back(make_event("g", "r", "execution.queued"));
-  b.events.push_back(make_event("r2", "r2", "execution.queued"));
+  b.events.push_back(make_event("r", "r", event_type::execution_queued));
+  b.events.push_back(make_event("g", "r", event_type::execution_queued));
+  b.events.push_back(make_event("r2", "r2", event_type::execution_queued));
   tree_counters tc;
   tc.steps = 3;
   b.counters.emplace_back("r", tc);
@@ -484,23 +484,23 @@ TEST_CASE("deleting a planned child leaves none of its events in its root's log"
   b.executions.push_back(make_exec("c2", "g", execution_status::running));
   b.steps.push_back(make_step("c", "s1"));
   b.graphs.emplace_back("c", stored_graph{json{{"steps", json::object()}}, "/", json::object()});
-  b.events.push_back(make_event("r", "r", "execution.started"));
-  b.events.push_back(make_event("c", "r", "execution.queued"));
-  b.events.push_back(make_event("k", "r", "execution.queued"));
-  b.events.push_back(make_event("c", "r", "step.pending"));
-  b.events.push_back(make_event("c2", "c2", "execution.queued"));
+  b.events.push_back(make_event("r", "r", event_type::execution_started));
+  b.events.push_back(make_event("c", "r", event_type::execution_queued));
+  b.events.push_back(make_event("k", "r", event_type::execution_queued));
+  b.events.push_back(make_event("c", "r", event_type::step_pending));
+  b.events.push_back(make_event("c2", "c2", event_type::execution_queued));
   commit_ok(*db, b);
   REQUIRE(get(db->tree_events("r")).size() == 4);
 
   // A stop during its creation deletes the planned child, and writes on.
   write_batch del;
   del.deleted_executions.push_back("c");
-  del.events.push_back(make_event("r", "r", "execution.stopped"));
+  del.events.push_back(make_event("r", "r", event_type::execution_stopped));
   commit_ok(*db, del);
 
   std::vector<std::string> left;
   for (auto& e : get(db->tree_events("r")))
-    left.push_back(e.execution_id + ":" + e.type);
+    left.push_back(e.execution_id + ":" + to_string(e.type));
   CHECK(left == std::vector<std::string>{"r:execution.started", "k:execution.queued",
                                          "r:execution.stopped"});
   CHECK(get(db->children("r")) == std::vector<std::string>{"k"});
@@ -522,23 +522,23 @@ TEST_CASE("a child created and deleted in one commit by nested batches leaves no
   auto db = open_store(dir.path);
   write_batch b;
   b.executions.push_back(make_exec("r", "g", execution_status::running));
-  b.events.push_back(make_event("r", "r", "execution.started"));
+  b.events.push_back(make_event("r", "r", event_type::execution_started));
   // Two nested levels each plan a child and delete it (a stop during creation
   // gathered level by level into one snapshot).
   for (auto id : {"c1", "c2"}) {
     write_batch planned;
     planned.executions.push_back(make_exec(id, "g", execution_status::queued, "r", "r"));
-    planned.events.push_back(make_event(id, "r", "execution.queued"));
+    planned.events.push_back(make_event(id, "r", event_type::execution_queued));
     write_batch removal;
     removal.deleted_executions.push_back(id);
-    removal.events.push_back(make_event("r", "r", "step.pending"));
+    removal.events.push_back(make_event("r", "r", event_type::step_pending));
     planned.append(std::move(removal));
     b.append(std::move(planned));
   }
   commit_ok(*db, b);
   std::vector<std::string> left;
   for (auto& e : get(db->tree_events("r")))
-    left.push_back(e.execution_id + ":" + e.type);
+    left.push_back(e.execution_id + ":" + to_string(e.type));
   CHECK(left == std::vector<std::string>{"r:execution.started", "r:step.pending",
                                          "r:step.pending"});
   CHECK(get(db->children("r")).empty());

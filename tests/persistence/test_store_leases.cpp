@@ -68,7 +68,7 @@ TEST_CASE("a write that claims the stored epoch is applied",
   auto b = claiming("r1", e, false);
   auto rec = make_exec("r1", "g", execution_status::running);
   b.executions.push_back(rec);
-  b.events.push_back(make_event("r1", "r1", "execution.started"));
+  b.events.push_back(make_event("r1", "r1", event_type::execution_started));
   commit_ok(*db, b);
   CHECK(b.lease.outcome == lease_outcome::held);
   CHECK(get(db->execution("r1")).status == execution_status::running);
@@ -84,7 +84,7 @@ TEST_CASE("a stale writer's batch is skipped whole while the rest of its commit 
   // Another process takes r1 over (compare-and-set on the epoch it read).
   auto takeover = claiming("r1", old_epoch, true, 200);
   auto stopped = make_exec("r1", "g", execution_status::stopped);
-  stopped.reason = "interrupted";
+  stopped.reason = step_reason::interrupted;
   takeover.executions.push_back(stopped);
   commit_ok(*db, takeover);
   REQUIRE(takeover.lease.outcome == lease_outcome::acquired);
@@ -94,13 +94,13 @@ TEST_CASE("a stale writer's batch is skipped whole while the rest of its commit 
   auto stale = claiming("r1", old_epoch, false);
   stale.executions.push_back(make_exec("r1", "g", execution_status::failed));
   stale.steps.push_back(make_step("r1", "s1", step_status::failed));
-  stale.events.push_back(make_event("r1", "r1", "execution.failed"));
+  stale.events.push_back(make_event("r1", "r1", event_type::execution_failed));
   write_batch nested_child;
-  nested_child.events.push_back(make_event("c1", "r1", "step.started"));
+  nested_child.events.push_back(make_event("c1", "r1", event_type::step_started));
   stale.nested.push_back(std::move(nested_child));
   auto fine = claiming("r2", get(db->lease("r2")).epoch, false);
   fine.executions.push_back(make_exec("r2", "g", execution_status::running));
-  fine.events.push_back(make_event("r2", "r2", "execution.started"));
+  fine.events.push_back(make_event("r2", "r2", event_type::execution_started));
   write_batch group;
   group.nested.push_back(std::move(stale));
   group.nested.push_back(std::move(fine));
@@ -110,10 +110,10 @@ TEST_CASE("a stale writer's batch is skipped whole while the rest of its commit 
   // Nothing of the stale batch (nor its nested one) is stored.
   auto r1 = get(db->execution("r1"));
   CHECK(r1.status == execution_status::stopped);
-  CHECK(r1.reason == "interrupted");
+  CHECK(r1.reason == step_reason::interrupted);
   CHECK(get(db->steps("r1")).empty());
   for (auto& e : get(db->tree_events("r1")))
-    CHECK(e.type != "execution.failed");
+    CHECK(e.type != event_type::execution_failed);
   CHECK(get(db->tree_events("r1")).empty());
   CHECK(get(db->execution("r2")).status == execution_status::running);
   // Its events are not handed to subscribers either.
@@ -135,7 +135,7 @@ TEST_CASE("taking a tree over fails when its epoch changed since it was read",
   CHECK(first.lease.outcome == lease_outcome::acquired);
   auto second = claiming("r1", read, true, 300);
   auto rec = make_exec("r1", "g", execution_status::stopped);
-  rec.reason = "interrupted";
+  rec.reason = step_reason::interrupted;
   second.executions.push_back(rec);
   commit_ok(*db, second);
   CHECK(second.lease.outcome == lease_outcome::fenced);
@@ -151,7 +151,7 @@ TEST_CASE("taking a tree over with the end of its log fails when its owner wrote
   auto e = start_tree(*db, "r1");
   {
     auto b = claiming("r1", e, false);
-    b.events.push_back(make_event("r1", "r1", "execution.queued"));
+    b.events.push_back(make_event("r1", "r1", event_type::execution_queued));
     commit_ok(*db, b);
   }
   // What a recovery reads, in order: the lease, then where the log ends.
@@ -162,7 +162,7 @@ TEST_CASE("taking a tree over with the end of its log fails when its owner wrote
   {
     auto b = claiming("r1", e, false);
     b.executions.push_back(make_exec("r1", "g", execution_status::running));
-    b.events.push_back(make_event("r1", "r1", "execution.started"));
+    b.events.push_back(make_event("r1", "r1", event_type::execution_started));
     commit_ok(*db, b);
     REQUIRE(b.lease.outcome == lease_outcome::held);
   }
@@ -234,20 +234,20 @@ TEST_CASE("a stop request's event comes before the events of the halt in its bat
   write_batch b;
   b.stops.push_back(req);
   auto stopped = make_exec("r1", "g", execution_status::stopped);
-  stopped.reason = "requested";
+  stopped.reason = step_reason::requested;
   b.executions.push_back(stopped);
-  b.events.push_back(make_event("r1", "r1", "execution.stopping"));
-  b.events.push_back(make_event("r1", "r1", "execution.stopped"));
+  b.events.push_back(make_event("r1", "r1", event_type::execution_stopping));
+  b.events.push_back(make_event("r1", "r1", event_type::execution_stopped));
   commit_ok(*db, b);
   std::vector<std::string> types;
   for (auto& e : get(db->tree_events("r1")))
-    types.push_back(e.type);
+    types.push_back(to_string(e.type));
   CHECK(types == std::vector<std::string>{"stop.requested", "execution.stopping",
                                           "execution.stopped", "stop.handled"});
   std::vector<event_record> handed;
   b.take_events(handed);
   REQUIRE(handed.size() == 4);
-  CHECK(handed.front().type == "stop.requested");
+  CHECK(handed.front().type == event_type::stop_requested);
   for (size_t i = 1; i < handed.size(); ++i)
     CHECK(handed[i].seq > handed[i - 1].seq);
 }

@@ -208,7 +208,7 @@ void check_fixture_facts(store& db) {
   for (auto& e : nested_events)
     child_event = child_event || e.execution_id == child.id;
   CHECK(child_event);
-  CHECK(nested_events.back().type == "execution.completed");
+  CHECK(nested_events.back().type == event_type::execution_completed);
   CHECK(get(db.graph(nested.id)).document.at("name") == "nested");
 
   auto failing = by_graph(xs, "failing");
@@ -224,14 +224,14 @@ void check_fixture_facts(store& db) {
 
   auto slow = by_graph(xs, "slow");
   CHECK(slow.status == execution_status::stopped);
-  CHECK_FALSE(slow.reason.empty());
+  CHECK_FALSE(slow.reason == step_reason::none);
   // The step that was running is pending again (its successor never
   // started, so it has no record).
   auto slow_steps = get(db.steps(slow.id));
   REQUIRE(slow_steps.size() == 1);
   CHECK(slow_steps[0].step == "nap");
   CHECK(slow_steps[0].status == step_status::pending);
-  CHECK(slow_steps[0].reason == "requested");
+  CHECK(slow_steps[0].reason == step_reason::requested);
   CHECK(slow_steps[0].attempt == 1);
   auto slow_events = get(db.tree_events(slow.id));
   REQUIRE_FALSE(slow_events.empty());
@@ -239,7 +239,7 @@ void check_fixture_facts(store& db) {
     CHECK(slow_events[i].seq > slow_events[i - 1].seq);
   bool stopped_event = false;
   for (auto& e : slow_events)
-    stopped_event = stopped_event || e.type == "execution.stopped";
+    stopped_event = stopped_event || e.type == event_type::execution_stopped;
   CHECK(stopped_event);
   CHECK(get(db.pending_stops()).empty());
   for (auto& x : get(db.live()))
@@ -353,7 +353,7 @@ TEST_CASE("a home written by the JSON-record release reads as it is and migrates
     f.graph = "slow";
     CHECK(stop.target == get(db->list(f)).at(0).id);
     CHECK(stop.handled);
-    CHECK(stop.result == "stopped");
+    CHECK(stop.result == stop_result::stopped);
     CHECK_FALSE(stop.force);
     CHECK(stop.who.rfind("cli:", 0) == 0);
   }
@@ -378,13 +378,13 @@ TEST_CASE("a home written by the JSON-record release reads as it is and migrates
     b.executions.push_back(x);
     event_record e;
     e.time = now_ms();
-    e.type = "execution.queued";
+    e.type = event_type::execution_queued;
     e.execution_id = x.id;
     e.root_id = x.id;
     b.events.push_back(e);
     event_record on_old;
     on_old.time = now_ms();
-    on_old.type = "test.note";
+    on_old.type = event_type::step_output;
     on_old.execution_id = slow_id;
     on_old.root_id = slow_id;
     on_old.data = {{"after", "migration"}};
@@ -397,7 +397,7 @@ TEST_CASE("a home written by the JSON-record release reads as it is and migrates
     check_fixture_facts(*db);
     CHECK(get(db->execution(x.id)).graph == "after-migration");
     auto slow_events = get(db->tree_events(slow_id));
-    CHECK(slow_events.back().type == "test.note");
+    CHECK(slow_events.back().type == event_type::step_output);
     CHECK(slow_events.back().data == json{{"after", "migration"}});
   }
 

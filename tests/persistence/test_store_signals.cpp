@@ -169,7 +169,7 @@ TEST_CASE("a compact snapshot sets a waiting step back to pending like a running
   subtree_stop s;
   s.target = "r";
   s.root_id = "r";
-  s.child_reason = "parent_stopped";
+  s.child_reason = step_reason::parent_stopped;
   s.time = 5;
   s.events = 2;
   stop.subtree_stops.push_back(s);
@@ -178,6 +178,6 @@ TEST_CASE("a compact snapshot sets a waiting step back to pending like a running
   auto steps = get(db->steps("c"));
   REQUIRE(steps.size() == 1);
   CHECK(steps[0].status == step_status::pending);
-  CHECK(steps[0].reason == "parent_stopped");
+  CHECK(steps[0].reason == step_reason::parent_stopped);
   CHECK(steps[0].deadline == w.deadline);
 }

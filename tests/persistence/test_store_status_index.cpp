@@ -158,12 +158,12 @@ TEST_CASE("a materialised compact snapshot moves its executions in the index and
   write_batch stop;
   auto r = get(db->execution(root));
   r.status = execution_status::stopped;
-  r.reason = "requested";
+  r.reason = step_reason::requested;
   stop.executions.push_back(r);
   subtree_stop s;
   s.target = root;
   s.root_id = root;
-  s.child_reason = "parent_stopped";
+  s.child_reason = step_reason::parent_stopped;
   s.time = now_ms();
   s.events = 1;
   stop.subtree_stops.push_back(s);

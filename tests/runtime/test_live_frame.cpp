@@ -196,11 +196,11 @@ event_record event(const std::string& type, int64_t time, const std::string& ste
                    const std::string& status, nlohmann::json data = nullptr) {
   event_record e;
   e.time = time;
-  e.type = type;
+  from_string(type, e.type);
   e.execution_id = "r1";
   e.root_id = "r1";
   e.step = step;
-  e.status = status;
+  from_string(status, !step.empty(), e.status);
   e.data = std::move(data);
   return e;
 }
