@@ -11,6 +11,7 @@
 
 #include "persistence/error.hpp"
 #include "persistence/graph_paths.hpp"
+#include "persistence/json_text.hpp"
 #include "persistence/reference.hpp"
 #include "persistence/suggest.hpp"
 
@@ -96,7 +97,11 @@ parse_result graph_parser::run(json document, const std::string& base_dir,
     return finish();
   }
   for (auto& [key, val] : doc.items())
-    if (!contains(top_level_keys, key))
+    if (key == schema_key) {
+      if (!val.is_string())
+        fail("/" + escape_pointer(key), "expected a string (the URL or path of a JSON Schema), "
+                                          + got(val));
+    } else if (!contains(top_level_keys, key))
       fail("/" + escape_pointer(key),
            "unknown key '" + key + "' (expected one of: " + join(top_level_keys) + ")"
              + did_you_mean(key, top_level_keys));

@@ -13,6 +13,11 @@
 
 namespace canopy::core {
 
+/// The key by which a graph, config or tools document may name its JSON
+/// Schema (runtime/schema/): editors read it; canopy checks only that it is
+/// a string, and otherwise ignores it.
+inline constexpr std::string_view schema_key = "$schema";
+
 /// Deepest JSON nesting accepted in a document, against stack exhaustion.
 constexpr int max_json_nesting = 128;
 

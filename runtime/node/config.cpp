@@ -58,6 +58,11 @@ public:
     }
     for (auto& [key, val] : doc.items()) {
       auto path = "/" + escape_pointer(key);
+      if (key == schema_key) {
+        if (!val.is_string())
+          fail(path, "expected a string (the URL or path of a JSON Schema), " + got(val));
+        continue;
+      }
       if (key == "home") {
         if (auto s = non_empty_string(val, path, "a folder"))
           cfg.home = *s;
@@ -120,6 +125,11 @@ public:
     }
     for (auto& [key, val] : doc.items()) {
       auto path = "/" + escape_pointer(key);
+      if (key == schema_key) {
+        if (!val.is_string())
+          fail(path, "expected a string (the URL or path of a JSON Schema), " + got(val));
+        continue;
+      }
       if (key == "tools")
         cfg.tools = parse_tools(val, path, errors_);
       else if (key == "providers")
@@ -138,6 +148,11 @@ public:
     }
     for (auto& [key, val] : doc.items()) {
       auto path = "/" + escape_pointer(key);
+      if (key == schema_key) {
+        if (!val.is_string())
+          fail(path, "expected a string (the URL or path of a JSON Schema), " + got(val));
+        continue;
+      }
       if (key == "tools")
         cfg.tools = parse_tools(val, path, errors_);
       else if (key == "cluster")

@@ -1089,3 +1089,16 @@ TEST_CASE("every valid fixture parses", "[persistence][graph]") {
   CHECK(nested.value->files.size() == 1);
   CHECK(nested.value->find("review")->child != nullptr);
 }
+
+TEST_CASE("a graph may name its JSON Schema with a $schema string, and nothing else there",
+          "[persistence][graph]") {
+  auto doc = one_step({{"run", {"true"}}});
+  doc["$schema"] = "https://example.invalid/graph.schema.json";
+  auto g = parse_ok(doc);
+  CHECK(g.value->steps.size() == 1);
+  doc["$schema"] = 1;
+  check_rejected(doc, "/$schema", "expected a string");
+  auto unknown = one_step({{"run", {"true"}}});
+  unknown["schema"] = "x";
+  check_rejected(unknown, "/schema", "unknown key 'schema'");
+}
