@@ -5,8 +5,10 @@ Fails (exit 1, naming what is missing) unless
   - every command and subcommand that `canopy --help` lists (recursively,
     through commands that have subcommands of their own) has a heading
     `canopy CMD ...` in runtime/docs/reference/cli.md, and every long option
-    (`--x`) of its `--help` appears in that heading's section (the options
-    of `canopy --help` itself anywhere in the page);
+    (`--x`) of its `--help` appears in that heading's section outside code
+    blocks (the options of `canopy --help` itself anywhere in the page
+    outside code blocks);
+  - every heading `canopy CMD ...` names a real command;
   - every operation (METHOD path) of runtime/openapi.json appears in
     runtime/docs/reference/http.md as `METHOD path`.
 
@@ -91,7 +93,9 @@ def walk(canopy, home):
 
 
 def heading_sections(markdown):
-    """{heading text without '#' and backticks: section text}."""
+    """{heading text without '#' and backticks: section text}, the text
+    without its fenced code blocks (a synopsis does not document an option:
+    the option must also be described in prose or a table)."""
     lines = markdown.splitlines()
     heads = []
     fence = False
@@ -110,7 +114,13 @@ def heading_sections(markdown):
             if lvl <= level:
                 end = j
                 break
-        sections[text] = "\n".join(lines[i:end])
+        body, in_code = [], False
+        for line in lines[i:end]:
+            if line.lstrip().startswith("```"):
+                in_code = not in_code
+            elif not in_code:
+                body.append(line)
+        sections[text] = "\n".join(body)
     return sections
 
 
@@ -122,25 +132,27 @@ def check_cli(canopy, doc_path):
     with open(doc_path, encoding="utf-8") as f:
         doc = f.read()
     sections = heading_sections(doc)
+    prose = re.sub(r"^\s*```.*?^\s*```[^\n]*$", "", doc, flags=re.M | re.S)
     missing = []
     with tempfile.TemporaryDirectory() as home:
         tree = walk(canopy, home)
     if len(tree) < 2:
-        missing.append("`canopy --help` listed no commands (is its format still CLI11's?)")
+        missing.append("no commands parsed from `canopy --help` (is its format still CLI11's?)")
     for path, flags in tree:
         if not path:
             for flag in flags:
-                if not mentions(doc, flag):
-                    missing.append("global option %s (of `canopy --help`)" % flag)
+                if not mentions(prose, flag):
+                    missing.append("missing global option %s (of `canopy --help`)" % flag)
             continue
         name = "canopy " + " ".join(path)
         section = sections.get(name)
         if section is None:
-            missing.append("command `%s`: no heading `%s`" % (name, name))
+            missing.append("missing command `%s`: no heading `%s`" % (name, name))
             continue
         for flag in flags:
             if not mentions(section, flag):
-                missing.append("option %s of `%s` (not in its section)" % (flag, name))
+                missing.append("missing option %s of `%s` (not in its section outside code blocks)"
+                               % (flag, name))
     known = {"canopy " + " ".join(p) for p, _ in tree if p}
     for head in sections:
         if head.startswith("canopy ") and head not in known and not head.startswith("canopy --"):
@@ -162,7 +174,7 @@ def check_http(openapi_path, doc_path):
             count += 1
             op = "%s %s" % (method.upper(), path)
             if re.search(re.escape(op) + r"(?![A-Za-z0-9_/{}.-])", doc) is None:
-                missing.append("operation `%s`" % op)
+                missing.append("missing operation `%s`" % op)
     return missing, count
 
 
@@ -176,9 +188,9 @@ def main():
     cli_missing, commands, flags = check_cli(a.canopy, a.cli_doc)
     http_missing, ops = check_http(a.openapi, a.http_doc)
     for m in cli_missing:
-        print("%s: missing %s" % (a.cli_doc, m), file=sys.stderr)
+        print("%s: %s" % (a.cli_doc, m), file=sys.stderr)
     for m in http_missing:
-        print("%s: missing %s" % (a.http_doc, m), file=sys.stderr)
+        print("%s: %s" % (a.http_doc, m), file=sys.stderr)
     if cli_missing or http_missing:
         print("FAIL: %d gap(s) between the reference and the program"
               % (len(cli_missing) + len(http_missing)), file=sys.stderr)
