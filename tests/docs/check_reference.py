@@ -73,8 +73,9 @@ def parse_help(text):
             if section == "positionals" or not first.startswith("-"):
                 continue
             for name in first.split(","):
-                if LONG_FLAG.fullmatch(name) and name != "--help":
-                    flags.append(name)
+                m = LONG_FLAG.match(name)  # also `--name=VALUE`
+                if m and m.group(0) != "--help":
+                    flags.append(m.group(0))
         elif COMMAND_NAME.match(first):
             commands.append(first)
     return flags, commands
