@@ -16,11 +16,13 @@
    validate` can tell; the schema accepts it). The structural graphs built
    here are rejected by both.
 4. Config (`canopy serve --config`): runtime/dist/node.json, the examples'
-   node.json.in and the fuzz corpus's good configs satisfy the schema; the
-   bad ones (corpus and built here) are rejected by `canopy serve --config`
-   and by the schema.
-5. Tools files (`canopy worker --tools`): good ones satisfy the schema; bad
-   ones are rejected by `canopy worker --tools` and by the schema.
+   node.json.in, the fuzz corpus's configs that only canopy refuses and the
+   good configs built here satisfy the schema, and a server starts with
+   those built here (stopped once it listens); the bad ones (corpus and
+   built here) are refused by `canopy serve --config` and by the schema.
+5. Tools files (`canopy worker --tools`): good ones satisfy the schema and a
+   worker reads them (stopped once it starts joining); bad ones are refused
+   by `canopy worker --tools` and by the schema.
 6. A top-level "$schema" key: the schemas accept it, and so must canopy in
    graph, config and tools files.
 
