@@ -1,6 +1,6 @@
 #pragma once
 
-// The agent actor: one per agent (SPEC §9) and process, spawned on first use.
+// The agent actor: one per agent (runtime/docs/reference/graph-format.md#agent-graphs) and process, spawned on first use.
 // It is the agent's mailbox: it decides, message by message, when a run of
 // the agent's graph may start, following the agent's `on_busy` policy. Runs
 // themselves are ordinary executions with `agent` set in their record; their

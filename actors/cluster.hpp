@@ -1,6 +1,6 @@
 #pragma once
 
-// The cluster (SPEC §10, §13 rule 22): a supervisor (`canopy serve
+// The cluster (runtime/docs/reference/config.md#cluster): a supervisor (`canopy serve
 // --cluster`) and workers (`canopy worker --join`) joined through CAF's
 // middleman. The supervisor owns the store and every execution; workers run
 // the subprocess steps placed on them.

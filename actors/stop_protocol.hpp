@@ -1,12 +1,12 @@
 #pragma once
 
-// The stop protocol (SPEC §4.1), written once: request durably, deliver,
+// The stop protocol (runtime/docs/reference/statuses.md#stop), written once: request durably, deliver,
 // await settled. The library (`runtime::stop`, `execution_handle::stop`),
 // the CLI (`canopy stop`, Ctrl-C), the agent actor (`cancel_previous`,
 // `agent cancel`), the stop watcher and the HTTP server all go through it.
 //
 // 1. Request: a stop of an execution that is not queued, running or
-//    stopping answers `no_execution` and stores nothing (SPEC §13 rule 10).
+//    stopping answers `no_execution` and stores nothing (runtime/docs/reference/statuses.md#stop-results).
 //    Otherwise the request is stored in the stop registry with its
 //    `stop.requested` event before anything else is said about it. Its halt
 //    token is set first when the execution lives in this process, so from
@@ -155,7 +155,7 @@ std::vector<stop_outcome> stop_all(caf::actor_system& sys, const stop_context& c
 // -- from another process on the same home (`canopy stop`) -------------------------
 
 /// Stores a stop request for execution `id` directly in `db` (the process
-/// that owns the execution delivers it; SPEC §13 rule 9).
+/// that owns the execution delivers it; runtime/docs/reference/statuses.md#stop).
 /// @returns the ticket, `not_found`, or a store error. Threading: the
 ///          caller's thread; this process runs no store writer.
 caf::expected<stop_ticket> request_stop(store& db, const std::string& id, stop_mode mode,

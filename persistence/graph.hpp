@@ -1,7 +1,7 @@
 #pragma once
 
 // The graph model: plain data parsed and validated from a JSON document
-// (SPEC §2, §13 rules 1-3, 7, 8). Nothing here runs anything.
+// (runtime/docs/reference/graph-format.md). Nothing here runs anything.
 
 #include <cstdint>
 #include <functional>
@@ -25,7 +25,7 @@ using json = nlohmann::json;
 
 // -- limits and defaults ------------------------------------------------------
 
-/// The largest graph document accepted, in bytes (SPEC §13 rule 3).
+/// The largest graph document accepted, in bytes (runtime/docs/reference/graph-format.md#document).
 constexpr size_t max_graph_bytes = 8u * 1024u * 1024u;
 
 /// Default `limits.max_depth` (root depth 0).
@@ -42,13 +42,13 @@ enum class step_kind : uint8_t { run, tool, graph, plan, agent, fn, wait, llm };
 /// Returns the kind key, e.g. `"run"`.
 const char* to_string(step_kind x);
 
-/// Signal escalation delays of a subprocess step (SPEC §4.3).
+/// Signal escalation delays of a subprocess step (runtime/docs/reference/statuses.md#stop).
 struct grace_periods {
   millis interrupt{10'000}; ///< SIGINT → SIGTERM
   millis terminate{5'000};  ///< SIGTERM → SIGKILL
 };
 
-/// The `limits` object of a graph; unset fields inherit (SPEC §13 rule 8).
+/// The `limits` object of a graph; unset fields inherit (runtime/docs/reference/graph-format.md#limits).
 struct graph_limits {
   std::optional<int> max_depth;
   std::optional<uint64_t> max_steps;
@@ -270,7 +270,7 @@ struct parse_result {
   explicit operator bool() const { return value != nullptr; }
 };
 
-/// Parses and validates `doc` (SPEC §2 rejections: unknown keys, zero or two
+/// Parses and validates `doc` (runtime/docs/reference/graph-format.md rejections: unknown keys, zero or two
 /// kinds, unknown `needs`, cycles, unknown inputs or steps in references,
 /// references to steps that are not upstream, bad durations, recursion past
 /// `max_depth`, a file including itself).
@@ -318,7 +318,7 @@ parse_result parse_graph_bundle(const json& document, const std::string& base_di
 parse_result load_stored_graph(json document, const std::string& base_dir, const json& files,
                                const parse_options& opts = {});
 
-/// Checks that `g` can be an agent's graph (SPEC §9): it declares input
+/// Checks that `g` can be an agent's graph (runtime/docs/reference/graph-format.md#agent-graphs): it declares input
 /// `message`, no input but `message` and `history`, and an output `reply`.
 /// @returns every error with its JSON path in the graph (empty: fine).
 std::vector<graph_error> check_agent_graph(const graph& g);

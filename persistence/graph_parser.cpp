@@ -243,7 +243,7 @@ void graph_parser::parse_limits(const json& v) {
                    + did_you_mean(key, limit_keys));
     }
   }
-  // A child can only tighten the limit it inherits (SPEC §13 rule 8).
+  // A child can only tighten the limit it inherits (runtime/docs/reference/graph-format.md#limits).
   if (g_->limits.max_depth)
     max_depth_ = std::min(max_depth_, *g_->limits.max_depth);
 }

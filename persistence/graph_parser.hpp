@@ -100,7 +100,7 @@ private:
   void fail(std::string path, std::string message, std::string code = {});
 
   /// Refuses an inline command (`run`, argv `plan`) when the node does not
-  /// allow them (SPEC §13 rule 19).
+  /// allow them (runtime/docs/reference/http.md#stop).
   void refuse_inline(const std::string& path, const char* what);
 
   parse_result finish();
@@ -174,7 +174,7 @@ private:
 
   void parse_child(step_work& w, const json& v, const std::string& path);
 
-  /// A `graph` step's `with` is the child's `inputs` (SPEC §13 rule 1).
+  /// A `graph` step's `with` is the child's `inputs` (runtime/docs/reference/graph-format.md#graph).
   void check_child_inputs(const step_work& w, const graph& child);
 
   // -- dependencies (graph_check.cpp) -------------------------------------------

@@ -26,7 +26,7 @@ std::string stem_of(const std::string& abs_path);
 bool is_file_reference(const std::string& s);
 
 /// The error refusing an inline command (`run`, argv `plan`) on a node that
-/// does not allow them (SPEC §13 rule 19), code `inline_commands_disabled`.
+/// does not allow them (runtime/docs/reference/http.md#stop), code `inline_commands_disabled`.
 /// @param what  e.g. "a 'run' step runs an argv given in the graph"
 graph_error inline_refusal(std::string path, const char* what);
 

@@ -2,7 +2,7 @@
 
 // Records kept in the store: executions, steps, events, and each execution's
 // graph. Plain data with their stored codec (binary, schema 2), the schema-1
-// JSON text codec and the JSON documents of the API (SPEC §3, §6, §8).
+// JSON text codec and the JSON documents of the API (runtime/docs/reference/statuses.md).
 
 #include <cstdint>
 #include <map>
@@ -21,10 +21,10 @@ using json = nlohmann::json;
 
 // -- status values -------------------------------------------------------------
 
-/// Execution status (SPEC §3).
+/// Execution status (runtime/docs/reference/statuses.md).
 enum class execution_status : uint8_t { queued, running, stopping, stopped, completed, failed };
 
-/// Step status (SPEC §3).
+/// Step status (runtime/docs/reference/statuses.md).
 /// `skipped`: its condition (`when`) was false, or needs it relies on were
 /// skipped; final, like `completed` and `failed`, and it never started.
 /// `waiting`: a `wait` step armed for its signal; it holds no process and no
@@ -49,7 +49,7 @@ bool from_string(const std::string& s, step_status& x);
 bool is_terminal(execution_status x);
 
 /// True for `queued`, `running` and `stopping`: a stop has something to do
-/// (SPEC §13 rule 10); any other status answers `no_execution`.
+/// (runtime/docs/reference/statuses.md#stop-results); any other status answers `no_execution`.
 inline bool is_stoppable(execution_status x) {
   return !is_terminal(x);
 }
@@ -81,7 +81,7 @@ struct execution_record {
   std::string owner;
   /// The registered graph version it runs (0: a graph file or inline graph).
   int graph_version = 0;
-  /// The agent whose run this is (SPEC §9); empty for other executions.
+  /// The agent whose run this is (runtime/docs/reference/graph-format.md#agent-graphs); empty for other executions.
   std::string agent;
   /// The cluster node its subprocess steps must run on (its agent's node,
   /// inherited by `graph` children); empty: any node.
@@ -141,7 +141,7 @@ const char* to_string(const event_status& x);
 /// a step), else an execution status; "" is none. @returns false when unknown.
 bool from_string(const std::string& s, bool of_step, event_status& x);
 
-/// One entry of the event log (SPEC §8). `seq` is assigned at commit.
+/// One entry of the event log (runtime/docs/reference/events.md). `seq` is assigned at commit.
 struct event_record {
   uint64_t seq = 0;
   int64_t time = 0;
@@ -158,7 +158,7 @@ struct event_record {
   json data;
 };
 
-/// A stop request in the stop registry (SPEC §4.1).
+/// A stop request in the stop registry (runtime/docs/reference/statuses.md#stop).
 struct stop_record {
   std::string id;
   std::string target;       ///< execution id
@@ -264,7 +264,7 @@ struct lease_claim {
 };
 
 /// What a tree (or a subtree with limits of its own) has used, kept across
-/// resumes (SPEC §13 rule 8). Merged by maximum on commit: values only grow.
+/// resumes (runtime/docs/reference/graph-format.md#limits). Merged by maximum on commit: values only grow.
 struct tree_counters {
   uint64_t steps = 0;  ///< attempts started
   double spent = 0;    ///< cost charged
@@ -279,7 +279,7 @@ struct stored_graph {
   json files = json::object(); ///< absolute path → document
 };
 
-/// One version of a graph registered over the API (SPEC §13 rule 17).
+/// One version of a graph registered over the API (runtime/docs/reference/http.md#graphs).
 struct registered_graph {
   std::string owner;
   std::string name;     ///< the graph's id per owner
@@ -289,7 +289,7 @@ struct registered_graph {
 };
 
 /// What an agent does with a message that arrives while one of its runs is
-/// live (SPEC §9).
+/// live (runtime/docs/reference/graph-format.md#agent-graphs).
 enum class busy_policy : uint8_t { cancel_previous, queue, reject };
 
 const char* to_string(busy_policy x);
@@ -297,7 +297,7 @@ const char* to_string(busy_policy x);
 /// Parses a policy name; @returns false for an unknown name.
 bool from_string(const std::string& s, busy_policy& x);
 
-/// A named agent (SPEC §9): the graph its runs execute and its busy policy.
+/// A named agent (runtime/docs/reference/graph-format.md#agent-graphs): the graph its runs execute and its busy policy.
 /// Its conversation is kept apart, as `history_entry` records.
 struct agent_record {
   std::string owner;    ///< the user that owns it (HTTP API); empty for the CLI
@@ -305,13 +305,13 @@ struct agent_record {
   stored_graph graph;   ///< the graph of its runs, with the files it included
   busy_policy on_busy = busy_policy::cancel_previous;
   /// The cluster node it lives on: its runs' subprocess steps run there
-  /// (SPEC §9, §10); empty: any node.
+  /// (runtime/docs/reference/graph-format.md#agent-graphs); empty: any node.
   std::string node;
   int64_t created_at = 0;
   int64_t updated_at = 0;
 };
 
-/// One entry of an agent's conversation history (SPEC §13 rule 21).
+/// One entry of an agent's conversation history (runtime/docs/reference/graph-format.md#agent-graphs).
 struct history_entry {
   std::string owner;
   std::string agent;
@@ -437,7 +437,7 @@ json stop_document(const stop_record& x);
 /// inside).
 json signal_document(const signal_record& x);
 
-/// Renders a history entry as SPEC §13 rule 21 describes it:
+/// Renders a history entry as runtime/docs/reference/graph-format.md#agent-graphs describes it:
 /// `{role, content, execution_id, time}` (RFC 3339 time).
 json history_document(const history_entry& x);
 
@@ -445,7 +445,7 @@ json history_document(const history_entry& x);
 /// updated_at}`, `graph` being the graph's name.
 json agent_document(const agent_record& x);
 
-/// Renders an event as SPEC §8 describes it (RFC 3339 time, null fields omitted).
+/// Renders an event as runtime/docs/reference/events.md describes it (RFC 3339 time, null fields omitted).
 json event_document(const event_record& x);
 
 } // namespace canopy::core

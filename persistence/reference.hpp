@@ -1,6 +1,6 @@
 #pragma once
 
-// `${inputs.NAME}` and `${steps.ID.PATH}` references (SPEC §2, §13 rule 2).
+// `${inputs.NAME}` and `${steps.ID.PATH}` references (runtime/docs/reference/graph-format.md).
 //
 // Syntax: `${inputs.NAME}`, `${steps.ID}`, `${steps.ID.a.b.0}` (a dotted path
 // into the step's result; numeric components index arrays) and `${with.KEY}`

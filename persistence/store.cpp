@@ -280,7 +280,7 @@ caf::expected<std::shared_ptr<store>> store::open(const store_options& opts) {
     return make_error(persistence_errc::store_error,
                       "cannot open store in '" + opts.home + "': " + mdb_strerror(rc));
   // An existing home needs no write: opening it must work while another
-  // process holds the writers' lock (SPEC §13 rule 16).
+  // process holds the writers' lock (runtime/docs/reference/cli.md#client-options).
   std::string bad_schema;
   rc = s->open_databases(false, bad_schema);
   if (rc == MDB_NOTFOUND) {

@@ -103,7 +103,7 @@
 // Several processes may open the same home. Their writers take turns through
 // the writers' lock, `HOME/write.lock` (`flock(LOCK_EX)`, see
 // `write_lock_path`), held for exactly one write transaction: a write that
-// cannot take it within `store_options::write_wait` (5 s, SPEC §13 rule 16)
+// cannot take it within `store_options::write_wait` (5 s, runtime/docs/reference/cli.md#client-options)
 // fails with `store_busy` instead of waiting without limit in LMDB. A holder
 // that dies releases it. Reads never take it: they work while another process
 // writes or holds the lock. Opening an existing home only reads.
@@ -148,7 +148,7 @@ struct write_batch {
   std::vector<std::pair<std::string, std::string>> encoded_graphs;
   std::vector<event_record> events; ///< seq assigned at commit
   /// Executions to delete, with their steps, graph, index entries and events
-  /// (also those in their root's log: SPEC §4.9, nothing of them remains).
+  /// (also those in their root's log: runtime/docs/reference/statuses.md#stop, nothing of them remains).
   std::vector<std::string> deleted_executions;
   /// Root executions to delete with their whole trees (every execution the
   /// children index holds below them), each as `deleted_executions` says,
@@ -156,7 +156,7 @@ struct write_batch {
   /// terminal and no execution of the tree is live; else nothing of that
   /// tree (read the root back to know).
   std::vector<std::string> deleted_trees;
-  /// New stop requests (SPEC §4.1). Each is stored once, by id: writing a
+  /// New stop requests (runtime/docs/reference/statuses.md#stop). Each is stored once, by id: writing a
   /// request again does nothing, so delivering it twice is harmless. The
   /// store writes its `stop.requested` event at the head of this batch's
   /// events (a request precedes what it causes: the halt it starts is
@@ -262,7 +262,7 @@ struct store_options {
   std::string home;
   size_t initial_map_bytes = 64u << 20;
   /// How long a write waits for the writers' lock (another process writing)
-  /// before it fails with `store_busy` (SPEC §13 rule 16: 5 s). Zero: one try.
+  /// before it fails with `store_busy` (runtime/docs/reference/cli.md#client-options: 5 s). Zero: one try.
   std::chrono::milliseconds write_wait{5000};
 };
 

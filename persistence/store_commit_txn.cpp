@@ -34,7 +34,7 @@ event_record stop_event(const execution_record& target, const stop_record& r, in
                     {{"stop_id", r.id}, {"mode", to_string(mode)}, {"who", r.who}});
 }
 
-/// The one rule that answers stop requests (SPEC §4.1, §4.4, §13 rule 10): a
+/// The one rule that answers stop requests (runtime/docs/reference/statuses.md#stop): a
 /// request whose target is terminal, or gone, is `handled` in the same
 /// transaction that made it so, with result `stopped` when the target is
 /// `stopped` and `no_execution` otherwise. So no request stays pending for

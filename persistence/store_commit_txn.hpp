@@ -80,7 +80,7 @@ struct commit_txn {
   void put_events(write_batch& b);
 
   /// Deletes the events of the executions deleted above from their roots'
-  /// logs (SPEC §4.9), with one scan per root, once every batch is applied.
+  /// logs (runtime/docs/reference/statuses.md#stop), with one scan per root, once every batch is applied.
   void delete_events_of_deleted();
 
   /// Answers every pending stop request this commit may have settled (see

@@ -1,6 +1,6 @@
 #pragma once
 
-// Tools: names mapped to argv templates and their limits (SPEC §12, §13 rule 7).
+// Tools: names mapped to argv templates and their limits (runtime/docs/reference/config.md#node-config).
 // A node's config (or a worker's tools file) registers them; `tool` steps and
 // `plan` steps that name a tool run them. Plain data, nothing runs here.
 

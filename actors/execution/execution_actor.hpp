@@ -136,7 +136,7 @@ struct execution_services {
   /// Remembers a root started by an actor (an agent's run), so that the
   /// node's shutdown stops it. May be null.
   std::function<void(const caf::actor&)> track_root;
-  /// The cluster actor (SPEC §10); null without a cluster. With one, `run`
+  /// The cluster actor (runtime/docs/reference/config.md#cluster); null without a cluster. With one, `run`
   /// and `tool` attempts are placed through it, on this node or a worker.
   caf::actor cluster;
   /// The tools the cluster's members announce (null without a cluster).

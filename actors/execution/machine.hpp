@@ -283,7 +283,7 @@ public:
                      uint64_t stopped_events = 0, json steps = nullptr);
   /// A stop: `reason`, `mode`, `from_above` when the parent sent it (hand
   /// the snapshot up). A stop request that carries it is answered by the
-  /// store, not the machine (SPEC §4.4, through `store::commit`). A stop
+  /// store, not the machine (runtime/docs/reference/statuses.md#stop, through `store::commit`). A stop
   /// that finds the execution finishing or done changes nothing: its request
   /// is answered `no_execution` when the final record is committed.
   void stop(step_reason reason, stop_mode mode, bool from_above, int64_t now);

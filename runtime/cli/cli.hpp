@@ -2,7 +2,7 @@
 
 namespace canopy::core {
 
-/// Runs the `canopy` command line (SPEC §6). @returns the process exit code.
+/// Runs the `canopy` command line (runtime/docs/reference/cli.md). @returns the process exit code.
 /// Threading: call once, from `main`, before any thread starts (it blocks
 /// SIGINT/SIGTERM to turn them into stops).
 int cli_main(int argc, char** argv);

@@ -1,4 +1,4 @@
-// `canopy agent create|send|cancel|history|ls` (SPEC §9, §13 rule 21): named
+// `canopy agent create|send|cancel|history|ls` (runtime/docs/reference/graph-format.md#agent-graphs): named
 // agents on the local home (through the library's runtime) or, with
 // `--server URL`, on a server (through its HTTP API).
 
@@ -20,7 +20,7 @@ namespace canopy::core::cli {
 
 namespace {
 
-// -- agents (SPEC §9, §13 rule 21) ----------------------------------------------------------
+// -- agents (runtime/docs/reference/graph-format.md#agent-graphs) ----------------------------------------------------------
 
 /// The agents of the CLI have no owner (the HTTP API's users own theirs).
 const std::string local_owner;
@@ -58,7 +58,7 @@ int check_agent_args(const agent_options& o, std::optional<busy_policy>& policy)
 }
 
 /// Parses an agent's graph file with the CLI's graph options (as `run`
-/// does) and checks it can be an agent's graph (SPEC §9). For a server
+/// does) and checks it can be an agent's graph (runtime/docs/reference/graph-format.md#agent-graphs). For a server
 /// (`for_server`) any tool name passes: the server checks them against its
 /// tools and its workers'. Every error is printed as `FILE: PATH: message`.
 /// @returns the graph, or null.

@@ -30,16 +30,16 @@ constexpr std::chrono::milliseconds max_follow_poll{50};
 constexpr std::chrono::milliseconds follow_recovery_interval{250};
 
 /// How long a read command's recovery waits for the store's writers' lock.
-/// Reads must work while another process holds the home (SPEC §13 rule 16):
+/// Reads must work while another process holds the home (runtime/docs/reference/cli.md#client-options):
 /// past this, the command reads without recovering (and says so on stderr).
 /// Long enough for the other process's ordinary commits to finish.
 constexpr std::chrono::milliseconds read_recovery_wait{250};
 
 // -- helpers of the commands ----------------------------------------------------------
 
-/// Turns executions of dead owners into `stopped`/`interrupted` (SPEC §13
+/// Turns executions of dead owners into `stopped`/`interrupted` (runtime/docs/reference/graph-format.md
 /// rule 12). For a reading command a busy store is no error: it warns once on
-/// stderr and reads on without recovering (SPEC §13 rule 16).
+/// stderr and reads on without recovering (runtime/docs/reference/cli.md#client-options).
 /// @returns nothing, or the error of `recover_interrupted`.
 caf::error recover(store& db, store_use use) {
   auto r = recover_interrupted(db);

@@ -24,7 +24,7 @@
 /// `canopy` binary uses them.
 namespace canopy::core::cli {
 
-// -- exit codes (SPEC §6) ------------------------------------------------------
+// -- exit codes (runtime/docs/reference/cli.md) ------------------------------------------------------
 
 constexpr int exit_completed = 0;
 constexpr int exit_failed = 1;
@@ -32,7 +32,7 @@ constexpr int exit_usage = 2;
 constexpr int exit_stopped = 3;
 
 /// The exit code of an execution that ended with status `s`: 0 completed,
-/// 3 stopped, 1 otherwise (SPEC §6).
+/// 3 stopped, 1 otherwise (runtime/docs/reference/cli.md).
 int exit_code_of(execution_status s);
 
 /// Prints `err` and returns its exit code.
@@ -178,7 +178,7 @@ void print_nodes(const json& docs, bool as_json);
 // -- commands against a server (cli_remote.cpp) ---------------------------------------
 
 /// `canopy stop ID --server URL`: the server stops and waits; the output and
-/// exit code are the local stop's (SPEC §13 rule 13).
+/// exit code are the local stop's (runtime/docs/reference/cli.md#canopy-stop).
 int remote_stop(const remote_options& r, const std::string& id, bool force, double wait_s);
 
 /// `canopy ls --nodes --server URL`: the server's cluster nodes.
@@ -403,7 +403,7 @@ int cmd_events(const global_options& g, const std::string& id, bool follow_live,
 
 /// Flags of `canopy serve`; each overrides the config file.
 struct serve_flags {
-  std::string config;  ///< empty: no file, SPEC §12 defaults
+  std::string config;  ///< empty: no file, runtime/docs/reference/config.md#node-config defaults
   std::string listen;  ///< empty: the file's (default 127.0.0.1:8080)
   std::string cluster; ///< empty: the file's (default: no cluster port)
   bool resume_interrupted = false;

@@ -1,6 +1,6 @@
 // `canopy stop|show|ls|events --server URL`: the commands that ask a canopy
 // server over HTTP (runtime/client/client.hpp) instead of opening the local home.
-// Their output and exit codes are the local commands' (SPEC §13 rule 13).
+// Their output and exit codes are the local commands' (runtime/docs/reference/cli.md#canopy-stop).
 
 #include <cstdlib>
 #include <iostream>
@@ -148,7 +148,7 @@ int remote_ls(const remote_options& r, const ls_query& q) {
   std::vector<execution_record> rows;
   for (auto& item : *items) {
     if (!q.all && item.contains("parent_id") && !item["parent_id"].is_null())
-      continue; // roots only unless --all (SPEC §13 rule 14)
+      continue; // roots only unless --all (runtime/docs/reference/cli.md#canopy-ls)
     item.erase("steps");
     item.erase("children");
     rows.push_back(execution_of(item));

@@ -2,7 +2,7 @@
 // --server URL`: a graph file registered on a server as one document, an
 // execution started or resumed there and followed as a local run is
 // (foreground_view.hpp): the live tree from the server's event stream, Ctrl-C
-// a stop on the server, the same output and exit codes (SPEC §6).
+// a stop on the server, the same output and exit codes (runtime/docs/reference/cli.md).
 
 #include <algorithm>
 #include <cctype>

@@ -52,7 +52,7 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
       cfg.cluster.emplace();
     cfg.cluster->listen = f.cluster;
   }
-  // A cluster port needs the cluster secret (SPEC §13 rule 22).
+  // A cluster port needs the cluster secret (runtime/docs/reference/config.md#cluster).
   if (cfg.cluster && !cfg.cluster->listen.empty() && cfg.cluster->secret.empty()) {
     if (auto env = std::getenv("CANOPY_CLUSTER_SECRET"); env && *env)
       cfg.cluster->secret = env;

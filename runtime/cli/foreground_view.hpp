@@ -84,7 +84,7 @@ public:
   /// final document `doc` with `as_json`; else the final frame on a
   /// terminal, `STATUS[ (REASON)]: ID`, `error: ...`, a failed step's last
   /// stderr lines (no terminal), a completed run's outputs. A stopped or
-  /// failed run also gets `resume_hint`. @returns its exit code (SPEC §6).
+  /// failed run also gets `resume_hint`. @returns its exit code (runtime/docs/reference/cli.md).
   int finish(const execution_record& rec, const nlohmann::json& doc);
 
   /// Prints `resume with: RESUME_COMMAND` on stderr.

@@ -176,7 +176,7 @@ std::vector<std::string> steps_in_order(const nlohmann::json& steps);
 /// (render_show.cpp).
 std::string render_list(const std::vector<execution_record>& rows, int64_t now);
 
-// -- agents (SPEC §9) ----------------------------------------------------------------
+// -- agents (runtime/docs/reference/graph-format.md#agent-graphs) ----------------------------------------------------------------
 
 /// The text of a message, reply or history content: a string as it is,
 /// anything else as compact JSON.
@@ -190,7 +190,7 @@ std::string render_agents(const nlohmann::json& docs);
 /// `user: TEXT` or `agent: TEXT` (trailing newlines of TEXT dropped).
 std::string render_history(const nlohmann::json& docs);
 
-// -- cluster (SPEC §10) ------------------------------------------------------------------
+// -- cluster (runtime/docs/reference/config.md#cluster) ------------------------------------------------------------------
 
 /// Renders node documents (`ls --nodes`): a header `NAME SLOTS RUNNING TOOLS
 /// SUPERVISOR`, then one line per node; tools comma-separated (`-` for none),

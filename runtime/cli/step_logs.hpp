@@ -19,7 +19,7 @@ constexpr size_t failed_step_stderr_lines = 5;
 std::vector<std::string> last_lines(const std::string& text, size_t n);
 
 /// The last `n` lines of the stderr in a step document's `result` (a `run`
-/// or `tool` step keeps it, also when it failed: SPEC §13 rule 4); none when
+/// or `tool` step keeps it, also when it failed: runtime/docs/reference/graph-format.md#run); none when
 /// the result has no stderr. Thread-safe.
 std::vector<std::string> stderr_tail(const nlohmann::json& step, size_t n);
 

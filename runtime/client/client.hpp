@@ -1,9 +1,9 @@
 #pragma once
 
-// A client of the HTTP API of `canopy serve` (SPEC §7), for the CLI's
+// A client of the HTTP API of `canopy serve` (runtime/docs/reference/http.md), for the CLI's
 // `--server URL`: JSON requests with a bearer token, answers turned into the
-// errors (and so the exit codes) of SPEC §6, and a reader of the live event
-// stream (Server-Sent Events, SPEC §13 rule 20) that reconnects where it left
+// errors (and so the exit codes) of runtime/docs/reference/cli.md, and a reader of the live event
+// stream (Server-Sent Events, runtime/docs/reference/http.md#server-sent-events) that reconnects where it left
 // off.
 //
 //   auto url = canopy::core::parse_server_url("http://127.0.0.1:8080");
@@ -52,7 +52,7 @@ std::string url_encode(const std::string& text);
 
 // -- answers of the server ------------------------------------------------------
 
-/// Maps an error answer to a canopy error whose `exit_code_of` is SPEC §6's:
+/// Maps an error answer to a canopy error whose `exit_code_of` is runtime/docs/reference/cli.md's:
 /// 401 → exit 2 ("unauthorized: check --token or $CANOPY_TOKEN"); 404 →
 /// `persistence_errc::not_found` (exit 4); 400, 409 and 413 →
 /// `runtime_errc::invalid_input` (exit 2) with the server's message, prefixed
@@ -66,12 +66,12 @@ caf::error error_of_answer(int status, const std::string& body);
 /// optional). @returns ms since the epoch, or 0 for null or anything else.
 int64_t ms_of_rfc3339(const nlohmann::json& time);
 
-/// Reads an execution document (SPEC §6) back into a record: identity,
+/// Reads an execution document (runtime/docs/reference/cli.md) back into a record: identity,
 /// lineage, status, reason, error, inputs, outputs and times (steps and
 /// children are left out). Missing or null fields stay empty. Never throws.
 execution_record execution_of(const nlohmann::json& doc);
 
-/// Reads an event document (SPEC §8) back into a record. Never throws.
+/// Reads an event document (runtime/docs/reference/events.md) back into a record. Never throws.
 event_record event_of(const nlohmann::json& doc);
 
 // -- server-sent events ----------------------------------------------------------
@@ -142,7 +142,7 @@ struct api_answer {
   nlohmann::json body;
 };
 
-/// The answer of `POST /v1/executions/{id}/stop` (SPEC §13 rule 19).
+/// The answer of `POST /v1/executions/{id}/stop` (runtime/docs/reference/http.md#stop).
 struct stop_answer {
   stop_result result = stop_result::stopping; ///< `stopping` with 202
   nlohmann::json execution; ///< the document (null when the server sent none)
@@ -205,7 +205,7 @@ public:
   caf::error stream_events(const std::string& id, uint64_t after,
                            const std::function<bool(const nlohmann::json&)>& f) const;
 
-  // -- graphs (SPEC §7) ---------------------------------------------------------
+  // -- graphs (runtime/docs/reference/http.md) ---------------------------------------------------------
 
   /// `POST /v1/graphs` with `doc`, a graph document with its `name` (the
   /// id): registers it, or its next version.
@@ -218,7 +218,7 @@ public:
   /// summaries `{id, version, created_at}`, the newest version of each, by id.
   caf::expected<std::vector<nlohmann::json>> graphs() const;
 
-  // -- agents (SPEC §9, §13 rule 21) -------------------------------------------
+  // -- agents (runtime/docs/reference/graph-format.md#agent-graphs) -------------------------------------------
 
   /// `POST /v1/agents` with `{name, graph, on_busy, node}` (`on_busy` and
   /// `node` left out when empty). @returns the answer: 201 created, 200
@@ -248,7 +248,7 @@ public:
   caf::expected<cancel_result> cancel_agent(const std::string& name,
                                           millis wait = millis{30000}) const;
 
-  // -- cluster (SPEC §10) --------------------------------------------------------
+  // -- cluster (runtime/docs/reference/config.md#cluster) --------------------------------------------------------
 
   /// `GET /v1/nodes`, following `next` cursors. @returns the node documents,
   /// the supervisor first.

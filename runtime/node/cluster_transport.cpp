@@ -22,7 +22,7 @@ std::vector<graph_error> check_cluster_transport(const std::optional<cluster_con
     "/cluster/tls",
     endpoint + " is not on a loopback address, and without TLS the cluster secret and "
       "every step cross the network in clear: put \"cluster\": {\"tls\": {\"certificate\": "
-      "FILE, \"key\": FILE, \"ca\": FILE}} in " + file + " (see README, Cluster), or "
+      "FILE, \"key\": FILE, \"ca\": FILE}} in " + file + " (see runtime/docs/guide/cluster.md), or "
       "\"tls\": false to accept plain TCP",
     {}});
   return out;

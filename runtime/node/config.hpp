@@ -1,7 +1,7 @@
 #pragma once
 
 // The node configuration of `canopy serve --config FILE` and `canopy worker
-// --tools FILE` (SPEC §12): plain data, parsed and validated with JSON paths.
+// --tools FILE` (runtime/docs/reference/config.md#node-config): plain data, parsed and validated with JSON paths.
 
 #include <cstddef>
 #include <map>
@@ -42,7 +42,7 @@ struct quota_config {
   size_t graphs = 1000;
 };
 
-/// A node's configuration; defaults are SPEC §12's.
+/// A node's configuration; defaults are runtime/docs/reference/config.md#node-config's.
 struct node_config {
   std::string home;                        ///< empty: `--home`/`$CANOPY_HOME`/./.canopy
   std::string listen = "127.0.0.1:8080";   ///< HOST:PORT of the HTTP API

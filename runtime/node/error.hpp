@@ -32,7 +32,7 @@ const char* to_string(runtime_errc x);
 /// True when `err` is `runtime_errc` `x` (whatever its message).
 bool is(const caf::error& err, runtime_errc x);
 
-/// Maps any canopy error to the CLI exit code of SPEC §6: 2 usage or invalid
+/// Maps any canopy error to the CLI exit code of runtime/docs/reference/cli.md: 2 usage or invalid
 /// input, 4 not found, 5 store unavailable, 1 otherwise.
 int exit_code_of(const caf::error& err);
 

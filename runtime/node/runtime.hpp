@@ -76,7 +76,7 @@ struct runtime_options {
   size_t fn_threads = 4;
   /// CAF scheduler threads (0: CAF's default).
   size_t scheduler_threads = 0;
-  /// Tools that `tool` and `plan` steps may name (SPEC §12).
+  /// Tools that `tool` and `plan` steps may name (runtime/docs/reference/config.md#node-config).
   tool_table tools;
   /// Model providers that `llm` steps may name (the node config's `providers`).
   std::map<std::string, chat_provider> providers;
@@ -92,7 +92,7 @@ struct runtime_options {
   /// store writer's thread: metrics and logs. The tree's actors end their
   /// steps and write nothing more of it.
   std::function<void(const std::string& root)> on_fenced;
-  /// The cluster port (SPEC §10); unset: no cluster. `open` loads CAF's
+  /// The cluster port (runtime/docs/reference/config.md#cluster); unset: no cluster. `open` loads CAF's
   /// middleman (heartbeat and connection timeout set; with `tls`, CAF's
   /// openssl module) and publishes the cluster actor there.
   std::optional<cluster_listen> cluster;
@@ -194,7 +194,7 @@ public:
   /// execution's tree, in seq order.
   subscription subscribe(std::function<void(const event_record&)> f) const;
 
-  /// Requests a stop (SPEC §4; `force`: no grace periods): stored in the
+  /// Requests a stop (runtime/docs/reference/statuses.md#stop; `force`: no grace periods): stored in the
   /// stop registry first, then delivered. Returns once the request is
   /// stored; `wait` (or `runtime::await_stop`) for the snapshot.
   /// @returns the ticket (`no_execution` when nothing runs), or a store error.
@@ -316,7 +316,7 @@ public:
   /// error. Threading: any thread; blocks for the commits.
   caf::expected<prune_result> prune(const retention_rules& rules, int64_t now);
 
-  // -- agents (SPEC §9) --------------------------------------------------------
+  // -- agents (runtime/docs/reference/graph-format.md#agent-graphs) --------------------------------------------------------
 
   /// Creates agent `name` of `owner` running `g` with policy `on_busy`, living
   /// on cluster node `node` (empty: its runs' subprocess steps go to any
@@ -349,7 +349,7 @@ public:
                                           const std::string& who = "library",
                                           millis wait = millis{30'000});
 
-  /// Requests a stop of execution `id` (SPEC §4, the stop protocol of
+  /// Requests a stop of execution `id` (runtime/docs/reference/statuses.md#stop, the stop protocol of
   /// `actors/stop_protocol.hpp`): the request is committed to the stop
   /// registry, then delivered to the live execution (in this process at
   /// once; another process's stop watcher finds it within 50 ms). Blocks
@@ -446,7 +446,7 @@ private:
   bool closing_ = false; ///< guarded by agents_mtx_: no new agent actors
 };
 
-/// Checks `inputs` against the graph's declared inputs (SPEC §13 rule 1).
+/// Checks `inputs` against the graph's declared inputs (runtime/docs/reference/graph-format.md#graph).
 /// @returns `runtime_errc::invalid_input` naming the first missing or
 ///          undeclared input.
 caf::error check_inputs(const graph& g, const json& inputs);

@@ -1,6 +1,6 @@
 #pragma once
 
-// `canopy worker --join HOST:PORT` (SPEC §6, §10, §12, §13 rule 22): a node
+// `canopy worker --join HOST:PORT` (runtime/docs/reference/cli.md): a node
 // that joins a supervisor's cluster and runs the steps placed on it. A worker
 // opens no store: the supervisor owns it and every execution.
 //

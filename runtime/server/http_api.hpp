@@ -1,6 +1,6 @@
 #pragma once
 
-// The HTTP API of `canopy serve` (SPEC §7): routing, authentication, the
+// The HTTP API of `canopy serve` (runtime/docs/reference/http.md): routing, authentication, the
 // answers and their errors. Internal (not installed): server.cpp runs it on
 // its listener. The handlers live by resource in http_api.cpp (routing,
 // auth, shared helpers, health, metrics, the static files),
@@ -36,7 +36,7 @@ namespace canopy::core::api {
 
 // -- constants ------------------------------------------------------------------
 
-/// Default and largest `wait` of a stop (SPEC §13 rule 19).
+/// Default and largest `wait` of a stop (runtime/docs/reference/http.md#stop).
 inline constexpr double default_stop_wait = 15;
 inline constexpr double max_stop_wait = 3600;
 
@@ -48,7 +48,7 @@ inline constexpr size_t max_page = 1000;
 /// (of up to http_limits::max_threads, see http_listener.hpp).
 inline constexpr size_t max_agent_sends = 96;
 
-/// A comment line on an idle SSE stream this often (SPEC §13 rule 20).
+/// A comment line on an idle SSE stream this often (runtime/docs/reference/http.md#server-sent-events).
 inline constexpr auto sse_keepalive = std::chrono::seconds{15};
 /// The reconnection delay an event stream asks of its client (`retry:`).
 inline constexpr int sse_retry_ms = 3000;
@@ -71,7 +71,7 @@ http_error not_found(std::string message);
 /// Maps a library error to its HTTP answer.
 http_error from_error(const caf::error& err);
 
-/// The SPEC §7 error body `{"error": {"code", "message", "path"}}`.
+/// The runtime/docs/reference/http.md error body `{"error": {"code", "message", "path"}}`.
 json error_body(const http_error& e);
 
 /// Answers `status` with the JSON `body`.
@@ -326,7 +326,7 @@ private:
   /// `after` answers 204: the standard tells EventSource to stop reconnecting.
   void stream_events(call& c, const execution_record& rec, uint64_t after);
 
-  // -- agents (SPEC §9, §13 rule 21) ---------------------------------------------------
+  // -- agents (runtime/docs/reference/graph-format.md#agent-graphs) ---------------------------------------------------
 
   /// Agent `name` of the caller; else answers 404 (another user's agent
   /// too) or the store's error itself.
@@ -340,7 +340,7 @@ private:
 
   void list_agents(call& c);
 
-  // -- cluster (SPEC §10, §13 rule 22) -------------------------------------------------
+  // -- cluster (runtime/docs/reference/config.md#cluster) -------------------------------------------------
 
   /// `GET /v1/nodes`: the members of the cluster, the supervisor first (this
   /// node alone, named `local`, without a cluster). Any user may read it.

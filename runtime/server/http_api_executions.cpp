@@ -160,13 +160,13 @@ std::pair<int, json> api_server::stop_one(call& c, const execution_record& rec, 
     return {e.status, error_body(e)};
   }
   // Nothing stored: `no_execution` at once. Else `wait` 0 answers 202 as
-  // SPEC §7 says, however fast the target settled.
+  // runtime/docs/reference/http.md says, however fast the target settled.
   auto result = ticket->request.id.empty() ? ticket->result : stop_result::stopping;
   if (result == stop_result::stopping && wait > 0)
     result = rt_.await_stop(*ticket, millis{static_cast<int64_t>(wait * 1000)});
   spdlog::info("event=stop.request user={} execution={} mode={} stop={} result={}", c.user,
                rec.id, to_string(mode), ticket->request.id, to_string(result));
-  // The answer is the execution document (SPEC §7), the stop's own
+  // The answer is the execution document (runtime/docs/reference/http.md), the stop's own
   // outcome inside it.
   auto doc = load_document(db_, rec.id, {true, false});
   if (!doc) {

@@ -44,7 +44,7 @@ http_transport load_http_transport(const node_config& cfg, const std::string& ho
     "/listen",
     "the HTTP API on " + cfg.listen + " is not on a loopback address, and without TLS every "
       "request's bearer token crosses the network in clear: put \"tls_cert\": FILE and "
-      "\"tls_key\": FILE in " + file + " (see README, The server), or \"insecure_http\": true "
+      "\"tls_key\": FILE in " + file + " (see runtime/docs/guide/server.md), or \"insecure_http\": true "
       "to accept plain HTTP",
     {}});
   return out;

@@ -1,6 +1,6 @@
 #pragma once
 
-// The server's Prometheus metrics (SPEC §7 `GET /metrics`): executions by
+// The server's Prometheus metrics (runtime/docs/reference/http.md `GET /metrics`): executions by
 // status, steps started and finished, live execution actors, stop latency,
 // store commit latency, HTTP requests by route and code, agent events
 // (messages, replies, cancels), the store's bytes in use, trees pruned and

@@ -1,6 +1,6 @@
 #pragma once
 
-// `canopy serve`: the long-running supervisor node (SPEC §7, §8, §12). One
+// `canopy serve`: the long-running supervisor node (runtime/docs/reference/http.md). One
 // process owns the store, hosts every execution's actor tree and serves the
 // HTTP API; SIGTERM or SIGINT stops every live execution with reason
 // `shutdown` (snapshotted), then the process exits 0.

@@ -1,5 +1,5 @@
 // bench_cluster: stop latency of 1,000 running tool steps spread over two
-// workers, beside the same stop with all 1,000 steps local (SPEC §10, §13
+// workers, beside the same stop with all 1,000 steps local (runtime/docs/reference/config.md#cluster
 // rules 9 and 22).
 //
 // Scenario `local`: one `canopy serve` (max_parallel 1000) whose own tool

@@ -1,4 +1,4 @@
-// bench_load: `canopy serve` under concurrent HTTP load (SPEC §7, §8).
+// bench_load: `canopy serve` under concurrent HTTP load (runtime/docs/reference/http.md).
 //
 // A real server subprocess (inline commands off) on a temp home. 64 client
 // threads (each with its own keep-alive connection) loop until the duration

@@ -9,7 +9,7 @@ Fails (exit 1, naming what is missing) unless
     blocks (the options of `canopy --help` itself anywhere in the page
     outside code blocks);
   - every heading `canopy CMD ...` names a real command;
-  - every operation (METHOD path) of runtime/openapi.json appears in
+  - every operation (METHOD path) of runtime/server/openapi.json appears in
     runtime/docs/reference/http.md as `METHOD path`.
 
 Usage: check_reference.py --canopy BIN --cli-doc cli.md --http-doc http.md

@@ -1,4 +1,4 @@
-// libFuzzer target: the node configuration parser (SPEC §12) on arbitrary
+// libFuzzer target: the node configuration parser (runtime/docs/reference/config.md#node-config) on arbitrary
 // bytes, as `canopy serve --config FILE` reads them: text → parse_json_text
 // → parse_node_config. An accepted config must have the shape the server
 // relies on (a HOST:PORT listen address, sane limits); a refused one must

@@ -1,4 +1,4 @@
-// libFuzzer target: the graph parser and validator (SPEC §2) on arbitrary
+// libFuzzer target: the graph parser and validator (runtime/docs/reference/graph-format.md) on arbitrary
 // bytes, as `canopy validate`/`run` and `POST /v1/graphs` see them: text →
 // parse_json_text → parse_graph (with and without inline commands), and for
 // an accepted graph the resume path (encode the stored form, decode it,

@@ -251,7 +251,7 @@ struct http_answer {
   std::string allow;            ///< the `Allow` header (of a 405), "" when none
 };
 
-/// The `stop.result` of a stop answer's body (SPEC §7: the execution
+/// The `stop.result` of a stop answer's body (runtime/docs/reference/http.md: the execution
 /// document with the stop inside); `fallback` when there is none.
 std::string stop_result_of(const json& body, const std::string& fallback = "?");
 

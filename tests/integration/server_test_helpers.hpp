@@ -83,7 +83,7 @@ inline bool step_is(const json& doc, const std::string& step, const std::string&
          && doc["steps"][step]["status"] == status;
 }
 
-/// Checks the SPEC §7 error body of `a`: status, code (when given), a
+/// Checks the runtime/docs/reference/http.md error body of `a`: status, code (when given), a
 /// message, and the JSON path (when given).
 inline void check_error(const http_answer& a, int status, const std::string& code = {},
                  std::optional<std::string> path = std::nullopt) {

@@ -375,7 +375,7 @@ TEST_CASE("a SIGKILLed run leaves a readable store with every completed result",
     CHECK(kv.value()["status"] == "completed");
 }
 
-// -- a busy store (SPEC §13 rule 16) ------------------------------------------------------
+// -- a busy store (runtime/docs/reference/cli.md#client-options) ------------------------------------------------------
 
 namespace {
 

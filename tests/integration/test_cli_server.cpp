@@ -1,4 +1,4 @@
-// The command line against a server (`--server URL`, SPEC §6, §7, §13 rules
+// The command line against a server (`--server URL`, runtime/docs/reference/cli.md rules
 // 13-20), `events --follow` on a local home, and `canopy serve`'s start-up.
 // Real processes throughout: `canopy` subprocesses, a real `canopy serve` on
 // 127.0.0.1 with a temp config, real HTTP. Every wait is an event wait (an
@@ -475,7 +475,7 @@ TEST_CASE("show --server answers the document local show prints, for its owner o
   CHECK(doc["status"] == "completed");
   REQUIRE(doc["children"].size() == 1);
   CHECK(doc["children"][0]["parent_step"] == "child");
-  // Read commands work while the server holds the home (SPEC §13 rule 16).
+  // Read commands work while the server holds the home (runtime/docs/reference/cli.md#client-options).
   auto local = run_canopy(home.path, {"show", id, "--json"});
   REQUIRE(local.exit_code == 0);
   CHECK(local.out_json() == doc);

@@ -1,4 +1,4 @@
-// The cluster's membership (SPEC §10, §12, §13 rule 22): a real `canopy serve
+// The cluster's membership (runtime/docs/reference/config.md#cluster): a real `canopy serve
 // --cluster 127.0.0.1:0` supervisor and real `canopy worker --join`
 // processes on loopback; `GET /v1/nodes` and `canopy ls --nodes`. Every wait
 // is an event wait with a deadline (an output line, a process exit, a node

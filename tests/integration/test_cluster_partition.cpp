@@ -1,4 +1,4 @@
-// A network partition between the supervisor and a worker (SPEC §10, §13
+// A network partition between the supervisor and a worker (runtime/docs/reference/config.md#cluster
 // rule 22): the worker runs in a network namespace of its own,
 // linked to the root namespace by a veth pair, and is cut off by taking the
 // root side of the pair down. Its sockets stay open: nothing is closed, no

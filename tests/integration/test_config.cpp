@@ -1,4 +1,4 @@
-// Tests of the node configuration (runtime/node/config.hpp, SPEC §12): parsing of
+// Tests of the node configuration (runtime/node/config.hpp, runtime/docs/reference/config.md#node-config): parsing of
 // valid documents, a corpus of bad ones each rejected at its exact JSON path,
 // real files in a temporary folder, and HOST:PORT splitting.
 

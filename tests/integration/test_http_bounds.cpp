@@ -166,7 +166,7 @@ std::vector<std::string> request_series(const std::string& text) {
   return out;
 }
 
-/// The patterns of the API's routes (SPEC §7).
+/// The patterns of the API's routes (runtime/docs/reference/http.md).
 const std::vector<std::pair<std::string, std::string>> api_routes{
   {"GET", "/healthz"},
   {"GET", "/metrics"},

@@ -1,4 +1,4 @@
-// Acceptance tests of the agent routes of `canopy serve` (SPEC §7, §9, §13
+// Acceptance tests of the agent routes of `canopy serve` (runtime/docs/reference/http.md
 // rule 21): a real server subprocess on a temp home, real HTTP on 127.0.0.1.
 // Agent graphs are inline in the request bodies. Runs are kept alive by
 // `run` steps that wait for a gate file the test creates; every wait is a

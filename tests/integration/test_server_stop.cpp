@@ -1,4 +1,4 @@
-// Acceptance tests of `canopy serve` (SPEC §3-§8, §12, §13 rules 17-20): a
+// Acceptance tests of `canopy serve` (runtime/docs/reference/statuses.md-runtime/docs/reference/events.md): a
 // real server subprocess on a temp home, real HTTP on 127.0.0.1. Every wait
 // is an event wait with a deadline: the listening line, an SSE event, an
 // execution status read back through the API, a process exit. Executions

@@ -1,7 +1,7 @@
 // The shell rule through the real binary: `canopy serve` and
 // `canopy worker` refuse a tool whose argv pastes a reference into a shell's
 // `-c` script (exit 2, the key's path, the safe argv), `canopy validate`
-// refuses such a `run` or `plan` step, and the README's example config is
+// refuses such a `run` or `plan` step, and the server guide's example config is
 // accepted as written.
 
 #include <filesystem>
@@ -22,16 +22,17 @@ namespace {
 
 // -- helpers -------------------------------------------------------------------
 
-/// The JSON documents of README.md's shell blocks (`cat > FILE <<'JSON'`).
-std::vector<json> readme_documents() {
-  auto readme = read_file(source_dir() + "/README.md");
+/// The JSON documents of the shell blocks (`cat > FILE <<'JSON'`) of the
+/// documentation page `page` (relative to the source folder).
+std::vector<json> page_documents(const std::string& page) {
+  auto readme = read_file(source_dir() + "/" + page);
   std::vector<json> docs;
   const std::string open = "<<'JSON'\n";
   for (auto at = readme.find(open); at != std::string::npos; at = readme.find(open, at)) {
     at += open.size();
     auto end = readme.find("\nJSON\n", at);
     REQUIRE(end != std::string::npos);
-    INFO("README block: " << readme.substr(at, end - at));
+    INFO(page << " block: " << readme.substr(at, end - at));
     docs.push_back(json::parse(readme.substr(at, end - at)));
   }
   return docs;
@@ -87,9 +88,13 @@ TEST_CASE("a worker refuses a tools file that pastes a value into shell code",
                                             "of 'zsh -c'"));
 }
 
-TEST_CASE("no example in the README or examples/ pastes a value into shell code",
+TEST_CASE("no example in the docs or examples/ pastes a value into shell code",
           "[integration][cli][shell]") {
-  auto docs = readme_documents();
+  std::vector<json> docs;
+  for (auto page : {"README.md", "runtime/docs/tutorial.md", "runtime/docs/guide/server.md",
+                    "runtime/docs/guide/cluster.md"})
+    for (auto& doc : page_documents(page))
+      docs.push_back(std::move(doc));
   CHECK(docs.size() >= 4);
   std::vector<std::string> uses;
   for (auto& doc : docs)
@@ -98,8 +103,8 @@ TEST_CASE("no example in the README or examples/ pastes a value into shell code"
     if (entry.path().extension() == ".json")
       shell_uses(json::parse(read_file(entry.path().string())), uses);
   CHECK(uses == std::vector<std::string>{});
-  // The README's server config parses as written.
-  auto first = canopy::core::parse_node_config(docs.front());
+  // The server guide's config parses as written.
+  auto first = canopy::core::parse_node_config(page_documents("runtime/docs/guide/server.md").front());
   for (auto& e : first.errors)
     FAIL_CHECK(e.path << ": " << e.message);
   CHECK(first);

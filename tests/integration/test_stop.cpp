@@ -260,7 +260,7 @@ TEST_CASE("a stop from another process halts the whole agent team and resume fin
     CHECK(wait_group_gone(pid));
   }
 
-  // Statuses and reasons (SPEC §3, §4.4).
+  // Statuses and reasons (runtime/docs/reference/statuses.md).
   std::map<std::string, json> completed_before; // "exec/step" → step document
   std::set<std::string> child_ids;
   size_t reset = 0;

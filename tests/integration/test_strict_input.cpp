@@ -22,7 +22,7 @@ json sleeper(const std::string& name, int ms = 600000) {
   return {{"name", name}, {"steps", {{"nap", {{"fn", "sleep"}, {"with", {{"ms", ms}}}}}}}};
 }
 
-/// Checks a SPEC §7 error answer: status and code.
+/// Checks a runtime/docs/reference/http.md error answer: status and code.
 void check_error(const http_answer& a, int status, const std::string& code) {
   INFO("answer: " << a.status << " " << a.text);
   CHECK(a.status == status);

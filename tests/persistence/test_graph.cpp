@@ -766,7 +766,7 @@ TEST_CASE("recursion past max_depth is rejected", "[persistence][graph]") {
     path += "/steps/g/graph";
   CHECK(errors[0].path == path);
   CHECK_THAT(errors[0].message, Catch::StartsWith("max_depth 16 exceeded"));
-  // max_depth 1 allows children, not grandchildren (SPEC §13 rule 8).
+  // max_depth 1 allows children, not grandchildren (runtime/docs/reference/graph-format.md#limits).
   auto one = nest(1);
   one["limits"] = {{"max_depth", 1}};
   parse_ok(one);

@@ -1,4 +1,4 @@
-// The store's stop registry rule (SPEC §4.1, §4.4, §13 rule 10): a request
+// The store's stop registry rule (runtime/docs/reference/statuses.md#stop): a request
 // is stored once by id, and the store itself answers it in the transaction
 // that makes (or finds) its target terminal. Real LMDB in a temp home.
 

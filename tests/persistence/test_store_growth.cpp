@@ -1,6 +1,6 @@
 // Tests of canopy::core::store under growth, concurrency and damage: the map
 // growing, two processes committing, corrupt records, ids, and the writers'
-// lock (SPEC §13 rule 16). Child processes are real forks, reaped with a
+// lock (runtime/docs/reference/cli.md#client-options). Child processes are real forks, reaped with a
 // deadline.
 
 #include "persistence/store.hpp"
@@ -396,7 +396,7 @@ TEST_CASE("make_execution_id is unique and ordered per thread under contention",
   CHECK(all.size() == threads * per_thread);
 }
 
-// -- the writers' lock (SPEC §13 rule 16) ---------------------------------------------
+// -- the writers' lock (runtime/docs/reference/cli.md#client-options) ---------------------------------------------
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Tests of the `tools` object (persistence/tools.hpp, SPEC §12, §13 rule 7):
+// Tests of the `tools` object (persistence/tools.hpp, runtime/docs/reference/config.md#node-config):
 // valid tables and a corpus of bad ones, each rejected at its exact path.
 
 #include "persistence/tools.hpp"
