@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -43,6 +44,11 @@ int run_detached(const global_options& g, const run_options& o, const char* self
     args.push_back("--config");
     args.push_back(o.config);
   }
+  // The run's log lives in the home, which the detached run would create
+  // only after the log is opened: a first command on a new home makes it
+  // here (a failure shows as the spawn's error below).
+  std::error_code ec;
+  std::filesystem::create_directories(home_of(g), ec);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 3);

@@ -304,6 +304,20 @@ TEST_CASE("run --detach prints the id and the execution completes in the backgro
   CHECK(show.out_json()["status"] == "completed");
 }
 
+TEST_CASE("run --detach works as the first command on a home that does not exist yet",
+          "[integration][cli]") {
+  temp_dir dir;
+  temp_dir g;
+  auto home = dir.path + "/new/home";
+  auto file = g.write("bg.json", R"({"steps": {"a": {"run": ["sh", "-c", "echo done"]}}})");
+  auto r = run_canopy(home, {"run", file, "--detach", "--json"}, 30s);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto id = r.out_json()["id"].get<std::string>();
+  auto follow = run_canopy(home, {"events", id, "--follow", "--json"}, 60s);
+  CHECK_THAT(follow.out, Catch::Contains("execution.completed"));
+}
+
 // -- crash safety -------------------------------------------------------------------------
 
 TEST_CASE("a SIGKILLed run leaves a readable store with every completed result",
