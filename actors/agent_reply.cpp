@@ -1,21 +1,13 @@
 #include "actors/agent_reply.hpp"
 
+#include "persistence/spelling.hpp"
+
 namespace canopy::core {
 
 namespace {
 
 constexpr const char* reply_names[] = {"completed", "failed", "stopped", "busy", "cancelled"};
 constexpr const char* cancel_names[] = {"cancelled", "no_execution"};
-
-template <class Enum, size_t N>
-bool parse(const char* const (&names)[N], const std::string& s, Enum& x) {
-  for (size_t i = 0; i < N; ++i)
-    if (s == names[i]) {
-      x = static_cast<Enum>(i);
-      return true;
-    }
-  return false;
-}
 
 } // namespace
 
@@ -28,19 +20,19 @@ reply_status reply_status_of(execution_status x) {
 }
 
 const char* to_string(reply_status x) {
-  return reply_names[static_cast<size_t>(x)];
+  return spelling_of(reply_names, x);
 }
 
 const char* to_string(cancel_result x) {
-  return cancel_names[static_cast<size_t>(x)];
+  return spelling_of(cancel_names, x);
 }
 
 bool from_string(const std::string& s, reply_status& x) {
-  return parse(reply_names, s, x);
+  return parse_spelling(reply_names, s, x);
 }
 
 bool from_string(const std::string& s, cancel_result& x) {
-  return parse(cancel_names, s, x);
+  return parse_spelling(cancel_names, s, x);
 }
 
 } // namespace canopy::core

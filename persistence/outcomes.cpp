@@ -2,6 +2,8 @@
 
 #include <iterator>
 
+#include "persistence/spelling.hpp"
+
 namespace canopy::core {
 
 namespace {
@@ -28,22 +30,6 @@ constexpr const char* event_names[] = {
 };
 static_assert(std::size(event_names) == event_type_count);
 
-template <class Enum, size_t N>
-bool parse(const char* const (&names)[N], const std::string& s, Enum& x) {
-  for (size_t i = 0; i < N; ++i)
-    if (s == names[i]) {
-      x = static_cast<Enum>(i);
-      return true;
-    }
-  return false;
-}
-
-template <class Enum, size_t N>
-const char* name(const char* const (&names)[N], Enum x) {
-  auto i = static_cast<size_t>(x);
-  return i < N ? names[i] : "";
-}
-
 } // namespace
 
 event_family family_of(event_type x) {
@@ -66,35 +52,35 @@ bool is_final(event_type x) {
 }
 
 const char* to_string(step_reason x) {
-  return name(reason_names, x);
+  return spelling_of(reason_names, x);
 }
 
 const char* to_string(stop_mode x) {
-  return name(mode_names, x);
+  return spelling_of(mode_names, x);
 }
 
 const char* to_string(stop_result x) {
-  return name(stop_result_names, x);
+  return spelling_of(stop_result_names, x);
 }
 
 const char* to_string(event_type x) {
-  return name(event_names, x);
+  return spelling_of(event_names, x);
 }
 
 bool from_string(const std::string& s, step_reason& x) {
-  return parse(reason_names, s, x);
+  return parse_spelling(reason_names, s, x);
 }
 
 bool from_string(const std::string& s, stop_mode& x) {
-  return parse(mode_names, s, x);
+  return parse_spelling(mode_names, s, x);
 }
 
 bool from_string(const std::string& s, stop_result& x) {
-  return parse(stop_result_names, s, x);
+  return parse_spelling(stop_result_names, s, x);
 }
 
 bool from_string(const std::string& s, event_type& x) {
-  return parse(event_names, s, x);
+  return parse_spelling(event_names, s, x);
 }
 
 } // namespace canopy::core

@@ -50,6 +50,16 @@ public:
     errors_.push_back(graph_error{std::move(path), std::move(message), {}});
   }
 
+  /// True when `key` is the `$schema` key (checked: a string); the caller
+  /// skips it.
+  bool schema_key_at(const std::string& key, const json& val, const std::string& path) {
+    if (key != schema_key)
+      return false;
+    if (!val.is_string())
+      fail(path, "expected a string (the URL or path of a JSON Schema), " + got(val));
+    return true;
+  }
+
   /// Parses a full node configuration into `cfg`.
   void node(const json& doc, node_config& cfg) {
     if (!doc.is_object()) {
@@ -58,11 +68,8 @@ public:
     }
     for (auto& [key, val] : doc.items()) {
       auto path = "/" + escape_pointer(key);
-      if (key == schema_key) {
-        if (!val.is_string())
-          fail(path, "expected a string (the URL or path of a JSON Schema), " + got(val));
+      if (schema_key_at(key, val, path))
         continue;
-      }
       if (key == "home") {
         if (auto s = non_empty_string(val, path, "a folder"))
           cfg.home = *s;
@@ -125,11 +132,8 @@ public:
     }
     for (auto& [key, val] : doc.items()) {
       auto path = "/" + escape_pointer(key);
-      if (key == schema_key) {
-        if (!val.is_string())
-          fail(path, "expected a string (the URL or path of a JSON Schema), " + got(val));
+      if (schema_key_at(key, val, path))
         continue;
-      }
       if (key == "tools")
         cfg.tools = parse_tools(val, path, errors_);
       else if (key == "providers")
@@ -148,11 +152,8 @@ public:
     }
     for (auto& [key, val] : doc.items()) {
       auto path = "/" + escape_pointer(key);
-      if (key == schema_key) {
-        if (!val.is_string())
-          fail(path, "expected a string (the URL or path of a JSON Schema), " + got(val));
+      if (schema_key_at(key, val, path))
         continue;
-      }
       if (key == "tools")
         cfg.tools = parse_tools(val, path, errors_);
       else if (key == "cluster")
