@@ -5,9 +5,9 @@
 // An execution's machine holds its records, its step states, its graph
 // reference and their many small heap blocks, untouched since the execution
 // started. Destroying it where the actor quits put those cache misses and
-// frees on the path of every stop: 8 % of a 111,111-execution cascade's CPU
-// (perf), and the cascade itself about 10 % faster without it
-// (bench_stop). An ending execution buries its machine here instead, and the
+// frees on the path of every stop, and the stop cascade is faster without
+// them (measured: runtime/docs/benchmarks.md#design-measurements).
+// An ending execution buries its machine here instead, and the
 // runtime's memory keeper reaps it once the burials have stopped: the frees
 // come after the stop, not inside it.
 //

@@ -4,8 +4,9 @@
 // writer. An execution's start writes its record, its first events and the
 // `queued` records of the children it spawns at once; a tree of 100,000
 // executions starts far faster than one writer commits, and every start
-// batch then waits in the writer's mailbox. That backlog was the heap's
-// peak, about twice what the live tree holds, and a heap
+// batch then waits in the writer's mailbox. Without the gate that backlog
+// is the heap's peak, well above what the live tree holds
+// (measured: runtime/docs/benchmarks.md#design-measurements), and a heap
 // allocator keeps most of a peak resident after it is freed.
 //
 // The gate lets at most `permits` executions of a process hold a start: an

@@ -20,8 +20,9 @@ constexpr auto max_poll = std::chrono::milliseconds{20};
 
 /// How often a watched process (process_watch.hpp) is polled all the same:
 /// a safety net only, the watch wakes the runner when anything happens.
-/// Polling every running process every 20 ms cost a node with 1,000 of
-/// them a large part of a CPU (reads, waitpid, timers, actor wake-ups).
+/// Polling every running process often costs a node with many of them a
+/// large part of a CPU (reads, waitpid, timers, actor wake-ups;
+/// measured: runtime/docs/benchmarks.md#design-measurements).
 constexpr auto recheck_interval = std::chrono::seconds{1};
 
 /// How long a runner that reported waits for its parent to acknowledge the

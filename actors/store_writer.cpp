@@ -32,11 +32,10 @@ constexpr auto max_idle_wait = std::chrono::milliseconds{32000};
 
 /// Writes that arrived while a commit ran share one transaction, up to about
 /// this many records (`write_batch::weight`). LMDB keeps every dirty page of
-/// its largest transaction allocated until the environment closes (measured:
-/// 17.7 MiB kept after 11,111 executions started in a few large commits), so
-/// an unbounded group would hold its size in memory for good: with 16,384 it
-/// held 0.3-0.45 KiB per execution of an 11,111 tree as it started, with 4,096
-/// 0.15 (`bench_stop`, malloc in use at once); `bench_steps` was unchanged.
+/// its largest transaction allocated until the environment closes, so an
+/// unbounded group would hold its size in memory for good; a larger group
+/// holds more heap per starting execution, with no gain in step throughput
+/// (measured: runtime/docs/benchmarks.md#design-measurements).
 /// Smaller groups cost more commits. A single write is never split.
 constexpr size_t group_weight = 4096;
 
@@ -50,15 +49,10 @@ constexpr size_t release_weight = 1024;
 /// time: LMDB reads every page it changes through its map, and the kernel
 /// maps up to 16 neighbouring pages with each fault, so a burst of writes
 /// would otherwise leave most of the file counted in the process's RSS until
-/// the writer is idle (1.5-1.9 KiB per execution of a starting tree). Each
-/// drop costs the next commits faults on the pages they touch again.
-/// Measured (`bench_stop 11111`, VmRSS of the store's map per live execution
-/// the moment the last leaf runs; `bench_steps`): after every 8,192 records,
-/// the rule before, anywhere from 0.00 to 0.73 KiB by where the last drop
-/// fell; with 2 MiB, 0.00-0.14 KiB, and `bench_steps` the same within its
-/// noise (263k-283k steps/s either way). (After every 1,024 records,
-/// `bench_steps` lost 6-10 %: a count of records does not say how much a
-/// commit mapped.)
+/// the writer is idle. Each drop costs the next commits faults on the pages
+/// they touch again. A growth of resident pages, not a count of records,
+/// decides: a count of records does not say how much a commit mapped
+/// (measured: runtime/docs/benchmarks.md#design-measurements).
 constexpr long drop_pages_growth = 2L << 20;
 
 /// Without a readable `/proc/self/statm`, the writer unmaps them after this
@@ -198,8 +192,8 @@ void on_idle(caf::stateful_actor<store_writer_state>* self) {
       // A failure (a busy store) leaves it compact too: try again later.
       // Committed or rolled back, it was one transaction as large as the
       // subtree (or the part it reached): LMDB keeps its dirty pages, and
-      // every page it read or changed is mapped (at 111,111 executions,
-      // 350 MiB of VmRSS that stayed).
+      // every page it read or changed is mapped
+      // (measured: runtime/docs/benchmarks.md#design-measurements).
       st.cache_to_release = true;
       drop_pages_now(st);
     }

@@ -29,9 +29,10 @@ namespace canopy::core {
 /// once. Holds weak references only.
 ///
 /// An ending execution only counts itself out (`depart`): its entry stays
-/// until a sweep erases the entries whose actors are gone. A stopped tree of
-/// 111,111 executions would otherwise take 111,111 locked hash removals
-/// inside its cascade (9 % of it, perf). A sweep runs when `add` finds more
+/// until a sweep erases the entries whose actors are gone. A stopped tree
+/// would otherwise take one locked hash removal per execution inside its
+/// cascade (measured: runtime/docs/benchmarks.md#design-measurements).
+/// A sweep runs when `add` finds more
 /// departed entries than max(1,024, live ones), and when `sweep_if_settled`
 /// finds nothing departed since its previous call (the runtime's memory
 /// keeper, every second: a sweep never competes with a running stop

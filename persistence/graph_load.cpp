@@ -116,8 +116,9 @@ private:
 
   /// Builds the steps in the parser's order: Kahn's sort taking the smallest
   /// ready position in id order first. The order comes first (from the ids
-  /// and `needs` alone), then each step is built in its place: 100,000 steps
-  /// are ~40 MB, and building them elsewhere to move them costs as much again.
+  /// and `needs` alone), then each step is built in its place: a large graph's
+  /// steps are large, and building them elsewhere to move them costs as much
+  /// again (measured: runtime/docs/benchmarks.md#design-measurements).
   void load_steps(graph& g, const json& steps, std::vector<graph_error>& errors) {
     auto n = steps.size();
     // Values are positions in id order (a JSON object is a sorted map)

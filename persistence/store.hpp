@@ -436,8 +436,9 @@ public:
   /// Materialises every compact snapshot of tree `root_id` (see the top of
   /// this header) in one write transaction: afterwards the store holds the
   /// per-node records and events, and every read returns the same as before.
-  /// The transaction is as large as the stopped subtree (about 2 s for
-  /// 111,111 executions) and holds the writers' lock throughout: `give_way`,
+  /// The transaction is as large as the stopped subtree (measured:
+  /// runtime/docs/benchmarks.md#design-measurements) and holds the writers'
+  /// lock throughout: `give_way`,
   /// when set, is asked before each covered execution it walks, and when it
   /// answers true (another write waits) the transaction is rolled back at
   /// once.
@@ -462,7 +463,7 @@ public:
 
   /// Gives back the memory LMDB keeps for writing: every dirty page of the
   /// largest transaction so far stays allocated in the environment until it
-  /// is closed (a materialised subtree of 111,111 executions: 334 MiB). The
+  /// is closed (measured: runtime/docs/benchmarks.md#design-measurements). The
   /// environment is closed and opened again, with no transaction of this
   /// process in flight (reads and writes wait meanwhile, a few ms); its map
   /// goes too, so the file pages the process had mapped no longer count in
@@ -475,7 +476,8 @@ public:
 
   /// Unmaps the store's file pages from this process: LMDB's writer reads
   /// every page it changes through its map, so after a burst of writes the
-  /// process maps most of the file (1.9 KiB per started execution). The
+  /// process maps most of the file
+  /// (measured: runtime/docs/benchmarks.md#design-measurements). The
   /// pages stay in the kernel's page cache; readers and the writer fault back
   /// in (from memory) the ones they touch again. Cheap (one `madvise`, no
   /// wait for other threads): the store writer calls it once the process's

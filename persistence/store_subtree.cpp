@@ -15,8 +15,8 @@ using namespace store_lmdb;
 namespace {
 
 /// Executions a materialisation writes together (see `materialize`): a few
-/// ms of writing, the longest a write waits for it to give way (at most
-/// 6.6 ms measured at 111,111 executions).
+/// ms of writing, the longest a write waits for it to give way
+/// (measured: runtime/docs/benchmarks.md#design-measurements).
 constexpr size_t materialize_chunk = 256;
 
 std::optional<execution_record> load_execution(MDB_txn* txn, const dbs& d,
@@ -303,8 +303,9 @@ int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::
     del(d.events, pair_key(root, seq_key(s->first_seq)));
   // Written as walked, a chunk of executions at a time: each database's
   // records of a chunk are written together, so they sit together in the
-  // file (written one execution at a time, interleaved, the pages a later
-  // read of the tree maps grew by 40 % at 111,111 executions). The walk reads
+  // file (written one execution at a time, interleaved, a later read of the
+  // tree maps more pages; measured: runtime/docs/benchmarks.md#design-measurements).
+  // The walk reads
   // only the covered executions' stored records (each before it is
   // rewritten), their steps (scanned before they are written) and
   // `children` (never written here).

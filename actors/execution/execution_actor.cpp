@@ -118,8 +118,10 @@ void enter_gate(execution_shell* self) {
 thread_local execution_shell* current_shell = nullptr;
 
 /// The handlers every execution actor shares: built once, so an actor holds
-/// no handler objects of its own (a behavior with its captures was ~0.8 KiB
-/// per execution). Each handler finds its actor through `current_shell`.
+/// no handler objects of its own (a behavior with its captures per actor
+/// costs memory per execution; measured:
+/// runtime/docs/benchmarks.md#design-measurements). Each handler finds its
+/// actor through `current_shell`.
 caf::behavior make_handlers() {
   auto step = [](uint64_t idx) { return static_cast<uint32_t>(idx); };
   return {

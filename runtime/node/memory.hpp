@@ -17,9 +17,8 @@ namespace canopy::core {
 /// event list handed to subscribers) come from the heap instead of their own
 /// mappings, and the pages they leave behind stay resident, spread between
 /// the executions' long-lived state. Fixed, every block above 128 KiB is
-/// mapped on its own and returned to the kernel when freed (bench_stop,
-/// 11,111 live executions, 6 paired runs: 0.7 KiB less VmRSS per execution
-/// on average, from 11.9 KiB; the run-to-run spread is larger).
+/// mapped on its own and returned to the kernel when freed
+/// (measured: runtime/docs/benchmarks.md#design-measurements).
 /// Does nothing when the process set the threshold itself
 /// (`MALLOC_MMAP_THRESHOLD_`, or `mmap_threshold` in `GLIBC_TUNABLES`).
 /// Threading: any thread; the first call decides, later calls do nothing.
@@ -42,8 +41,9 @@ bool tcmalloc_figures(heap_figures& out);
 /// queues its records for the store writer faster than it commits them; a
 /// stopped tree frees its state) leaves most of its peak free but resident;
 /// while it is still freeing, a release would only cost it the madvise calls
-/// and the page faults of memory it takes again (8 % of a 111,111-execution
-/// stop cascade, perf). tcmalloc keeps what it releases as address space and
+/// and the page faults of memory it takes again
+/// (measured: runtime/docs/benchmarks.md#design-measurements).
+/// tcmalloc keeps what it releases as address space and
 /// maps it again on demand. Only with tcmalloc; glibc's `malloc_trim` walks
 /// every arena under its lock, so it is left to the process.
 /// @returns the bytes handed back (0: none); `last_free_bytes` becomes the

@@ -68,9 +68,9 @@ struct runtime_options {
   /// `invalid_input` for 0.
   /// The default keeps the writer's group commits full (a start batch holds
   /// a few records per child) and the batches waiting a few MiB at most:
-  /// with 1,024, a starting tree of 11,111 executions left 0.3-1.3 KiB per
-  /// execution more in tcmalloc's free lists, at the same start speed; with
-  /// 128 the start of 111,111 executions was 15 % slower (`bench_stop`).
+  /// more permits leave more in tcmalloc's free lists at the same start
+  /// speed, fewer slow the start of a large tree
+  /// (measured: runtime/docs/benchmarks.md#design-measurements).
   size_t start_permits = 256;
   /// Threads for registered `fn` functions.
   size_t fn_threads = 4;

@@ -248,7 +248,8 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   if (rec->status == execution_status::completed)
     return h; // nothing to do: the document is final
   // The step records decode on a thread of their own meanwhile (reads may
-  // run on any thread): at 100,000 steps each read takes ~100 ms. Without a
+  // run on any thread): for a large graph each read takes long
+  // (measured: runtime/docs/benchmarks.md#design-measurements). Without a
   // thread to spare, `get` below reads them.
   auto steps_read = std::async(std::launch::async | std::launch::deferred,
                                [db = db_, id] { return db->steps(id); });

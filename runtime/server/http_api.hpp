@@ -187,7 +187,8 @@ private:
 
   /// Takes `br` out of the request's Accept-Encoding: httplib compresses
   /// with brotli at quality 11 whenever a client accepts it (every browser
-  /// does), about 375 ms for a 175 KB execution tree against 3 ms with gzip,
+  /// does), far slower than gzip for a large execution tree
+  /// (measured: runtime/docs/benchmarks.md#design-measurements),
   /// so the server answers gzip (or plain) instead.
   static void without_brotli(const httplib::Request& req);
 

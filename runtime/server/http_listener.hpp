@@ -30,7 +30,8 @@
 //
 // Threads keep an 8 MiB stack: httplib 0.11 parses the Range header (up to
 // 8 KiB, before any handler runs) with a std::regex whose matching recurses
-// per byte and needs about 3 MiB of stack at that size.
+// per byte and needs several MiB of stack at that size
+// (measured: runtime/docs/benchmarks.md#design-measurements).
 
 #include <chrono>
 #include <cstddef>
