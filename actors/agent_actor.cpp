@@ -292,111 +292,139 @@ void end_turn(agent_actor* self) {
   next(self);
 }
 
+// -- handlers --------------------------------------------------------------------
+
+/// Quitting: every caller still waiting gets an answer, then the agent quits.
+void answer_all_and_quit(agent_actor* self, caf::exit_msg& msg) {
+  auto& st = self->state;
+  st.closing = true;
+  if (st.current && st.current->user) {
+    agent_reply r = refused(reply_status::stopped, "the agent quit: " + caf::to_string(msg.reason));
+    r.execution_id = st.current->run_id;
+    st.current->rp.deliver(std::move(r));
+  }
+  st.current.reset();
+  next(self);
+  self->quit(msg.reason);
+}
+
+/// A monitored actor went away: the current run ended, or a requester's
+/// turn and waiting messages are dropped.
+void run_or_requester_down(agent_actor* self, caf::down_msg& msg) {
+  auto& st = self->state;
+  if (st.current && st.current->run && st.current->run.address() == msg.source) {
+    end_turn(self);
+    return;
+  }
+  // A requester went away: its turn (if no run started) and its waiting
+  // messages go with it.
+  st.queue.erase(std::remove_if(st.queue.begin(), st.queue.end(),
+                                [&](const waiter& w) {
+                                  return !w.user && w.requester == msg.source;
+                                }),
+                 st.queue.end());
+  if (st.current && !st.current->user && !st.current->run
+      && st.current->requester == msg.source) {
+    st.current.reset();
+    next(self);
+  }
+}
+
+/// A user's message: queued (or answered by the busy policy); the reply
+/// comes when its run ended.
+caf::result<agent_reply> take_user_message(agent_actor* self, json& message, std::string& who) {
+  auto& st = self->state;
+  if (st.closing)
+    return refused(reply_status::stopped, "the node is shutting down");
+  auto ag = st.svc->db->agent(st.owner, st.agent);
+  if (!ag)
+    return refused(reply_status::failed, message_of(ag.error()));
+  waiter w;
+  w.turn = st.next_turn++;
+  w.user = true;
+  w.message = std::move(message);
+  w.who = std::move(who);
+  auto rp = self->make_response_promise<agent_reply>();
+  w.rp = rp;
+  if ((st.current || !st.queue.empty() || busy_for(self, {}))
+      && !on_busy(self, w, ag->on_busy))
+    return rp;
+  st.queue.push_back(std::move(w));
+  next(self);
+  return rp;
+}
+
+/// An `agent` step of tree `root_id` asks for a turn: nested, queued (or
+/// answered by the busy policy), or busy.
+caf::result<turn_verdict, uint64_t> take_turn_request(agent_actor* self,
+                                                      const std::string& root_id) {
+  auto& st = self->state;
+  auto turn = st.next_turn++;
+  if (st.closing)
+    return {turn_verdict::busy, turn};
+  // A message from the tree of one of this agent's runs is nested: it
+  // never waits (an agent messaging itself; `max_depth` bounds it).
+  if (in_tree(self, root_id))
+    return {turn_verdict::nested, turn};
+  auto ag = st.svc->db->agent(st.owner, st.agent);
+  if (!ag)
+    return {turn_verdict::busy, turn};
+  waiter w;
+  w.turn = turn;
+  w.root_id = root_id;
+  w.requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto rp = self->make_response_promise<turn_verdict, uint64_t>();
+  w.rp = rp;
+  if (auto req = caf::actor_cast<caf::actor>(w.requester))
+    self->monitor(req);
+  if ((st.current || !st.queue.empty() || busy_for(self, root_id))
+      && !on_busy(self, w, ag->on_busy))
+    return rp;
+  st.queue.push_back(std::move(w));
+  next(self);
+  return rp;
+}
+
+/// The run of granted turn `turn` started: watch it (and stop it when superseded).
+void attach_run(agent_actor* self, uint64_t turn, caf::actor& run, const std::string& run_id) {
+  auto& st = self->state;
+  if (!st.current || st.current->turn != turn)
+    return;
+  st.current->run = run;
+  st.current->run_id = run_id;
+  self->monitor(run);
+  if (st.current->cancel)
+    cancel_run(self, run_id);
+}
+
+/// Granted turn `turn` is given back before its run started.
+void release_turn(agent_actor* self, uint64_t turn) {
+  auto& st = self->state;
+  if (st.current && st.current->turn == turn && !st.current->run) {
+    st.current.reset();
+    next(self);
+  }
+}
+
 caf::behavior agent(agent_actor* self, std::string owner, std::string name,
                     std::shared_ptr<const execution_services> svc) {
   auto& st = self->state;
   st.owner = std::move(owner);
   st.agent = std::move(name);
   st.svc = std::move(svc);
-  self->set_exit_handler([=](caf::exit_msg& msg) {
-    // Quitting: every caller still waiting gets an answer.
-    auto& st = self->state;
-    st.closing = true;
-    if (st.current && st.current->user) {
-      agent_reply r = refused(reply_status::stopped, "the agent quit: " + caf::to_string(msg.reason));
-      r.execution_id = st.current->run_id;
-      st.current->rp.deliver(std::move(r));
-    }
-    st.current.reset();
-    next(self);
-    self->quit(msg.reason);
-  });
-  self->set_down_handler([=](caf::down_msg& msg) {
-    auto& st = self->state;
-    if (st.current && st.current->run && st.current->run.address() == msg.source) {
-      end_turn(self);
-      return;
-    }
-    // A requester went away: its turn (if no run started) and its waiting
-    // messages go with it.
-    st.queue.erase(std::remove_if(st.queue.begin(), st.queue.end(),
-                                  [&](const waiter& w) {
-                                    return !w.user && w.requester == msg.source;
-                                  }),
-                   st.queue.end());
-    if (st.current && !st.current->user && !st.current->run
-        && st.current->requester == msg.source) {
-      st.current.reset();
-      next(self);
-    }
-  });
+  self->set_exit_handler([=](caf::exit_msg& msg) { answer_all_and_quit(self, msg); });
+  self->set_down_handler([=](caf::down_msg& msg) { run_or_requester_down(self, msg); });
   return {
     [=](message_atom, json& message, std::string& who) -> caf::result<agent_reply> {
-      auto& st = self->state;
-      if (st.closing)
-        return refused(reply_status::stopped, "the node is shutting down");
-      auto ag = st.svc->db->agent(st.owner, st.agent);
-      if (!ag)
-        return refused(reply_status::failed, message_of(ag.error()));
-      waiter w;
-      w.turn = st.next_turn++;
-      w.user = true;
-      w.message = std::move(message);
-      w.who = std::move(who);
-      auto rp = self->make_response_promise<agent_reply>();
-      w.rp = rp;
-      if ((st.current || !st.queue.empty() || busy_for(self, {}))
-          && !on_busy(self, w, ag->on_busy))
-        return rp;
-      st.queue.push_back(std::move(w));
-      next(self);
-      return rp;
+      return take_user_message(self, message, who);
     },
-    [=](acquire_atom, const std::string& root_id)
-      -> caf::result<turn_verdict, uint64_t> {
-      auto& st = self->state;
-      auto turn = st.next_turn++;
-      if (st.closing)
-        return {turn_verdict::busy, turn};
-      // A message from the tree of one of this agent's runs is nested: it
-      // never waits (an agent messaging itself; `max_depth` bounds it).
-      if (in_tree(self, root_id))
-        return {turn_verdict::nested, turn};
-      auto ag = st.svc->db->agent(st.owner, st.agent);
-      if (!ag)
-        return {turn_verdict::busy, turn};
-      waiter w;
-      w.turn = turn;
-      w.root_id = root_id;
-      w.requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
-      auto rp = self->make_response_promise<turn_verdict, uint64_t>();
-      w.rp = rp;
-      if (auto req = caf::actor_cast<caf::actor>(w.requester))
-        self->monitor(req);
-      if ((st.current || !st.queue.empty() || busy_for(self, root_id))
-          && !on_busy(self, w, ag->on_busy))
-        return rp;
-      st.queue.push_back(std::move(w));
-      next(self);
-      return rp;
+    [=](acquire_atom, const std::string& root_id) -> caf::result<turn_verdict, uint64_t> {
+      return take_turn_request(self, root_id);
     },
     [=](run_atom, uint64_t turn, caf::actor& run, const std::string& run_id) {
-      auto& st = self->state;
-      if (!st.current || st.current->turn != turn)
-        return;
-      st.current->run = run;
-      st.current->run_id = run_id;
-      self->monitor(run);
-      if (st.current->cancel)
-        cancel_run(self, run_id);
+      attach_run(self, turn, run, run_id);
     },
-    [=](release_atom, uint64_t turn) {
-      auto& st = self->state;
-      if (st.current && st.current->turn == turn && !st.current->run) {
-        st.current.reset();
-        next(self);
-      }
-    },
+    [=](release_atom, uint64_t turn) { release_turn(self, turn); },
     [=](tick_atom) {
       self->state.polling = false;
       next(self);

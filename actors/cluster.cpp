@@ -166,144 +166,173 @@ void lose(cluster_actor* self, const std::string& name, const std::string& why) 
   }
 }
 
+// -- supervisor handlers -----------------------------------------------------------
+
+/// A monitored actor went away: a member is lost, or an execution actor's
+/// slots and waiting requests are dropped.
+void member_or_holder_down(cluster_actor* self, caf::down_msg& msg) {
+  auto& st = self->state;
+  for (auto& kv : st.members)
+    if (kv.second.node && kv.second.node.address() == msg.source) {
+      lose(self, kv.first, "connection closed (" + caf::to_string(msg.reason) + ")");
+      return;
+    }
+  // An execution actor went away: its slots and requests go with it.
+  for (auto h = st.held.begin(); h != st.held.end();) {
+    if (h->holder != msg.source) {
+      ++h;
+      continue;
+    }
+    if (auto m = st.members.find(h->node); m != st.members.end() && m->second.info.running > 0)
+      --m->second.info.running;
+    h = st.held.erase(h);
+  }
+  st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),
+                                  [&](const placement_request& r) {
+                                    return r.holder == msg.source;
+                                  }),
+                   st.waiting.end());
+  dispatch(self);
+}
+
+/// Admits worker `node` as member `info` when its secret and name are
+/// acceptable, answers it, then places waiting steps.
+caf::result<bool> admit_member(cluster_actor* self, node_info& info, const std::string& secret,
+                               caf::actor& node) {
+  auto& st = self->state;
+  if (!same_secret(secret, st.opts.secret)) {
+    log(self, "refused", info.name, "wrong cluster secret");
+    return make_error(actors_errc::refused, "wrong cluster secret");
+  }
+  if (info.name.empty() || info.slots == 0) {
+    log(self, "refused", info.name, "a node needs a name and at least one slot");
+    return make_error(actors_errc::refused, "a node needs a name and at least one slot");
+  }
+  auto old = st.members.find(info.name);
+  if (old != st.members.end()) {
+    if (old->second.info.supervisor || old->second.node != node) {
+      if (old->second.info.supervisor) {
+        log(self, "refused", info.name, "the name is the supervisor's");
+        return make_error(actors_errc::refused,
+                          "node name '" + info.name + "' is the supervisor's");
+      }
+      // The same name from a new connection: the old one is gone.
+      lose(self, info.name, "replaced by a new connection");
+    }
+  }
+  info.supervisor = false;
+  info.running = 0;
+  info.joined_at = info.last_seen = now_ms();
+  self->monitor(node);
+  st.members[info.name] = member{info, node};
+  update_tools(self);
+  log(self, "joined", info.name,
+      std::to_string(info.slots) + " slots, " + std::to_string(info.tools.size()) + " tools");
+  // The answer goes out before any step is placed on the new member:
+  // a placed execution sends it (run_atom ...) through the same
+  // connection, which must not overtake the answer (the worker refuses
+  // steps before it knows it joined).
+  auto rp = self->make_response_promise<bool>();
+  rp.deliver(true);
+  dispatch(self);
+  return rp;
+}
+
+/// A member's heartbeat: true when the sender is still member `name`.
+bool heartbeat_from(cluster_actor* self, const std::string& name) {
+  auto& st = self->state;
+  auto i = st.members.find(name);
+  // Not a member (lost meanwhile, or its name taken over by a newer
+  // connection): it must join again.
+  if (i == st.members.end() || i->second.info.supervisor || !i->second.node
+      || i->second.node.address() != caf::actor_cast<caf::actor_addr>(self->current_sender()))
+    return false;
+  i->second.info.last_seen = now_ms();
+  return true;
+}
+
+/// The members' infos, the supervisor first.
+std::vector<node_info> member_list(cluster_actor* self) {
+  auto& st = self->state;
+  st.members[st.opts.self.name].info.last_seen = now_ms();
+  std::vector<node_info> out;
+  for (auto& kv : st.members)
+    if (kv.second.info.supervisor)
+      out.insert(out.begin(), kv.second.info);
+    else
+      out.push_back(kv.second.info);
+  return out;
+}
+
+/// Queues the sender's request for a slot; answered when a member takes it.
+caf::result<std::string, caf::actor> queue_placement(cluster_actor* self, const std::string& tool,
+                                                     const std::string& node, uint64_t ticket) {
+  auto& st = self->state;
+  auto holder = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (auto a = caf::actor_cast<caf::actor>(holder))
+    self->monitor(a);
+  auto rp = self->make_response_promise<std::string, caf::actor>();
+  st.waiting.push_back({holder, ticket, tool, node, rp});
+  dispatch(self);
+  return rp;
+}
+
+/// Frees the sender's slot `ticket` on `node`, or withdraws its waiting request.
+void release_slot(cluster_actor* self, const std::string& node, uint64_t ticket) {
+  auto& st = self->state;
+  auto holder = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  for (auto h = st.held.begin(); h != st.held.end(); ++h)
+    if (h->holder == holder && h->ticket == ticket && h->node == node) {
+      if (auto m = st.members.find(node); m != st.members.end() && m->second.info.running > 0)
+        --m->second.info.running;
+      st.held.erase(h);
+      break;
+    }
+  // A request still waiting is withdrawn.
+  st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),
+                                  [&](const placement_request& r) {
+                                    return r.holder == holder && r.ticket == ticket;
+                                  }),
+                   st.waiting.end());
+  dispatch(self);
+}
+
+/// Schedules the next tick and loses the members silent for longer than the timeout.
+void drop_silent_members(cluster_actor* self) {
+  auto& st = self->state;
+  self->delayed_send(self, st.opts.heartbeat, tick_atom::value);
+  auto now = now_ms();
+  std::vector<std::string> silent;
+  for (auto& kv : st.members)
+    if (!kv.second.info.supervisor && now - kv.second.info.last_seen > st.opts.timeout.count())
+      silent.push_back(kv.first);
+  for (auto& name : silent)
+    lose(self, name, "no heartbeat for " + std::to_string(st.opts.timeout.count()) + " ms");
+  if (!silent.empty())
+    dispatch(self);
+}
+
 caf::behavior cluster(cluster_actor* self, cluster_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
   st.opts.self.supervisor = true;
   st.members[st.opts.self.name] = member{st.opts.self, caf::actor{}};
   update_tools(self);
-  self->set_down_handler([=](caf::down_msg& msg) {
-    auto& st = self->state;
-    for (auto& kv : st.members)
-      if (kv.second.node && kv.second.node.address() == msg.source) {
-        lose(self, kv.first, "connection closed (" + caf::to_string(msg.reason) + ")");
-        return;
-      }
-    // An execution actor went away: its slots and requests go with it.
-    for (auto h = st.held.begin(); h != st.held.end();) {
-      if (h->holder != msg.source) {
-        ++h;
-        continue;
-      }
-      if (auto m = st.members.find(h->node); m != st.members.end() && m->second.info.running > 0)
-        --m->second.info.running;
-      h = st.held.erase(h);
-    }
-    st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),
-                                    [&](const placement_request& r) {
-                                      return r.holder == msg.source;
-                                    }),
-                     st.waiting.end());
-    dispatch(self);
-  });
+  self->set_down_handler([=](caf::down_msg& msg) { member_or_holder_down(self, msg); });
   self->send(self, tick_atom::value);
   return {
     [=](join_atom, node_info& info, const std::string& secret,
-        caf::actor& node) -> caf::result<bool> {
-      auto& st = self->state;
-      if (!same_secret(secret, st.opts.secret)) {
-        log(self, "refused", info.name, "wrong cluster secret");
-        return make_error(actors_errc::refused, "wrong cluster secret");
-      }
-      if (info.name.empty() || info.slots == 0) {
-        log(self, "refused", info.name, "a node needs a name and at least one slot");
-        return make_error(actors_errc::refused, "a node needs a name and at least one slot");
-      }
-      auto old = st.members.find(info.name);
-      if (old != st.members.end()) {
-        if (old->second.info.supervisor || old->second.node != node) {
-          if (old->second.info.supervisor) {
-            log(self, "refused", info.name, "the name is the supervisor's");
-            return make_error(actors_errc::refused,
-                              "node name '" + info.name + "' is the supervisor's");
-          }
-          // The same name from a new connection: the old one is gone.
-          lose(self, info.name, "replaced by a new connection");
-        }
-      }
-      info.supervisor = false;
-      info.running = 0;
-      info.joined_at = info.last_seen = now_ms();
-      self->monitor(node);
-      st.members[info.name] = member{info, node};
-      update_tools(self);
-      log(self, "joined", info.name,
-          std::to_string(info.slots) + " slots, " + std::to_string(info.tools.size()) + " tools");
-      // The answer goes out before any step is placed on the new member:
-      // a placed execution sends it (run_atom ...) through the same
-      // connection, which must not overtake the answer (the worker refuses
-      // steps before it knows it joined).
-      auto rp = self->make_response_promise<bool>();
-      rp.deliver(true);
-      dispatch(self);
-      return rp;
-    },
-    [=](alive_atom, const std::string& name) -> bool {
-      auto& st = self->state;
-      auto i = st.members.find(name);
-      // Not a member (lost meanwhile, or its name taken over by a newer
-      // connection): it must join again.
-      if (i == st.members.end() || i->second.info.supervisor || !i->second.node
-          || i->second.node.address()
-               != caf::actor_cast<caf::actor_addr>(self->current_sender()))
-        return false;
-      i->second.info.last_seen = now_ms();
-      return true;
-    },
-    [=](nodes_atom) {
-      auto& st = self->state;
-      st.members[st.opts.self.name].info.last_seen = now_ms();
-      std::vector<node_info> out;
-      for (auto& kv : st.members)
-        if (kv.second.info.supervisor)
-          out.insert(out.begin(), kv.second.info);
-        else
-          out.push_back(kv.second.info);
-      return out;
-    },
+        caf::actor& node) -> caf::result<bool> { return admit_member(self, info, secret, node); },
+    [=](alive_atom, const std::string& name) -> bool { return heartbeat_from(self, name); },
+    [=](nodes_atom) { return member_list(self); },
     [=](place_atom, const std::string& tool, const std::string& node,
         uint64_t ticket) -> caf::result<std::string, caf::actor> {
-      auto& st = self->state;
-      auto holder = caf::actor_cast<caf::actor_addr>(self->current_sender());
-      if (auto a = caf::actor_cast<caf::actor>(holder))
-        self->monitor(a);
-      auto rp = self->make_response_promise<std::string, caf::actor>();
-      st.waiting.push_back({holder, ticket, tool, node, rp});
-      dispatch(self);
-      return rp;
+      return queue_placement(self, tool, node, ticket);
     },
     [=](release_atom, const std::string& node, uint64_t ticket) {
-      auto& st = self->state;
-      auto holder = caf::actor_cast<caf::actor_addr>(self->current_sender());
-      for (auto h = st.held.begin(); h != st.held.end(); ++h)
-        if (h->holder == holder && h->ticket == ticket && h->node == node) {
-          if (auto m = st.members.find(node); m != st.members.end() && m->second.info.running > 0)
-            --m->second.info.running;
-          st.held.erase(h);
-          break;
-        }
-      // A request still waiting is withdrawn.
-      st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),
-                                      [&](const placement_request& r) {
-                                        return r.holder == holder && r.ticket == ticket;
-                                      }),
-                       st.waiting.end());
-      dispatch(self);
+      release_slot(self, node, ticket);
     },
-    [=](tick_atom) {
-      auto& st = self->state;
-      self->delayed_send(self, st.opts.heartbeat, tick_atom::value);
-      auto now = now_ms();
-      std::vector<std::string> silent;
-      for (auto& kv : st.members)
-        if (!kv.second.info.supervisor
-            && now - kv.second.info.last_seen > st.opts.timeout.count())
-          silent.push_back(kv.first);
-      for (auto& name : silent)
-        lose(self, name, "no heartbeat for " + std::to_string(st.opts.timeout.count()) + " ms");
-      if (!silent.empty())
-        dispatch(self);
-    },
+    [=](tick_atom) { drop_silent_members(self); },
   };
 }
 
