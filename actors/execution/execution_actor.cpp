@@ -265,7 +265,14 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
     st.replies->push_back(self->make_response_promise());
     auto batch = x.shared() ? x.get_as<write_batch>(2)
                             : std::move(x.get_mutable_as<write_batch>(2));
-    st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms());
+    if (!st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms())) {
+      // Done: its final record is committed and no write will answer. The
+      // requester stores the request through the writer now, not after its
+      // acknowledgement bound.
+      auto rp = std::move(st.replies->back());
+      st.replies->pop_back();
+      rp.deliver(caf::make_error(caf::sec::request_receiver_down));
+    }
     run_effects(self);
     return caf::delegated<caf::message>{};
   }

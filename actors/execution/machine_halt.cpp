@@ -31,9 +31,9 @@ void execution_machine::stop(step_reason reason, stop_mode mode, bool from_above
   flush();
 }
 
-void execution_machine::stop_request(const stop_record& req, write_batch batch, int64_t now) {
+bool execution_machine::stop_request(const stop_record& req, write_batch batch, int64_t now) {
   if (phase_ == exec_phase::done)
-    return;
+    return false;
   // Earlier records reach the writer first: the log shows every step started
   // before the request, and none after it. The request and what it starts
   // (`stopping`, or the whole snapshot when nothing runs) are one write, and
@@ -51,6 +51,7 @@ void execution_machine::stop_request(const stop_record& req, write_batch batch, 
     begin_halt(execution_status::stopped, step_reason::requested, step_reason::requested,
                req.force ? stop_mode::force : stop_mode::graceful, now);
   flush();
+  return true;
 }
 
 void execution_machine::parent_lost(int64_t now) {
