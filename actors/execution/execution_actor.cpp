@@ -266,8 +266,8 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
     auto batch = x.shared() ? x.get_as<write_batch>(2)
                             : std::move(x.get_mutable_as<write_batch>(2));
     if (!st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms())) {
-      // Done: its final record is committed and no write will answer. The
-      // requester stores the request through the writer now, not after its
+      // Finishing or done: no write of its own will answer. The requester
+      // stores the request through the writer now, not after its
       // acknowledgement bound.
       auto rp = std::move(st.replies->back());
       st.replies->pop_back();

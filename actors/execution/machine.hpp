@@ -291,9 +291,9 @@ public:
   /// every earlier write, in one write with what the stop records first
   /// (`stopping`, or the snapshot), whose acknowledgement answers the caller
   /// (`write::reply`). Otherwise the same as `stop(requested, ...)`.
-  /// @returns false when the execution is done (its final record is
-  ///          committed): nothing is written and no reply will come, so the
-  ///          caller stores the request elsewhere at once.
+  /// @returns false when the execution is finishing or done (its final
+  ///          record is on its way or committed): nothing is written and no
+  ///          reply will come, so the caller stores the request elsewhere.
   bool stop_request(const stop_record& req, write_batch batch, int64_t now);
   /// The parent died without a stop.
   void parent_lost(int64_t now);

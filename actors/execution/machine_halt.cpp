@@ -32,7 +32,11 @@ void execution_machine::stop(step_reason reason, stop_mode mode, bool from_above
 }
 
 bool execution_machine::stop_request(const stop_record& req, write_batch batch, int64_t now) {
-  if (phase_ == exec_phase::done)
+  // Finishing or done: the final record is written or on its way, and the
+  // actor may quit before a later write is acknowledged. The requester
+  // stores the request through the writer; the store answers it
+  // `no_execution` in the commit that makes this execution terminal.
+  if (phase_ >= exec_phase::finishing)
     return false;
   // Earlier records reach the writer first: the log shows every step started
   // before the request, and none after it. The request and what it starts

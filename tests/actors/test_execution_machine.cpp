@@ -225,16 +225,22 @@ TEST_CASE("a stop that finds the execution finishing changes nothing (the store 
   CHECK(f.m->record().status == execution_status::completed);
 }
 
-TEST_CASE("a stop request that finds the execution finishing is still written, and the halt "
-          "does not begin",
+TEST_CASE("a stop request that finds the execution finishing is refused at once, writing "
+          "nothing, and the halt does not begin",
           "[actors][machine]") {
   machine_fixture f{one_noop};
   f.m->start(++f.now);
   f.ack(f.fx());
   REQUIRE(f.m->phase() == exec_phase::finishing);
-  auto xs = send_request(f, "s3");
-  CHECK(f.m->phase() == exec_phase::finishing);
+  stop_record req;
+  req.id = "s3";
+  write_batch b;
+  b.stops.push_back(req);
+  CHECK_FALSE(f.m->stop_request(req, std::move(b), ++f.now));
+  auto xs = f.fx();
+  CHECK(count<fx::write>(xs) == 0);
   CHECK(count<fx::send_exit>(xs) == 0);
+  CHECK(f.m->phase() == exec_phase::finishing);
 }
 
 TEST_CASE("an in-process stop request is answered by the write that records it stopping",
