@@ -34,15 +34,6 @@ E spelled(msgpack::reader& r) {
   return x;
 }
 
-/// An event's status: a step's when the event names a step (`step` is read
-/// first: keys are in the order records_encode.cpp writes them).
-event_status event_status_at(msgpack::reader& r, bool of_step) {
-  event_status x;
-  if (!from_string(std::string{r.raw_str()}, of_step, x))
-    throw msgpack::format_error("unknown status");
-  return x;
-}
-
 /// Reads the map of a record: `field(reader, key, record)` reads the value
 /// of a key it knows and returns its bit in `required` (0 when optional), or
 /// returns `unknown` without reading, and the value is skipped. Unknown keys
@@ -212,8 +203,11 @@ caf::expected<step_record> decode_step(std::string_view bytes) {
 caf::expected<event_record> decode_event(std::string_view bytes) {
   if (is_text_record(bytes))
     return decode_text(bytes, event_from_json);
-  return decode_binary<event_record>(
-    "event", bytes, 15, [](msgpack::reader& r, std::string_view k, event_record& x) {
+  // The status is read as text and parsed once the map is read: whether it
+  // is a step's depends on `step`, whichever order the keys come in.
+  std::string status;
+  auto e = decode_binary<event_record>(
+    "event", bytes, 15, [&status](msgpack::reader& r, std::string_view k, event_record& x) {
       switch (k.size() > 0 ? k[0] : 0) {
         case 'd':
           if (k == "data") return x.data = r.value(), 0u;
@@ -231,7 +225,7 @@ caf::expected<event_record> decode_event(std::string_view bytes) {
         case 's':
           if (k == "seq") return x.seq = r.uinteger(), 1u;
           if (k == "step") return x.step = r.str(), 0u;
-          if (k == "status") return x.status = event_status_at(r, !x.step.empty()), 0u;
+          if (k == "status") return status = r.raw_str(), 0u;
           break;
         case 't':
           if (k == "time") return x.time = r.integer(), 2u;
@@ -240,6 +234,9 @@ caf::expected<event_record> decode_event(std::string_view bytes) {
       }
       return unknown;
     });
+  if (e && !from_string(status, !e->step.empty(), e->status))
+    return make_error(persistence_errc::corrupt_record, "corrupt event record: unknown status");
+  return e;
 }
 
 caf::expected<std::string> decode_event_execution(std::string_view bytes) {
