@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a file of the project speaks of its own development: work
-sessions, stages or issue numbers, or "SPEC §" (the contract is in
-runtime/docs/reference/). Cited upstream issues (a URL, `owner/repo#N`) and
+sessions, stages or issue numbers, or a section of the old outside contract
+(the contract is in runtime/docs/reference/). Cited upstream issues (a URL, `owner/repo#N`) and
 iteration labels such as `review#1` are fine.
 
 Usage: check_history.py SOURCE_DIR
@@ -16,7 +16,7 @@ PATTERNS = [
     (re.compile(r"\b[Ss]essions \d+"), "work sessions"),
     (re.compile(r"\b[Ss]ession-\d+"), "a work session"),
     (re.compile(r"\b[Ii]ssue #?\d+"), "an issue number"),
-    (re.compile(r"\bSPEC §"), "a SPEC section (use runtime/docs/reference/)"),
+    (re.compile(r"\bSPEC \u00a7"), "a section of the old contract (use runtime/docs/reference/)"),
     (re.compile(r"\b[Ss]tage \d+\b"), "a stage of the work"),
 ]
 SKIP_SUFFIXES = {".png", ".svg", ".ico", ".mdb", ".gz", ".bin", ".deb"}
