@@ -99,24 +99,6 @@ std::vector<long> pids_in(const std::string& file) {
   return out;
 }
 
-/// The CPU time (user + system, ms) process `pid` has used, its children
-/// not counted; -1 when unreadable.
-double cpu_ms(pid_t pid) {
-  auto text = read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto pos = text.rfind(')');
-  if (pos == std::string::npos)
-    return -1;
-  std::istringstream fields{text.substr(pos + 2)};
-  std::string field;
-  for (int i = 3; i < 14; ++i) // utime is field 14, stime 15
-    if (!(fields >> field))
-      return -1;
-  double utime = 0, stime = 0;
-  if (!(fields >> utime >> stime))
-    return -1;
-  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 size_t alive(const std::vector<long>& pids) {
   return static_cast<size_t>(
     std::count_if(pids.begin(), pids.end(), [](long p) { return !process_gone(p); }));

@@ -12,7 +12,11 @@
 // (five 20 ms sleeps) and follows each live over SSE, and also replays a
 // sample of the clients' executions over SSE; each stream's seqs must equal
 // the execution's JSON event log (nothing lost, nothing twice). The
-// server's VmRSS is read at the start (after warm-up) and at the end.
+// server's VmRSS is read at the start (after warm-up) and at the end. Also
+// printed: the server's CPU time per answered request, how many polls a
+// `small` execution took and when it was seen completed, and the store's
+// commits (group commits of the writer) per second with their mean
+// duration: what sets how long an execution takes under this load.
 //
 // Prints a Markdown table. Exits 1 when any request answered 5xx, any event
 // was lost, a request got no answer, or a stop answered anything but
@@ -67,6 +71,8 @@ struct totals {
   std::atomic<uint64_t> unended_streams{0};
   std::mutex mtx;
   std::vector<double> stop_ms;
+  std::vector<double> small_ms; ///< a `small` execution: start answered -> seen completed
+  std::atomic<uint64_t> small_polls{0};
   std::map<std::string, uint64_t> samples; ///< first few unexpected answers
   std::deque<std::string> recent;          ///< ids for the SSE checker
 };
@@ -104,7 +110,7 @@ http_answer call(totals& t, httplib::Client& c, const std::string& method,
 
 void client_loop(int port, int index, clock_type::time_point end, totals& t) {
   auto c = make_load_client(port);
-  std::vector<double> lat;
+  std::vector<double> lat, small;
   for (uint64_t i = 0; clock_type::now() < end; ++i) {
     bool complete = (i + index) % 4 == 0;
     auto started = call(t, c, "POST",
@@ -123,12 +129,17 @@ void client_loop(int port, int index, clock_type::time_point end, totals& t) {
         t.recent.pop_front();
     }
     if (complete) {
+      auto answered = clock_type::now();
       for (auto deadline = clock_type::now() + std::chrono::seconds{60};
            clock_type::now() < deadline;) {
         auto doc = call(t, c, "GET", "/v1/executions/" + id);
+        ++t.small_polls;
         auto status = doc.body.is_object() ? doc.body.value("status", "") : "";
         if (status == "completed") {
           ++t.completed;
+
+          small.push_back(
+            std::chrono::duration<double, std::milli>(clock_type::now() - answered).count());
           break;
         }
         if (status == "failed" || status == "stopped") {
@@ -154,6 +165,28 @@ void client_loop(int port, int index, clock_type::time_point end, totals& t) {
   }
   std::lock_guard<std::mutex> guard{t.mtx};
   t.stop_ms.insert(t.stop_ms.end(), lat.begin(), lat.end());
+  t.small_ms.insert(t.small_ms.end(), small.begin(), small.end());
+}
+
+/// The server's store commits so far, from its `/metrics`
+/// (`canopy_store_commit_seconds`): every write transaction, each a group
+/// of the batches that waited for it.
+struct commit_totals {
+  double count = 0;
+  double seconds = 0;
+};
+
+commit_totals commit_figures(server_process& srv, totals& t) {
+  commit_totals out;
+  auto c = srv.client(alice_token);
+  auto m = call(t, c, "GET", "/metrics");
+  auto value_of = [&](const std::string& name) {
+    auto at = m.text.find("\n" + name + " ");
+    return at == std::string::npos ? 0.0 : std::atof(m.text.c_str() + at + name.size() + 2);
+  };
+  out.count = value_of("canopy_store_commit_seconds_count");
+  out.seconds = value_of("canopy_store_commit_seconds_sum");
+  return out;
 }
 
 /// Follows `id` over SSE (from the start) and compares with its JSON log.
@@ -306,8 +339,10 @@ int main(int argc, char** argv) {
   auto port = srv->port();
   long rss_start = rss_kib(srv->pid());
   long anon_start = rss_kib(srv->pid(), "RssAnon");
+  double cpu_start = cpu_ms(srv->pid());
 
   totals t;
+  auto commits_start = commit_figures(*srv, t);
   auto t0 = clock_type::now();
   auto end = t0 + std::chrono::seconds{seconds};
   // The server's memory every 10 s: a plateau is allocator warm-up, a line
@@ -335,6 +370,10 @@ int main(int argc, char** argv) {
   double elapsed = std::chrono::duration<double>(clock_type::now() - t0).count();
   long rss_end = rss_kib(srv->pid());
   long anon_end = rss_kib(srv->pid(), "RssAnon");
+  double server_cpu_ms = cpu_ms(srv->pid()) - cpu_start;
+  auto commits = commit_figures(*srv, t);
+  commits.count -= commits_start.count;
+  commits.seconds -= commits_start.seconds;
 
   // Leave nothing running, then a clean shutdown.
   {
@@ -359,6 +398,9 @@ int main(int argc, char** argv) {
   std::printf("| executions started | %llu |\n", static_cast<unsigned long long>(t.started));
   std::printf("| throughput (executions/s) | %.1f |\n", static_cast<double>(t.started) / elapsed);
   std::printf("| completed (polled) | %llu |\n", static_cast<unsigned long long>(t.completed));
+  std::printf("| polls per completed execution; seen completed after p50 / p99 (ms) | %.1f; %.1f / %.1f |\n",
+              t.completed > 0 ? static_cast<double>(t.small_polls) / static_cast<double>(t.completed) : 0.0,
+              percentile(t.small_ms, 0.50), percentile(t.small_ms, 0.99));
   std::printf("| stops (graceful, wait 30) | %llu |\n", static_cast<unsigned long long>(t.stops));
   std::printf("| stop latency p50 (ms) | %.1f |\n", percentile(t.stop_ms, 0.50));
   std::printf("| stop latency p99 (ms) | %.1f |\n", percentile(t.stop_ms, 0.99));
@@ -368,6 +410,12 @@ int main(int argc, char** argv) {
   std::printf("| HTTP 2xx / 4xx / 5xx | %llu / %llu / %llu |\n",
               static_cast<unsigned long long>(t.s2xx), static_cast<unsigned long long>(t.s4xx),
               static_cast<unsigned long long>(t.s5xx));
+  std::printf("| store commits (per s), mean duration (ms) | %.0f, %.2f |\n",
+              commits.count / elapsed, commits.count > 0 ? commits.seconds * 1000.0 / commits.count : 0.0);
+  auto answered = t.s2xx + t.s4xx + t.s5xx + t.other;
+  std::printf("| server CPU (s), per answered request (µs) | %.1f, %.0f |\n",
+              server_cpu_ms / 1000.0,
+              answered > 0 ? server_cpu_ms * 1000.0 / static_cast<double>(answered) : 0.0);
   std::printf("| requests without an answer | %llu |\n",
               static_cast<unsigned long long>(t.no_answer));
   std::printf("| SSE streams checked (events) | %llu (%llu) |\n",

@@ -233,26 +233,6 @@ server_figures look(const server_process& srv) {
   return f;
 }
 
-/// The server's CPU time so far, in clock ticks.
-long cpu_ticks(pid_t pid) {
-  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
-  std::string text{std::istreambuf_iterator<char>{in}, {}};
-  auto at = text.rfind(')');
-  if (at == std::string::npos)
-    return 0;
-  std::vector<std::string> fields;
-  std::string word;
-  for (size_t i = at + 2; i <= text.size(); ++i)
-    if (i == text.size() || text[i] == ' ') {
-      fields.push_back(word);
-      word.clear();
-    } else {
-      word += text[i];
-    }
-  // Fields after the name start at `state` (3rd); utime is 14th, stime 15th.
-  return fields.size() > 12 ? std::atol(fields[11].c_str()) + std::atol(fields[12].c_str()) : 0;
-}
-
 double percentile(std::vector<double> v, double p) {
   if (v.empty())
     return 0;
@@ -377,10 +357,10 @@ int main(int argc, char** argv) {
       while (hogging.load(std::memory_order_relaxed))
         x = x + 1;
     });
-  auto ticks0 = cpu_ticks(srv->pid());
+  auto cpu0 = cpu_ms(srv->pid());
   auto idle0 = clock_type::now();
   std::this_thread::sleep_for(std::chrono::seconds{idle_seconds});
-  auto ticks1 = cpu_ticks(srv->pid());
+  auto cpu1 = cpu_ms(srv->pid());
   double idle_s = std::chrono::duration<double>(clock_type::now() - idle0).count();
   // The first request after the idle, and four more after 10 s idles each;
   // then the same request back to back under the same hogs: what the first
@@ -396,8 +376,7 @@ int main(int argc, char** argv) {
   hogging = false;
   for (auto& h : hogs)
     h.join();
-  double idle_core = 100.0 * static_cast<double>(ticks1 - ticks0)
-                     / static_cast<double>(sysconf(_SC_CLK_TCK)) / idle_s;
+  double idle_core = 100.0 * (cpu1 - cpu0) / 1000.0 / idle_s;
 
   int exit_code = -1;
   try {

@@ -731,6 +731,23 @@ long rss_kib(pid_t pid, const std::string& field) {
   return 0;
 }
 
+double cpu_ms(pid_t pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  auto pos = text.rfind(')');
+  if (pos == std::string::npos)
+    return -1;
+  std::istringstream fields{text.substr(pos + 2)};
+  std::string field;
+  for (int i = 3; i < 14; ++i) // utime is field 14, stime 15
+    if (!(fields >> field))
+      return -1;
+  double utime = 0, stime = 0;
+  if (!(fields >> utime >> stime))
+    return -1;
+  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 size_t line_count(const std::string& path) {
   std::ifstream in{path};
   size_t n = 0;

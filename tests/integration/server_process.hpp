@@ -366,6 +366,10 @@ private:
 /// unknown.
 long rss_kib(pid_t pid, const std::string& field = "VmRSS");
 
+/// The CPU time (user + system, ms) process `pid` has used so far, its
+/// children not counted; -1 when unreadable.
+double cpu_ms(pid_t pid);
+
 /// Number of lines in the file `path` (0 when it does not exist).
 size_t line_count(const std::string& path);
 
