@@ -438,21 +438,115 @@ void connect(worker_actor* self) {
       });
 }
 
-caf::behavior worker_node(worker_actor* self, worker_options opts) {
+/// The supervisor or a runner is down: the first loses the cluster, the
+/// second leaves the runners.
+void on_worker_down(worker_actor* self, caf::down_msg& msg) {
   auto& st = self->state;
-  st.opts = std::move(opts);
-  self->set_down_handler([=](caf::down_msg& msg) {
-    auto& st = self->state;
-    if (st.supervisor && msg.source == st.supervisor.address()) {
-      lost(self, "connection closed (" + caf::to_string(msg.reason) + ")");
-      return;
+  if (st.supervisor && msg.source == st.supervisor.address()) {
+    lost(self, "connection closed (" + caf::to_string(msg.reason) + ")");
+    return;
+  }
+  for (auto i = st.runners.begin(); i != st.runners.end(); ++i)
+    if (i->address() == msg.source) {
+      st.runners.erase(i);
+      break;
     }
-    for (auto i = st.runners.begin(); i != st.runners.end(); ++i)
-      if (i->address() == msg.source) {
-        st.runners.erase(i);
-        break;
-      }
-  });
+}
+
+/// The heartbeat: tells the supervisor this node is alive, and counts the
+/// cluster lost after `opts.timeout` without an answer.
+void worker_tick(worker_actor* self) {
+  auto& st = self->state;
+  self->delayed_send(self, st.opts.heartbeat, tick_atom::value);
+  if (!st.supervisor)
+    return;
+  if (now_ms() - st.last_heard > st.opts.timeout.count()) {
+    lost(self, "no answer for " + std::to_string(st.opts.timeout.count()) + " ms");
+    return;
+  }
+  auto sup = st.supervisor;
+  self->request(sup, std::chrono::milliseconds{st.opts.timeout}, alive_atom::value,
+                st.opts.self.name)
+    .then(
+      [=](bool member) {
+        auto& st = self->state;
+        if (st.supervisor != sup)
+          return;
+        if (member)
+          st.last_heard = now_ms();
+        else
+          lost(self, "the supervisor no longer lists this node");
+      },
+      [=](caf::error&) {
+        // Timed out: the tick notices the silence.
+      });
+}
+
+/// Fills `job`'s argv, timeout and grace from this worker's tools file when
+/// it names a tool. @returns the refusal when it cannot.
+caf::error apply_tool(const worker_options& opts, remote_job& job) {
+  if (job.tool.empty())
+    return caf::none;
+  auto t = opts.tools.find(job.tool);
+  if (t == opts.tools.end())
+    return make_error(actors_errc::spawn_failed,
+                      "tool '" + job.tool + "' is not registered on this worker");
+  auto with = json::parse(job.with_json, nullptr, false);
+  auto inputs = json::parse(job.inputs_json, nullptr, false);
+  if (with.is_discarded() || inputs.is_discarded())
+    return make_error(actors_errc::spawn_failed, "malformed step arguments");
+  reference_scope scope{&inputs, nullptr, &with};
+  for (auto& item : t->second.argv) {
+    auto arg = resolve_text(item.get<std::string>(), scope);
+    if (!arg)
+      return make_error(actors_errc::spawn_failed,
+                        "tool '" + job.tool + "': " + message_of(arg.error()));
+    job.argv.push_back(std::move(*arg));
+  }
+  if (job.timeout_ms < 0 && t->second.timeout)
+    job.timeout_ms = t->second.timeout->count();
+  if (!job.grace_set && t->second.grace) {
+    job.grace_interrupt_ms = t->second.grace->interrupt.count();
+    job.grace_terminate_ms = t->second.grace->terminate.count();
+  }
+  return caf::none;
+}
+
+/// The runner of a placed attempt: `job` as this node runs it.
+runner_spec spec_of(remote_job& job) {
+  runner_spec spec;
+  spec.step = job.step;
+  spec.attempt = job.attempt;
+  spec.process.argv = std::move(job.argv);
+  spec.process.env = std::move(job.env);
+  // The graph's folder on the supervisor may not exist here.
+  if (!job.cwd.empty() && ::access(job.cwd.c_str(), F_OK) == 0)
+    spec.process.cwd = job.cwd;
+  if (job.has_stdin)
+    spec.process.stdin_data = std::move(job.stdin_data);
+  if (job.timeout_ms >= 0)
+    spec.timeout = millis{job.timeout_ms};
+  spec.grace.interrupt = millis{job.grace_interrupt_ms};
+  spec.grace.terminate = millis{job.grace_terminate_ms};
+  spec.max_output_events = job.max_output_events;
+  return spec;
+}
+
+/// A step attempt placed on this node: its runner, reporting to `parent`.
+caf::result<caf::actor> run_placed(worker_actor* self, remote_job& job, caf::actor& parent) {
+  auto& st = self->state;
+  if (!st.supervisor)
+    return make_error(actors_errc::refused, "not joined");
+  if (auto err = apply_tool(st.opts, job))
+    return err;
+  auto runner = spawn_remote_step_runner(self, parent, spec_of(job));
+  st.runners.insert(runner);
+  return runner;
+}
+
+caf::behavior worker_node(worker_actor* self, worker_options opts) {
+  self->state.opts = std::move(opts);
+  self->set_down_handler([=](caf::down_msg& msg) { on_worker_down(self, msg); });
   self->set_exit_handler([=](caf::exit_msg& msg) {
     // The worker shuts down: its steps die with it.
     kill_runners(self, stop_reason::shutdown);
@@ -462,79 +556,9 @@ caf::behavior worker_node(worker_actor* self, worker_options opts) {
   self->send(self, tick_atom::value);
   return {
     [=](rejoin_atom) { connect(self); },
-    [=](tick_atom) {
-      auto& st = self->state;
-      self->delayed_send(self, st.opts.heartbeat, tick_atom::value);
-      if (!st.supervisor)
-        return;
-      if (now_ms() - st.last_heard > st.opts.timeout.count()) {
-        lost(self, "no answer for " + std::to_string(st.opts.timeout.count()) + " ms");
-        return;
-      }
-      auto sup = st.supervisor;
-      self->request(sup, std::chrono::milliseconds{st.opts.timeout}, alive_atom::value,
-                    st.opts.self.name)
-        .then(
-          [=](bool member) {
-            auto& st = self->state;
-            if (st.supervisor != sup)
-              return;
-            if (member)
-              st.last_heard = now_ms();
-            else
-              lost(self, "the supervisor no longer lists this node");
-          },
-          [=](caf::error&) {
-            // Timed out: the tick notices the silence.
-          });
-    },
+    [=](tick_atom) { worker_tick(self); },
     [=](run_atom, remote_job& job, caf::actor& parent) -> caf::result<caf::actor> {
-      auto& st = self->state;
-      if (!st.supervisor)
-        return make_error(actors_errc::refused, "not joined");
-      runner_spec spec;
-      spec.step = job.step;
-      spec.attempt = job.attempt;
-      if (!job.tool.empty()) {
-        // The tool's argv template from this worker's tools file.
-        auto t = st.opts.tools.find(job.tool);
-        if (t == st.opts.tools.end())
-          return make_error(actors_errc::spawn_failed,
-                            "tool '" + job.tool + "' is not registered on this worker");
-        auto with = json::parse(job.with_json, nullptr, false);
-        auto inputs = json::parse(job.inputs_json, nullptr, false);
-        if (with.is_discarded() || inputs.is_discarded())
-          return make_error(actors_errc::spawn_failed, "malformed step arguments");
-        reference_scope scope{&inputs, nullptr, &with};
-        for (auto& item : t->second.argv) {
-          auto arg = resolve_text(item.get<std::string>(), scope);
-          if (!arg)
-            return make_error(actors_errc::spawn_failed,
-                              "tool '" + job.tool + "': " + message_of(arg.error()));
-          job.argv.push_back(std::move(*arg));
-        }
-        if (job.timeout_ms < 0 && t->second.timeout)
-          job.timeout_ms = t->second.timeout->count();
-        if (!job.grace_set && t->second.grace) {
-          job.grace_interrupt_ms = t->second.grace->interrupt.count();
-          job.grace_terminate_ms = t->second.grace->terminate.count();
-        }
-      }
-      spec.process.argv = std::move(job.argv);
-      spec.process.env = std::move(job.env);
-      // The graph's folder on the supervisor may not exist here.
-      if (!job.cwd.empty() && ::access(job.cwd.c_str(), F_OK) == 0)
-        spec.process.cwd = job.cwd;
-      if (job.has_stdin)
-        spec.process.stdin_data = std::move(job.stdin_data);
-      if (job.timeout_ms >= 0)
-        spec.timeout = millis{job.timeout_ms};
-      spec.grace.interrupt = millis{job.grace_interrupt_ms};
-      spec.grace.terminate = millis{job.grace_terminate_ms};
-      spec.max_output_events = job.max_output_events;
-      auto runner = spawn_remote_step_runner(self, parent, std::move(spec));
-      st.runners.insert(runner);
-      return runner;
+      return run_placed(self, job, parent);
     },
   };
 }

@@ -122,141 +122,181 @@ std::pair<std::string, int> search_path(const std::string& name,
   return {std::string{}, err};
 }
 
-} // namespace
+// -- the phases of a start ----------------------------------------------------------
 
-// -- start --------------------------------------------------------------------
-
-caf::expected<subprocess> subprocess::start(const subprocess_options& opts) {
+/// Checks what the kernel would report only as a bare errno: an empty argv,
+/// an environment name with '=', a missing or non-directory cwd.
+caf::error check_options(const subprocess_options& opts) {
   if (opts.argv.empty() || opts.argv.front().empty())
-    return make_error(persistence_errc::io_error,
-                      "cannot start a process: empty argv");
-  const auto& prog = opts.argv.front();
+    return make_error(persistence_errc::io_error, "cannot start a process: empty argv");
   for (auto& kv : opts.env)
     if (kv.first.empty() || kv.first.find('=') != std::string::npos)
-      return start_error(opts, "invalid environment variable name '"
-                                 + kv.first + "'");
-  // A bad cwd gets its own message instead of a bare errno from the child.
-  if (!opts.cwd.empty()) {
-    struct stat st;
-    if (::stat(opts.cwd.c_str(), &st) != 0) {
-      int err = errno;
-      if (err == ENOENT)
-        return start_error(opts, "working directory '" + opts.cwd
-                                   + "' does not exist");
-      return start_error(opts, "working directory '" + opts.cwd
-                                 + "': " + error_text(err));
-    }
-    if (!S_ISDIR(st.st_mode))
-      return start_error(opts, "working directory '" + opts.cwd
-                                 + "' is not a directory");
+      return start_error(opts, "invalid environment variable name '" + kv.first + "'");
+  if (opts.cwd.empty())
+    return caf::none;
+  struct stat st;
+  if (::stat(opts.cwd.c_str(), &st) != 0) {
+    int err = errno;
+    if (err == ENOENT)
+      return start_error(opts, "working directory '" + opts.cwd + "' does not exist");
+    return start_error(opts, "working directory '" + opts.cwd + "': " + error_text(err));
   }
-  // Environment: ours, with opts.env merged over it.
+  if (!S_ISDIR(st.st_mode))
+    return start_error(opts, "working directory '" + opts.cwd + "' is not a directory");
+  return caf::none;
+}
+
+/// What posix_spawn runs: the program, its argv and its environment (ours
+/// with `opts.env` merged over it), as the C arrays it takes. Built in place:
+/// the arrays point into the strings.
+struct exec_plan {
   std::vector<std::string> env_store;
+  std::vector<std::string> argv_store;
+  std::vector<char*> envp;
+  std::vector<char*> argv;
+  std::string path;
+  bool search_our_path = true; ///< posix_spawnp: look `path` up in our PATH
+};
+
+/// Fills `plan` from `opts`. A PATH given in `opts.env` decides the lookup,
+/// as in a shell's `PATH=... prog` (posix_spawnp would search our own).
+caf::error make_plan(const subprocess_options& opts, exec_plan& plan) {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const char* entry = *e;
     const char* eq = std::strchr(entry, '=');
     std::string name = eq ? std::string(entry, eq) : std::string(entry);
     if (opts.env.count(name) == 0)
-      env_store.emplace_back(entry);
+      plan.env_store.emplace_back(entry);
   }
   for (auto& kv : opts.env)
-    env_store.push_back(kv.first + "=" + kv.second);
-  std::vector<char*> envp;
-  envp.reserve(env_store.size() + 1);
-  for (auto& s : env_store)
-    envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_store(opts.argv.begin(), opts.argv.end());
-  std::vector<char*> argv;
-  argv.reserve(argv_store.size() + 1);
-  for (auto& s : argv_store)
-    argv.push_back(s.data());
-  argv.push_back(nullptr);
-  // A PATH given in opts.env decides the lookup, as in a shell's
-  // `PATH=... prog`; posix_spawnp would search our own PATH instead.
-  std::string exec_path;
-  bool use_path_search = true;
+    plan.env_store.push_back(kv.first + "=" + kv.second);
+  plan.argv_store.assign(opts.argv.begin(), opts.argv.end());
+  auto c_array = [](std::vector<std::string>& from, std::vector<char*>& to) {
+    to.reserve(from.size() + 1);
+    for (auto& x : from)
+      to.push_back(x.data());
+    to.push_back(nullptr);
+  };
+  c_array(plan.env_store, plan.envp);
+  c_array(plan.argv_store, plan.argv);
+  const auto& prog = opts.argv.front();
+  plan.path = prog;
   if (auto i = opts.env.find("PATH");
       i != opts.env.end() && prog.find('/') == std::string::npos) {
     auto [found, err] = search_path(prog, i->second, opts.cwd);
     if (err != 0)
       return start_error(opts, error_text(err));
-    exec_path = std::move(found);
-    use_path_search = false;
-  } else {
-    exec_path = prog;
+    plan.path = std::move(found);
+    plan.search_our_path = false;
   }
-  // Pipes: the parent keeps the read ends of stdout/stderr and the write end
-  // of stdin, non-blocking; all our ends are close-on-exec.
+  return caf::none;
+}
+
+/// The child's standard streams: pipes whose parent ends (the read ends of
+/// stdout and stderr, the write end of stdin) are non-blocking. Every end
+/// is close-on-exec and closed with this object unless released.
+struct child_pipes {
   fd_guard out_r, out_w, err_r, err_w, in_r, in_w;
-  bool feed_stdin = opts.stdin_data && !opts.stdin_data->empty();
-  int err = make_pipe(out_r, out_w);
-  if (err == 0)
-    err = make_pipe(err_r, err_w);
-  if (err == 0 && feed_stdin)
-    err = make_pipe(in_r, in_w);
-  if (err == 0)
-    err = set_nonblocking(out_r.fd);
-  if (err == 0)
-    err = set_nonblocking(err_r.fd);
-  if (err == 0 && feed_stdin)
-    err = set_nonblocking(in_w.fd);
-  if (err != 0)
-    return start_error(opts, "cannot create pipes: " + error_text(err));
-  posix_spawn_file_actions_t actions;
-  if ((err = posix_spawn_file_actions_init(&actions)) != 0)
-    return start_error(opts, error_text(err));
-  posix_spawnattr_t attr;
-  if ((err = posix_spawnattr_init(&attr)) != 0) {
-    posix_spawn_file_actions_destroy(&actions);
-    return start_error(opts, error_text(err));
+  bool feed_stdin = false; ///< else the child reads /dev/null
+
+  /// @returns 0 or an errno value.
+  int open() {
+    int err = make_pipe(out_r, out_w);
+    if (err == 0)
+      err = make_pipe(err_r, err_w);
+    if (err == 0 && feed_stdin)
+      err = make_pipe(in_r, in_w);
+    for (auto* end : {&out_r, &err_r, &in_w})
+      if (err == 0 && end->fd >= 0)
+        err = set_nonblocking(end->fd);
+    return err;
   }
-  if (feed_stdin)
-    err = posix_spawn_file_actions_adddup2(&actions, in_r.fd, STDIN_FILENO);
-  else
-    err = posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null",
-                                           O_RDONLY, 0);
+};
+
+/// The child's side of the start: its streams, `cwd`, no inherited
+/// descriptors. @returns 0 or an errno value.
+int add_file_actions(posix_spawn_file_actions_t& actions, const child_pipes& pipes,
+                     const std::string& cwd) {
+  int err = pipes.feed_stdin
+              ? posix_spawn_file_actions_adddup2(&actions, pipes.in_r.fd, STDIN_FILENO)
+              : posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY,
+                                                 0);
   if (err == 0)
-    err = posix_spawn_file_actions_adddup2(&actions, out_w.fd, STDOUT_FILENO);
+    err = posix_spawn_file_actions_adddup2(&actions, pipes.out_w.fd, STDOUT_FILENO);
   if (err == 0)
-    err = posix_spawn_file_actions_adddup2(&actions, err_w.fd, STDERR_FILENO);
+    err = posix_spawn_file_actions_adddup2(&actions, pipes.err_w.fd, STDERR_FILENO);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
   // Descriptors some library opened without O_CLOEXEC stay out of steps.
   if (err == 0)
     err = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
 #endif
-  if (err == 0 && !opts.cwd.empty())
-    err = posix_spawn_file_actions_addchdir_np(&actions, opts.cwd.c_str());
-  // Own process group; empty signal mask; default dispositions for all.
+  if (err == 0 && !cwd.empty())
+    err = posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
+  return err;
+}
+
+/// Own process group; an empty signal mask; default dispositions for all.
+/// @returns 0 or an errno value.
+int set_group_attributes(posix_spawnattr_t& attr) {
   sigset_t empty_mask;
   sigset_t all_signals;
   sigemptyset(&empty_mask);
   sigfillset(&all_signals);
-  if (err == 0)
-    err = posix_spawnattr_setpgroup(&attr, 0);
+  int err = posix_spawnattr_setpgroup(&attr, 0);
   if (err == 0)
     err = posix_spawnattr_setsigmask(&attr, &empty_mask);
   if (err == 0)
     err = posix_spawnattr_setsigdefault(&attr, &all_signals);
   if (err == 0)
-    err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP
-                                            | POSIX_SPAWN_SETSIGMASK
+    err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK
                                             | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  if (err == 0) {
-    if (use_path_search)
-      err = posix_spawnp(&pid, exec_path.c_str(), &actions, &attr, argv.data(),
-                         envp.data());
-    else
-      err = posix_spawn(&pid, exec_path.c_str(), &actions, &attr, argv.data(),
-                        envp.data());
+  return err;
+}
+
+/// Spawns `plan` in a process group of its own with `pipes` as its streams.
+/// @returns 0 (and sets `pid`) or an errno value.
+int spawn_in_group(const exec_plan& plan, const child_pipes& pipes, const std::string& cwd,
+                   pid_t& pid) {
+  posix_spawn_file_actions_t actions;
+  if (int err = posix_spawn_file_actions_init(&actions); err != 0)
+    return err;
+  posix_spawnattr_t attr;
+  if (int err = posix_spawnattr_init(&attr); err != 0) {
+    posix_spawn_file_actions_destroy(&actions);
+    return err;
   }
+  int err = add_file_actions(actions, pipes, cwd);
+  if (err == 0)
+    err = set_group_attributes(attr);
+  if (err == 0)
+    err = plan.search_our_path
+            ? posix_spawnp(&pid, plan.path.c_str(), &actions, &attr, plan.argv.data(),
+                           plan.envp.data())
+            : posix_spawn(&pid, plan.path.c_str(), &actions, &attr, plan.argv.data(),
+                          plan.envp.data());
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) {
+  return err;
+}
+
+} // namespace
+
+// -- start --------------------------------------------------------------------
+
+caf::expected<subprocess> subprocess::start(const subprocess_options& opts) {
+  if (auto err = check_options(opts))
+    return err;
+  exec_plan plan;
+  if (auto err = make_plan(opts, plan))
+    return err;
+  child_pipes pipes;
+  pipes.feed_stdin = opts.stdin_data && !opts.stdin_data->empty();
+  if (int err = pipes.open(); err != 0)
+    return start_error(opts, "cannot create pipes: " + error_text(err));
+  pid_t pid = -1;
+  if (int err = spawn_in_group(plan, pipes, opts.cwd, pid); err != 0) {
     if (!opts.cwd.empty())
-      return start_error(opts, error_text(err) + " (working directory '"
-                                 + opts.cwd + "')");
+      return start_error(opts, error_text(err) + " (working directory '" + opts.cwd + "')");
     return start_error(opts, error_text(err));
   }
   // From here until the registration, a death of this process would leave
@@ -265,14 +305,14 @@ caf::expected<subprocess> subprocess::start(const subprocess_options& opts) {
   subprocess result;
   result.pid_ = pid;
   result.guarded_ = true;
-  result.out_fd_ = out_r.release();
-  result.err_fd_ = err_r.release();
-  if (feed_stdin) {
-    result.in_fd_ = in_w.release();
+  result.out_fd_ = pipes.out_r.release();
+  result.err_fd_ = pipes.err_r.release();
+  if (pipes.feed_stdin) {
+    result.in_fd_ = pipes.in_w.release();
     result.stdin_pending_ = *opts.stdin_data;
   }
-  // The child-side ends (out_w, err_w, in_r) close here, so EOF arrives once
-  // every process holding them has closed them.
+  // The child-side ends (out_w, err_w, in_r) close with `pipes`, so EOF
+  // arrives once every process holding them has closed them.
   return result;
 }
 
