@@ -55,7 +55,7 @@ struct agent_state {
   static inline const char* name = "agent";
 };
 
-using agent_actor = caf::stateful_actor<agent_state>;
+using agent_pointer = agent_actor::stateful_pointer<agent_state>;
 
 agent_reply refused(reply_status status, std::string error) {
   agent_reply r;
@@ -66,7 +66,7 @@ agent_reply refused(reply_status status, std::string error) {
 
 /// Live runs in the store that belong to another tree than `root_id`
 /// (empty: a user's message, every run counts).
-std::vector<std::string> foreign_runs(agent_actor* self, const std::string& root_id) {
+std::vector<std::string> foreign_runs(agent_pointer self, const std::string& root_id) {
   auto& st = self->state;
   std::vector<std::string> out;
   auto runs = st.svc->db->agent_runs(st.owner, st.agent);
@@ -79,7 +79,7 @@ std::vector<std::string> foreign_runs(agent_actor* self, const std::string& root
 }
 
 /// True when tree `root_id` holds the current turn or a live run of this agent.
-bool in_tree(agent_actor* self, const std::string& root_id) {
+bool in_tree(agent_pointer self, const std::string& root_id) {
   auto& st = self->state;
   if (root_id.empty())
     return false;
@@ -91,7 +91,7 @@ bool in_tree(agent_actor* self, const std::string& root_id) {
 }
 
 /// True when a message of tree `root_id` must wait (or be refused, or cancel).
-bool busy_for(agent_actor* self, const std::string& root_id) {
+bool busy_for(agent_pointer self, const std::string& root_id) {
   auto& st = self->state;
   if (st.current && (root_id.empty() || st.current->root_id != root_id))
     return true;
@@ -100,7 +100,7 @@ bool busy_for(agent_actor* self, const std::string& root_id) {
 
 /// Stops run `id` (a stop request, like `canopy stop`) and records
 /// `agent.cancelled`.
-void cancel_run(agent_actor* self, const std::string& id) {
+void cancel_run(agent_pointer self, const std::string& id) {
   auto& st = self->state;
   if (st.cancelled.count(id) != 0)
     return;
@@ -111,14 +111,20 @@ void cancel_run(agent_actor* self, const std::string& id) {
   write_batch cancelled;
   cancelled.events.push_back(make_agent_event(*rec, event_type::agent_cancelled,
                                               {{"agent", st.agent}, {"by", "cancel_previous"}}));
-  request_stop_async(self, {st.svc->db, st.svc->writer, st.svc->directory}, *rec,
-                     stop_mode::graceful, "agent:" + st.agent, std::move(cancelled));
+  // A one-shot actor makes the request (the stop protocol's requesters are
+  // untyped actors); it lives until the request is stored.
+  stop_context ctx{st.svc->db, st.svc->writer, st.svc->directory};
+  auto target = std::move(*rec);
+  auto who = "agent:" + st.agent;
+  self->home_system().spawn([=](caf::event_based_actor* requester) {
+    request_stop_async(requester, ctx, target, stop_mode::graceful, who, cancelled);
+  });
 }
 
-void next(agent_actor* self);
+void next(agent_pointer self);
 
 /// A user's turn: commit the run `queued`, then start it as a root.
-void start_user_run(agent_actor* self, waiter w) {
+void start_user_run(agent_pointer self, waiter w) {
   auto& st = self->state;
   holder h;
   h.turn = w.turn;
@@ -195,7 +201,7 @@ void start_user_run(agent_actor* self, waiter w) {
 }
 
 /// Gives the turn to the next waiter, when the agent is free for it.
-void next(agent_actor* self) {
+void next(agent_pointer self) {
   auto& st = self->state;
   if (!st.current && st.queue.empty())
     st.cancelled.clear();
@@ -234,7 +240,7 @@ void next(agent_actor* self) {
 
 /// A message arrives while the agent is busy: apply the agent's policy.
 /// @returns true when `w` was queued (else it was answered).
-bool on_busy(agent_actor* self, waiter& w, busy_policy policy) {
+bool on_busy(agent_pointer self, waiter& w, busy_policy policy) {
   auto& st = self->state;
   switch (policy) {
     case busy_policy::reject:
@@ -266,7 +272,7 @@ bool on_busy(agent_actor* self, waiter& w, busy_policy policy) {
 }
 
 /// The run of the current turn ended: answer a user, then the next turn.
-void end_turn(agent_actor* self) {
+void end_turn(agent_pointer self) {
   auto& st = self->state;
   if (!st.current)
     return;
@@ -295,7 +301,7 @@ void end_turn(agent_actor* self) {
 // -- handlers --------------------------------------------------------------------
 
 /// Quitting: every caller still waiting gets an answer, then the agent quits.
-void answer_all_and_quit(agent_actor* self, caf::exit_msg& msg) {
+void answer_all_and_quit(agent_pointer self, caf::exit_msg& msg) {
   auto& st = self->state;
   st.closing = true;
   if (st.current && st.current->user) {
@@ -310,7 +316,7 @@ void answer_all_and_quit(agent_actor* self, caf::exit_msg& msg) {
 
 /// A monitored actor went away: the current run ended, or a requester's
 /// turn and waiting messages are dropped.
-void run_or_requester_down(agent_actor* self, caf::down_msg& msg) {
+void run_or_requester_down(agent_pointer self, caf::down_msg& msg) {
   auto& st = self->state;
   if (st.current && st.current->run && st.current->run.address() == msg.source) {
     end_turn(self);
@@ -332,7 +338,7 @@ void run_or_requester_down(agent_actor* self, caf::down_msg& msg) {
 
 /// A user's message: queued (or answered by the busy policy); the reply
 /// comes when its run ended.
-caf::result<agent_reply> take_user_message(agent_actor* self, json& message, std::string& who) {
+caf::result<agent_reply> take_user_message(agent_pointer self, json& message, std::string& who) {
   auto& st = self->state;
   if (st.closing)
     return refused(reply_status::stopped, "the node is shutting down");
@@ -356,7 +362,7 @@ caf::result<agent_reply> take_user_message(agent_actor* self, json& message, std
 
 /// An `agent` step of tree `root_id` asks for a turn: nested, queued (or
 /// answered by the busy policy), or busy.
-caf::result<turn_verdict, uint64_t> take_turn_request(agent_actor* self,
+caf::result<turn_verdict, uint64_t> take_turn_request(agent_pointer self,
                                                       const std::string& root_id) {
   auto& st = self->state;
   auto turn = st.next_turn++;
@@ -386,7 +392,7 @@ caf::result<turn_verdict, uint64_t> take_turn_request(agent_actor* self,
 }
 
 /// The run of granted turn `turn` started: watch it (and stop it when superseded).
-void attach_run(agent_actor* self, uint64_t turn, caf::actor& run, const std::string& run_id) {
+void attach_run(agent_pointer self, uint64_t turn, caf::actor& run, const std::string& run_id) {
   auto& st = self->state;
   if (!st.current || st.current->turn != turn)
     return;
@@ -398,7 +404,7 @@ void attach_run(agent_actor* self, uint64_t turn, caf::actor& run, const std::st
 }
 
 /// Granted turn `turn` is given back before its run started.
-void release_turn(agent_actor* self, uint64_t turn) {
+void release_turn(agent_pointer self, uint64_t turn) {
   auto& st = self->state;
   if (st.current && st.current->turn == turn && !st.current->run) {
     st.current.reset();
@@ -406,7 +412,7 @@ void release_turn(agent_actor* self, uint64_t turn) {
   }
 }
 
-caf::behavior agent(agent_actor* self, std::string owner, std::string name,
+agent_actor::behavior_type agent(agent_pointer self, std::string owner, std::string name,
                     std::shared_ptr<const execution_services> svc) {
   auto& st = self->state;
   st.owner = std::move(owner);
@@ -439,7 +445,7 @@ caf::behavior agent(agent_actor* self, std::string owner, std::string name,
 
 } // namespace
 
-caf::actor spawn_agent(caf::actor_system& sys, std::string owner, std::string name,
+agent_actor spawn_agent(caf::actor_system& sys, std::string owner, std::string name,
                        std::shared_ptr<const execution_services> svc) {
   return sys.spawn(agent, std::move(owner), std::move(name), std::move(svc));
 }

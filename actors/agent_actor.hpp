@@ -32,17 +32,30 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "actors/agent_reply.hpp"
+#include "actors/messages.hpp"
 
 namespace canopy::core {
 
 struct execution_services;
 
+/// The agent actor's interface: the messages above. `tick_atom` is its own
+/// (delivered by the timer service while another tree's run keeps it busy).
+using agent_actor = caf::typed_actor<
+  caf::replies_to<message_atom, json, std::string>::with<agent_reply>,
+  caf::replies_to<acquire_atom, std::string>::with<turn_verdict, uint64_t>,
+  caf::reacts_to<run_atom, uint64_t, caf::actor, std::string>,
+  caf::reacts_to<release_atom, uint64_t>,
+  caf::reacts_to<tick_atom>,
+  caf::reacts_to<close_atom>>;
+
 /// Spawns the actor of agent `name` of `owner`. The agent's record is read
 /// from the store at each message (its graph and policy may change).
 /// Threading: any thread.
-caf::actor spawn_agent(caf::actor_system& sys, std::string owner, std::string name,
+agent_actor spawn_agent(caf::actor_system& sys, std::string owner, std::string name,
                        std::shared_ptr<const execution_services> svc);
 
 } // namespace canopy::core

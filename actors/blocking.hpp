@@ -58,8 +58,10 @@ T blocking_run(caf::actor_system& sys, std::optional<millis> bound, T late, Star
 /// @returns the answer; `dest`'s error; `sec::request_receiver_down` when
 ///          it went down without answering; `sec::request_timeout` when
 ///          `bound` passed. Threading: any thread that is not an actor's.
-template <class T, class... Ts>
-caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest,
+/// `Handle` is `caf::actor` or a `caf::typed_actor` (the request is then
+/// checked against its interface at compile time).
+template <class T, class Handle, class... Ts>
+caf::expected<T> blocking_ask(caf::actor_system& sys, const Handle& dest,
                               std::optional<millis> bound, Ts... xs) {
   auto late = caf::expected<T>{caf::make_error(caf::sec::request_timeout)};
   return blocking_run(sys, bound, std::move(late), [=](caf::event_based_actor* self,
@@ -68,7 +70,7 @@ caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest,
     // (the store writer): it keeps this actor's memory until it is taken
     // back, so every way out takes it back first.
     auto leave = [=] {
-      self->demonitor(dest);
+      self->demonitor(dest.address());
       self->quit();
     };
     self->set_down_handler([=](caf::down_msg&) {
@@ -93,8 +95,8 @@ caf::expected<T> blocking_ask(caf::actor_system& sys, const caf::actor& dest,
 
 /// `blocking_ask` for requests that answer `bool` (the store writer's
 /// commits): @returns nothing on success, else the error.
-template <class... Ts>
-caf::error blocking_request(caf::actor_system& sys, const caf::actor& dest,
+template <class Handle, class... Ts>
+caf::error blocking_request(caf::actor_system& sys, const Handle& dest,
                             std::optional<millis> bound, Ts... xs) {
   auto res = blocking_ask<bool>(sys, dest, bound, std::move(xs)...);
   return res ? caf::error{} : std::move(res.error());

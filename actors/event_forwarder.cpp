@@ -21,7 +21,7 @@ struct forwarder_state {
 
 const char* forwarder_state::name = "event_forwarder";
 
-caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::actor writer,
+caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, store_writer_actor writer,
                               std::shared_ptr<store> db, event_fn f, std::string root_id) {
   auto deliver = [=](const event_record& e) {
     if ((root_id.empty() || e.root_id == root_id) && e.seq > self->state.replayed_upto)
@@ -67,7 +67,7 @@ caf::behavior event_forwarder(caf::stateful_actor<forwarder_state>* self, caf::a
 
 } // namespace
 
-caf::actor spawn_event_forwarder(caf::actor_system& sys, caf::actor writer,
+caf::actor spawn_event_forwarder(caf::actor_system& sys, store_writer_actor writer,
                                  std::shared_ptr<store> db,
                                  std::function<void(const event_record&)> f,
                                  std::string root_id) {

@@ -17,6 +17,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "actors/store_writer.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
 
@@ -25,7 +26,7 @@ namespace canopy::core {
 /// Spawns a forwarder calling `f` with the events of tree `root_id` (empty:
 /// every event, live ones only). `f` runs on the forwarder's thread.
 /// Threading: any thread.
-caf::actor spawn_event_forwarder(caf::actor_system& sys, caf::actor writer,
+caf::actor spawn_event_forwarder(caf::actor_system& sys, store_writer_actor writer,
                                  std::shared_ptr<store> db,
                                  std::function<void(const event_record&)> f,
                                  std::string root_id);

@@ -42,6 +42,7 @@
 #include <caf/message.hpp>
 
 #include "actors/execution/outcomes.hpp"
+#include "actors/store_writer.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/duration.hpp"
 #include "persistence/records.hpp"
@@ -73,7 +74,7 @@ stop_result read_stop_result(const store& db, const stop_ticket& ticket);
 /// What the protocol needs of the process that owns executions.
 struct stop_context {
   std::shared_ptr<store> db;
-  caf::actor writer;                              ///< the store writer
+  store_writer_actor writer;                      ///< the store writer
   std::shared_ptr<execution_directory> directory; ///< live executions here
 };
 

@@ -139,6 +139,8 @@ store_writer_state::~store_writer_state() {
 
 const char* store_writer_state::name = "store_writer";
 
+using writer_pointer = store_writer_actor::stateful_pointer<store_writer_state>;
+
 /// Unmaps the store's file pages now (`store::drop_mapped_pages`) and starts
 /// counting the growth again.
 void drop_pages_now(store_writer_state& st) {
@@ -149,7 +151,7 @@ void drop_pages_now(store_writer_state& st) {
 
 /// Asks for an `idle_atom` after `opts.idle_delay` while compact snapshots or a
 /// write cache to hand back wait.
-void arm_idle(caf::stateful_actor<store_writer_state>* self) {
+void arm_idle(writer_pointer self) {
   auto& st = self->state;
   if (st.idle_armed || (st.compact_roots.empty() && !st.cache_to_release))
     return;
@@ -164,7 +166,7 @@ void arm_idle(caf::stateful_actor<store_writer_state>* self) {
 /// cache if a large transaction ran since the last time. Without that quiet,
 /// a tree committed `overdue_after` ago is materialised all the same,
 /// giving way only after `overdue_slice` of work.
-void on_idle(caf::stateful_actor<store_writer_state>* self) {
+void on_idle(writer_pointer self) {
   auto& st = self->state;
   st.idle_armed = false;
   auto now = clock_type::now();
@@ -237,7 +239,7 @@ void stamp_claim(store_writer_state& st, write_batch& b) {
 
 /// Keeps or forgets the epoch of write `b`'s tree after its commit
 /// (`err`: the commit failed) and answers its writer.
-void settle_claim(caf::stateful_actor<store_writer_state>* self, write_batch& b,
+void settle_claim(writer_pointer self, write_batch& b,
                   const caf::error& err, caf::response_promise& rp) {
   auto& st = self->state;
   auto& c = b.lease;
@@ -263,7 +265,7 @@ void settle_claim(caf::stateful_actor<store_writer_state>* self, write_batch& b,
 }
 
 /// Commits one group in one transaction and answers its writers.
-void commit_group(caf::stateful_actor<store_writer_state>* self, write_group group) {
+void commit_group(writer_pointer self, write_group group) {
   auto& st = self->state;
   write_batch batch;
   auto n = group.writes.size();
@@ -313,13 +315,13 @@ void commit_group(caf::stateful_actor<store_writer_state>* self, write_group gro
     if (!events->empty()) {
       event_list shared = std::move(events);
       for (auto& s : st.subscribers)
-        self->send(s, events_atom::value, shared);
+        caf::anon_send(s, events_atom::value, shared); // subscribers are untyped
     }
   }
 }
 
 /// Commits every buffered write, group by group in arrival order.
-void flush(caf::stateful_actor<store_writer_state>* self) {
+void flush(writer_pointer self) {
   auto& st = self->state;
   st.flush_scheduled = false;
   auto groups = std::move(st.pending);
@@ -328,7 +330,7 @@ void flush(caf::stateful_actor<store_writer_state>* self) {
     commit_group(self, std::move(g));
 }
 
-caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
+store_writer_actor::behavior_type store_writer(writer_pointer self,
                            std::shared_ptr<store> db, store_writer_options opts) {
   self->state.db = std::move(db);
   self->state.opts = opts;
@@ -387,7 +389,7 @@ caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self,
 
 } // namespace
 
-caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
+store_writer_actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
                               store_writer_options opts) {
   return sys.spawn<caf::detached>(store_writer, std::move(db), opts);
 }

@@ -36,7 +36,10 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
+#include "actors/messages.hpp"
 #include "persistence/store.hpp"
 
 namespace canopy::core {
@@ -68,9 +71,21 @@ struct store_writer_options {
   std::function<void(const std::string& root)> on_fenced;
 };
 
+/// The store writer's interface: the messages above, checked where they are
+/// sent. `flush_atom` and `idle_atom` are the writer's own (it sends them to
+/// itself: the flush queued behind the writes of one group, the idle-time
+/// work); nobody else sends them.
+using store_writer_actor = caf::typed_actor<
+  caf::replies_to<write_atom, write_batch>::with<bool>,
+  caf::replies_to<subscribe_atom, caf::actor>::with<uint64_t>,
+  caf::replies_to<unsubscribe_atom, caf::actor>::with<bool>,
+  caf::replies_to<sync_atom>::with<bool>,
+  caf::reacts_to<flush_atom>,
+  caf::reacts_to<idle_atom>>;
+
 /// Spawns the store writer for `db` on a thread of its own (commits fsync).
 /// Threading: call from any thread.
-caf::actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
+store_writer_actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
                               store_writer_options opts = {});
 
 } // namespace canopy::core

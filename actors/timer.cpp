@@ -119,10 +119,12 @@ caf::actor spawn_timer(caf::actor_system& sys) {
   return sys.spawn(timer);
 }
 
-void schedule(caf::event_based_actor* self, const caf::actor& timer, millis delay,
+void schedule(caf::local_actor* self, const caf::actor& timer, millis delay,
               caf::message msg) {
-  self->send(timer, schedule_atom::value, static_cast<int64_t>(delay.count()), self->address(),
-             std::move(msg));
+  // The receiver travels in the message (typed actors cannot `send` to the
+  // untyped timer); the timer's mailbox keeps this thread's order.
+  caf::anon_send(timer, schedule_atom::value, static_cast<int64_t>(delay.count()),
+                 self->address(), std::move(msg));
 }
 
 } // namespace canopy::core

@@ -35,7 +35,7 @@ caf::actor spawn_timer(caf::actor_system& sys);
 
 /// Has `timer` deliver `msg` to `self` after `delay`; the timer is dropped
 /// when `self` quits. Threading: call from `self`'s handlers.
-void schedule(caf::event_based_actor* self, const caf::actor& timer, millis delay,
+void schedule(caf::local_actor* self, const caf::actor& timer, millis delay,
               caf::message msg);
 
 } // namespace canopy::core

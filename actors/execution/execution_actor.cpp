@@ -117,136 +117,134 @@ void enter_gate(execution_shell* self) {
 /// `dispatch`, on the thread that runs that actor).
 thread_local execution_shell* current_shell = nullptr;
 
+/// Feeds the current actor's machine one input, `input(machine)`, and
+/// carries out the effects it appended.
+template <class Input>
+void feed(Input&& input) {
+  auto self = current_shell;
+  input(*self->state.m);
+  run_effects(self);
+}
+
+/// A step index as the handlers receive it (a plain number on the wire).
+uint32_t step_of(uint64_t idx) {
+  return static_cast<uint32_t>(idx);
+}
+
+/// A slot was granted: admission (ticket 0), the node's pool, or a tool's
+/// or provider's own pool (told apart by the sender).
+void on_grant(uint64_t ticket) {
+  auto& st = current_shell->state;
+  if (ticket == 0)
+    return feed([](execution_machine& m) { m.admitted(now_ms()); });
+  auto pool = caf::actor_cast<caf::actor>(current_shell->current_sender());
+  auto from = pool == st.svc->slots ? slot_from::node : slot_from::elsewhere;
+  if (from != slot_from::node) // the node's grants, the common case, look no further
+    for (auto* own : {&st.svc->tool_slots, &st.svc->provider_slots})
+      for (auto& kv : *own)
+        if (kv.second == pool)
+          from = slot_from::own;
+  feed([&](execution_machine& m) { m.slot_granted(static_cast<uint32_t>(ticket), from, now_ms()); });
+}
+
+/// A runner on a worker reports its output in wire form (JSON text);
+/// handled at once, not re-sent: the runner's down follows its result.
+void on_wire_output(uint64_t idx, int attempt, const std::string& text) {
+  auto lines = json::parse(text, nullptr, false);
+  if (lines.is_discarded())
+    return;
+  feed([&](execution_machine& m) { m.output(step_of(idx), attempt, std::move(lines), now_ms()); });
+}
+
+/// A runner on a worker reports its result in wire form (JSON text).
+void on_wire_done(uint64_t idx, int attempt, const std::string& result, const std::string& error) {
+  auto parsed = json::parse(result, nullptr, false);
+  feed([&](execution_machine& m) {
+    m.step_done(step_of(idx), attempt, parsed.is_discarded() ? json{} : std::move(parsed), error,
+                now_ms());
+  });
+}
+
+/// A child execution settled; `step_id` names the step it ran for.
+void on_child(const std::string& step_id, execution_status status, json& outputs,
+              const std::string& error, write_batch& snapshot, uint64_t stopped_events,
+              json& steps) {
+  auto& g = current_shell->state.m->graph_def();
+  auto i = g.index.find(step_id);
+  if (i == g.index.end())
+    return;
+  feed([&](execution_machine& m) {
+    m.child_settled(static_cast<uint32_t>(i->second), status, std::move(outputs), error,
+                    std::move(snapshot), now_ms(), stopped_events, std::move(steps));
+  });
+}
+
 /// The handlers every execution actor shares: built once, so an actor holds
 /// no handler objects of its own (a behavior with its captures per actor
-/// costs memory per execution; measured:
-/// runtime/docs/benchmarks.md#design-measurements). Each handler finds its
-/// actor through `current_shell`.
+/// costs memory per execution, measured by `bench_stop`'s VmRSS per live
+/// execution: runtime/docs/benchmarks.md#design-measurements). For the same
+/// reason the execution actor has no `typed_actor` interface: a typed
+/// actor sets a behavior of its own. Each handler finds its actor through
+/// `current_shell`; `(request_atom ...)` and `(offer_atom ...)`, which answer
+/// later, are matched in `dispatch`.
 caf::behavior make_handlers() {
-  auto step = [](uint64_t idx) { return static_cast<uint32_t>(idx); };
+  using m_t = execution_machine;
   return {
     [](start_atom) { enter_gate(current_shell); },
     [](gate_atom) { start_machine(current_shell); },
     [](stop_atom, const std::string& reason, bool force) {
-      auto self = current_shell;
-      self->state.m->stop(reason_of(reason), force ? stop_mode::force : stop_mode::graceful,
-                          false, now_ms());
-      run_effects(self);
+      auto mode = force ? stop_mode::force : stop_mode::graceful;
+      feed([&](m_t& m) { m.stop(reason_of(reason), mode, false, now_ms()); });
     },
-    [=](abandon_atom, uint64_t idx, int attempt) {
-      auto self = current_shell;
-      self->state.m->abandon_fn(step(idx), attempt, now_ms());
-      run_effects(self);
+    [](abandon_atom, uint64_t idx, int attempt) {
+      feed([&](m_t& m) { m.abandon_fn(step_of(idx), attempt, now_ms()); });
     },
-    [](pump_atom) {
-      auto self = current_shell;
-      self->state.m->resume_pump(now_ms());
-      run_effects(self);
+    [](pump_atom) { feed([](m_t& m) { m.resume_pump(now_ms()); }); },
+    [](deadline_atom) { feed([](m_t& m) { m.deadline(now_ms()); }); },
+    [](done_atom, uint64_t idx, int attempt, step_outcome& out) {
+      feed([&](m_t& m) {
+        m.step_done(step_of(idx), attempt, std::move(out.result), out.error, now_ms());
+      });
     },
-    [](deadline_atom) {
-      auto self = current_shell;
-      self->state.m->deadline(now_ms());
-      run_effects(self);
-    },
-    [=](done_atom, uint64_t idx, int attempt, step_outcome& out) {
-      auto self = current_shell;
-      self->state.m->step_done(step(idx), attempt, std::move(out.result), out.error, now_ms());
-      run_effects(self);
-    },
-    [=](started_atom, uint64_t idx, int attempt, int64_t pid, uint64_t pid_start) {
-      auto self = current_shell;
-      self->state.m->runner_started(step(idx), attempt, pid, pid_start);
-      run_effects(self);
+    [](started_atom, uint64_t idx, int attempt, int64_t pid, uint64_t pid_start) {
+      feed([&](m_t& m) { m.runner_started(step_of(idx), attempt, pid, pid_start); });
     },
     // From a runner here or on a worker (plain numbers: the same form).
-    [=](signalled_atom, uint64_t idx, int attempt, int signal, int next, int64_t next_in_ms) {
-      auto self = current_shell;
-      self->state.m->signalled(step(idx), attempt, signal, next, next_in_ms, now_ms());
-      run_effects(self);
+    [](signalled_atom, uint64_t idx, int attempt, int signal, int next, int64_t next_in_ms) {
+      feed([&](m_t& m) {
+        m.signalled(step_of(idx), attempt, signal, next, next_in_ms, now_ms());
+      });
     },
-    // A runner on a worker reports in wire form (JSON text).
-    // Handled at once, not re-sent: the runner's down follows its result.
-    [=](output_atom, uint64_t idx, int attempt, const std::string& text) {
-      auto self = current_shell;
-      auto lines = json::parse(text, nullptr, false);
-      if (lines.is_discarded())
-        return;
-      self->state.m->output(step(idx), attempt, std::move(lines), now_ms());
-      run_effects(self);
+    [](output_atom, uint64_t idx, int attempt, const std::string& text) {
+      on_wire_output(idx, attempt, text);
     },
-    [=](done_atom, uint64_t idx, int attempt, const std::string& result,
-        const std::string& error) {
-      auto self = current_shell;
-      auto parsed = json::parse(result, nullptr, false);
-      self->state.m->step_done(step(idx), attempt,
-                               parsed.is_discarded() ? json{} : std::move(parsed), error,
-                               now_ms());
-      run_effects(self);
-    },
+    [](done_atom, uint64_t idx, int attempt, const std::string& result,
+       const std::string& error) { on_wire_done(idx, attempt, result, error); },
     [](lost_atom, const std::string& node) {
-      auto self = current_shell;
-      self->state.m->node_lost(node, now_ms());
-      run_effects(self);
+      feed([&](m_t& m) { m.node_lost(node, now_ms()); });
     },
-    [=](output_atom, uint64_t idx, int attempt, json& lines) {
-      auto self = current_shell;
-      self->state.m->output(step(idx), attempt, std::move(lines), now_ms());
-      run_effects(self);
+    [](output_atom, uint64_t idx, int attempt, json& lines) {
+      feed([&](m_t& m) { m.output(step_of(idx), attempt, std::move(lines), now_ms()); });
     },
-    [](grant_atom, uint64_t ticket) {
-      auto self = current_shell;
-      auto& st = self->state;
-      if (ticket == 0) { // admission
-        st.m->admitted(now_ms());
-        run_effects(self);
-        return;
-      }
-      auto pool = caf::actor_cast<caf::actor>(self->current_sender());
-      auto from = pool == st.svc->slots ? slot_from::node : slot_from::elsewhere;
-      if (from != slot_from::node) // the node's grants, the common case, look no further
-        for (auto* own : {&st.svc->tool_slots, &st.svc->provider_slots})
-          for (auto& kv : *own)
-            if (kv.second == pool)
-              from = slot_from::own;
-      st.m->slot_granted(static_cast<uint32_t>(ticket), from, now_ms());
-      run_effects(self);
+    [](grant_atom, uint64_t ticket) { on_grant(ticket); },
+    [](wake_atom, uint64_t idx, int attempt, int64_t ms) {
+      feed([&](m_t& m) { m.wake(step_of(idx), attempt, ms, now_ms()); });
     },
-    [=](wake_atom, uint64_t idx, int attempt, int64_t ms) {
-      auto self = current_shell;
-      self->state.m->wake(step(idx), attempt, ms, now_ms());
-      run_effects(self);
+    [](timeout_atom, uint64_t idx, int attempt) {
+      feed([&](m_t& m) { m.timeout(step_of(idx), attempt, now_ms()); });
     },
-    [=](timeout_atom, uint64_t idx, int attempt) {
-      auto self = current_shell;
-      self->state.m->timeout(step(idx), attempt, now_ms());
-      run_effects(self);
+    [](armed_atom, uint64_t idx, int attempt) {
+      feed([&](m_t& m) { m.wait_armed(step_of(idx), attempt, now_ms()); });
     },
-    [=](armed_atom, uint64_t idx, int attempt) {
-      auto self = current_shell;
-      self->state.m->wait_armed(step(idx), attempt, now_ms());
-      run_effects(self);
+    [](due_atom, uint64_t idx, int attempt) {
+      feed([&](m_t& m) { m.wait_due(step_of(idx), attempt, now_ms()); });
     },
-    [=](due_atom, uint64_t idx, int attempt) {
-      auto self = current_shell;
-      self->state.m->wait_due(step(idx), attempt, now_ms());
-      run_effects(self);
-    },
-    [=](retry_atom, uint64_t idx, int attempt) {
-      auto self = current_shell;
-      self->state.m->retry_due(step(idx), attempt, now_ms());
-      run_effects(self);
+    [](retry_atom, uint64_t idx, int attempt) {
+      feed([&](m_t& m) { m.retry_due(step_of(idx), attempt, now_ms()); });
     },
     [](child_atom, const std::string& step_id, execution_status status, json& outputs,
        const std::string& error, write_batch& snapshot, uint64_t stopped_events, json& steps) {
-      auto self = current_shell;
-      auto& st = self->state;
-      auto& g = st.m->graph_def();
-      auto i = g.index.find(step_id);
-      if (i == g.index.end())
-        return;
-      st.m->child_settled(static_cast<uint32_t>(i->second), status, std::move(outputs), error,
-                          std::move(snapshot), now_ms(), stopped_events, std::move(steps));
-      run_effects(self);
+      on_child(step_id, status, outputs, error, snapshot, stopped_events, steps);
     },
   };
 }

@@ -79,11 +79,13 @@
 #include <caf/actor_system.hpp>
 #include <caf/fwd.hpp>
 
+#include "actors/agent_actor.hpp"
 #include "actors/cluster.hpp"
 #include "actors/execution/machine.hpp"
 #include "actors/fn_registry.hpp"
 #include "actors/graveyard.hpp"
 #include "actors/start_gate.hpp"
+#include "actors/store_writer.hpp"
 #include "actors/tree_context.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
@@ -95,7 +97,7 @@ namespace canopy::core {
 /// Services every execution actor of a process shares.
 struct execution_services {
   std::shared_ptr<store> db;
-  caf::actor writer;   ///< the store writer
+  store_writer_actor writer; ///< the store writer
   caf::actor slots;    ///< the subprocess slot pool
   caf::actor timer;    ///< the timer service (delays that do not pin the actor)
   caf::actor admission; ///< slots for running roots (null: unlimited); roots wait `queued`
@@ -131,7 +133,7 @@ struct execution_services {
   /// Finds the actor of agent `name` of `owner` (spawning it on first use).
   /// @returns the actor, or `not_found` when no such agent exists. Null: no
   /// agents on this node (`agent` steps fail).
-  std::function<caf::expected<caf::actor>(const std::string& owner, const std::string& name)>
+  std::function<caf::expected<agent_actor>(const std::string& owner, const std::string& name)>
     find_agent;
   /// Remembers a root started by an actor (an agent's run), so that the
   /// node's shutdown stops it. May be null.

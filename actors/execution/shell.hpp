@@ -95,7 +95,7 @@ struct execution_shell_state {
   std::unique_ptr<execution_machine> m;
   step_map<caf::actor> workers; ///< step runners and child executions
   step_map<caf::actor> nodes;   ///< the worker node a step was placed on
-  step_map<caf::actor> agents;  ///< the agent an `agent` step asked for a turn
+  step_map<agent_actor> agents; ///< the agent an `agent` step asked for a turn
   step_map<running_call> calls; ///< running functions and model calls
   /// In-process stop requests' answers, for the next write that says
   /// `reply` (rare: allocated when one comes).

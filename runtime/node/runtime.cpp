@@ -191,7 +191,7 @@ void runtime::add_lookups(execution_services& svc) {
     return parse_graph(rg->document, db->home(), popts);
   };
   svc.find_agent = [this](const std::string& owner, const std::string& name) {
-    return agent_actor(owner, name);
+    return agent_of(owner, name);
   };
   svc.track_root = [this](const caf::actor& root) { track(root); };
 }
@@ -214,7 +214,7 @@ runtime::~runtime() {
   // Explicit shutdown sequence: agents start no more runs, every live root is
   // stopped (snapshotted with reason `shutdown`), their downs are awaited,
   // then the agents and the services stop.
-  std::map<std::pair<std::string, std::string>, caf::actor> agents;
+  std::map<std::pair<std::string, std::string>, agent_actor> agents;
   {
     std::lock_guard<std::mutex> guard{agents_mtx_};
     closing_ = true;

@@ -21,6 +21,7 @@
 #include "actors/cluster.hpp"
 #include "actors/fn_registry.hpp"
 #include "actors/stop_protocol.hpp"
+#include "actors/store_writer.hpp"
 #include "actors/process/subprocess.hpp"
 #include "persistence/graph.hpp"
 #include "persistence/records.hpp"
@@ -126,7 +127,7 @@ class subscription;
 /// Subscribes `f` to the committed events of the tree `root_id` (all events
 /// when empty): first the events already committed (replayed from `db`),
 /// then live ones; each once, in seq order, called on an actor thread.
-subscription make_subscription(caf::actor_system& sys, const caf::actor& writer,
+subscription make_subscription(caf::actor_system& sys, const store_writer_actor& writer,
                                std::shared_ptr<store> db,
                                std::function<void(const event_record&)> f, std::string root_id);
 
@@ -148,10 +149,10 @@ public:
   void drain() const;
 
 private:
-  friend subscription make_subscription(caf::actor_system&, const caf::actor&,
+  friend subscription make_subscription(caf::actor_system&, const store_writer_actor&,
                                         std::shared_ptr<store>,
                                         std::function<void(const event_record&)>, std::string);
-  caf::actor writer_;
+  store_writer_actor writer_;
   caf::actor subscriber_;
 };
 
@@ -417,7 +418,7 @@ private:
 
   /// The actor of agent `name` of `owner`, spawned on first use.
   /// @returns it, or `not_found` when the store has no such agent.
-  caf::expected<caf::actor> agent_actor(const std::string& owner, const std::string& name);
+  caf::expected<agent_actor> agent_of(const std::string& owner, const std::string& name);
 
   runtime_options opts_;
   std::shared_ptr<canopy::core::store> db_;
@@ -425,7 +426,7 @@ private:
   std::unique_ptr<caf::actor_system_config> cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::shared_ptr<const execution_services> svc_;
-  caf::actor writer_;
+  store_writer_actor writer_;
   caf::actor slots_;
   caf::actor timer_;
   caf::actor keeper_; ///< hands free heap back to the kernel (runtime/node/memory.hpp)
@@ -442,7 +443,7 @@ private:
   std::vector<std::string> recovered_;
   std::mutex register_mtx_;
   std::mutex agents_mtx_;
-  std::map<std::pair<std::string, std::string>, caf::actor> agents_;
+  std::map<std::pair<std::string, std::string>, agent_actor> agents_;
   bool closing_ = false; ///< guarded by agents_mtx_: no new agent actors
 };
 

@@ -22,8 +22,8 @@ using runtime_detail::commit_bound;
 
 // -- agents ----------------------------------------------------------------------------
 
-caf::expected<caf::actor> runtime::agent_actor(const std::string& owner,
-                                               const std::string& name) {
+caf::expected<agent_actor> runtime::agent_of(const std::string& owner,
+                                             const std::string& name) {
   auto rec = db_->agent(owner, name);
   if (!rec)
     return rec.error();
@@ -66,7 +66,7 @@ caf::expected<std::pair<agent_record, bool>> runtime::create_agent(const std::st
 caf::expected<agent_reply> runtime::send_to_agent(const std::string& owner,
                                                   const std::string& name, json message,
                                                   const std::string& who) {
-  auto a = agent_actor(owner, name);
+  auto a = agent_of(owner, name);
   if (!a)
     return a.error();
   return blocking_ask<agent_reply>(*sys_, *a, std::nullopt, message_atom::value, std::move(message), who);

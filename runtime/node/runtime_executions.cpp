@@ -40,7 +40,7 @@ caf::error check_inputs(const graph& g, const json& inputs) {
 
 // -- subscription -------------------------------------------------------------
 
-subscription make_subscription(caf::actor_system& sys, const caf::actor& writer,
+subscription make_subscription(caf::actor_system& sys, const store_writer_actor& writer,
                                std::shared_ptr<store> db,
                                std::function<void(const event_record&)> f, std::string root_id) {
   subscription s;

@@ -727,7 +727,7 @@ namespace {
 /// `writer` (each answered after its fsync, so no quiet of `idle_delay`
 /// ever comes) until `done()` or `limit` passed. @returns how long it wrote.
 template <class Done>
-std::chrono::milliseconds write_without_pause(caf::scoped_actor& self, const caf::actor& writer,
+std::chrono::milliseconds write_without_pause(caf::scoped_actor& self, const store_writer_actor& writer,
                                               std::chrono::milliseconds limit, Done done) {
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {

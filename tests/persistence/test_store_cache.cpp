@@ -83,7 +83,7 @@ struct writer_fixture {
   std::shared_ptr<store> db = get(store::open(store_options{dir.path + "/home"}));
   caf::actor_system_config cfg;
   caf::actor_system sys{quiet(cfg)};
-  caf::actor writer = spawn_store_writer(sys, db);
+  store_writer_actor writer = spawn_store_writer(sys, db);
   caf::scoped_actor self{sys};
   ~writer_fixture() { self->send_exit(writer, caf::exit_reason::user_shutdown); }
   bool write(write_batch b) {
