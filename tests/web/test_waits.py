@@ -45,7 +45,10 @@ def test(hx):
     s, b = hx.server, hx.browser
     s.register(APPROVAL)
     s.register(TRIAGE)
+    # The second starts once the first's wait is armed: the inbox's order
+    # (oldest armed first) is then known.
     first = s.start_execution("approval_flow", {"topic": "Q3"})["id"]
+    wait_for(lambda: len(s.ok("GET", "/v1/waits")["items"]) == 1, 20, "the first approval armed")
     second = s.start_execution("approval_flow", {"topic": "Q4"})["id"]
     wait_for(lambda: len(s.ok("GET", "/v1/waits")["items"]) == 2, 20, "two approvals armed")
     keys = lambda *k: ActionChains(b.driver).send_keys(*k).perform()  # noqa: E731
