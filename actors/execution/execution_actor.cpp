@@ -182,9 +182,9 @@ void on_child(const std::string& step_id, execution_status status, json& outputs
 /// The handlers every execution actor shares: built once, so an actor holds
 /// no handler objects of its own (a behavior with its captures per actor
 /// costs memory per execution, measured by `bench_stop`'s VmRSS per live
-/// execution: runtime/docs/benchmarks.md#design-measurements). For the same
-/// reason the execution actor has no `typed_actor` interface: a typed
-/// actor sets a behavior of its own. Each handler finds its actor through
+/// execution: runtime/docs/benchmarks.md#design-measurements). The
+/// execution actor has no `typed_actor` interface yet: its messages are
+/// listed in execution_actor.hpp. Each handler finds its actor through
 /// `current_shell`; `(request_atom ...)` and `(offer_atom ...)`, which answer
 /// later, are matched in `dispatch`.
 caf::behavior make_handlers() {
