@@ -111,14 +111,8 @@ void cancel_run(agent_pointer self, const std::string& id) {
   write_batch cancelled;
   cancelled.events.push_back(make_agent_event(*rec, event_type::agent_cancelled,
                                               {{"agent", st.agent}, {"by", "cancel_previous"}}));
-  // A one-shot actor makes the request (the stop protocol's requesters are
-  // untyped actors); it lives until the request is stored.
-  stop_context ctx{st.svc->db, st.svc->writer, st.svc->directory};
-  auto target = std::move(*rec);
-  auto who = "agent:" + st.agent;
-  self->home_system().spawn([=](caf::event_based_actor* requester) {
-    request_stop_async(requester, ctx, target, stop_mode::graceful, who, cancelled);
-  });
+  request_stop_async(self, stop_context{st.svc->db, st.svc->writer, st.svc->directory}, *rec,
+                     stop_mode::graceful, "agent:" + st.agent, std::move(cancelled));
 }
 
 void next(agent_pointer self);
@@ -182,7 +176,9 @@ void start_user_run(agent_pointer self, waiter w) {
           st.current.reset();
           return;
         }
-        auto run = spawn_execution(self->system(), std::move(init), st.svc);
+        // Monitored, tracked and stopped like any root: untyped.
+        auto run = caf::actor_cast<caf::actor>(
+          spawn_execution(self->system(), std::move(init), st.svc));
         if (st.svc->track_root)
           st.svc->track_root(run);
         self->monitor(run);

@@ -273,8 +273,10 @@ caf::actor spawn_remote_step_runner(caf::event_based_actor* node, caf::actor par
   return node->spawn<caf::monitored>(step_runner, parent, std::move(spec));
 }
 
-caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec) {
-  return parent->spawn<caf::linked + caf::monitored>(step_runner, caf::actor_cast<caf::actor>(parent), std::move(spec));
+caf::actor spawn_step_runner(caf::local_actor* parent, runner_spec spec) {
+  return parent->spawn<caf::linked + caf::monitored>(step_runner,
+                                                     caf::actor_cast<caf::actor>(parent),
+                                                     std::move(spec));
 }
 
 } // namespace canopy::core

@@ -31,7 +31,7 @@ namespace canopy::core {
 
 /// Spawns a runner linked to and monitored by `parent`.
 /// Threading: call from `parent`'s handlers.
-caf::actor spawn_step_runner(caf::event_based_actor* parent, runner_spec spec);
+caf::actor spawn_step_runner(caf::local_actor* parent, runner_spec spec);
 
 /// Spawns a runner (with `spec.wire` set) for a remote `parent`, monitored by
 /// `node` (a worker's node actor); the runner links itself to `parent`.

@@ -91,10 +91,14 @@ bool deliver_stop(const execution_directory& dir, const stop_record& req) {
 
 // -- from inside an actor ---------------------------------------------------------
 
-stop_ticket request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
-                               const execution_record& target, stop_mode mode,
-                               const std::string& who, write_batch extra,
-                               std::function<void(const caf::error&)> done) {
+namespace {
+
+/// `request_stop_async` for any requester, typed or not: it only sends
+/// requests and takes their answers.
+template <class Self>
+stop_ticket request_stop_from(Self* self, const stop_context& ctx, const execution_record& target,
+                              stop_mode mode, const std::string& who, write_batch extra,
+                              std::function<void(const caf::error&)> done) {
   if (!is_stoppable(target.status))
     return nothing_to_stop(target.id);
   // From this moment nothing in the subtree starts a step, even if its actor
@@ -129,6 +133,22 @@ stop_ticket request_stop_async(caf::event_based_actor* self, const stop_context&
     .then([=](bool) { answer(caf::error{}); },
           [=](caf::error&) mutable { through_writer(std::move(copy)); });
   return ticket;
+}
+
+} // namespace
+
+stop_ticket request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
+                               const execution_record& target, stop_mode mode,
+                               const std::string& who, write_batch extra,
+                               std::function<void(const caf::error&)> done) {
+  return request_stop_from(self, ctx, target, mode, who, std::move(extra), std::move(done));
+}
+
+stop_ticket request_stop_async(agent_actor::pointer self, const stop_context& ctx,
+                               const execution_record& target, stop_mode mode,
+                               const std::string& who, write_batch extra,
+                               std::function<void(const caf::error&)> done) {
+  return request_stop_from(self, ctx, target, mode, who, std::move(extra), std::move(done));
 }
 
 // -- from a thread of the owning process --------------------------------------------

@@ -41,6 +41,7 @@
 #include <caf/fwd.hpp>
 #include <caf/message.hpp>
 
+#include "actors/agent_actor.hpp"
 #include "actors/execution/outcomes.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/tree_context.hpp"
@@ -101,6 +102,12 @@ bool deliver_stop(const execution_directory& dir, const stop_record& req);
 ///          not queued, running or stopping, else the request (`stopping`).
 /// Threading: `self`'s handlers only.
 stop_ticket request_stop_async(caf::event_based_actor* self, const stop_context& ctx,
+                               const execution_record& target, stop_mode mode,
+                               const std::string& who, write_batch extra,
+                               std::function<void(const caf::error&)> done = {});
+
+/// `request_stop_async` from an agent (its `cancel_previous` policy).
+stop_ticket request_stop_async(agent_actor::pointer self, const stop_context& ctx,
                                const execution_record& target, stop_mode mode,
                                const std::string& who, write_batch extra,
                                std::function<void(const caf::error&)> done = {});

@@ -182,14 +182,15 @@ void on_child(const std::string& step_id, execution_status status, json& outputs
 /// The handlers every execution actor shares: built once, so an actor holds
 /// no handler objects of its own (a behavior with its captures per actor
 /// costs memory per execution, measured by `bench_stop`'s VmRSS per live
-/// execution: runtime/docs/benchmarks.md#design-measurements). The
-/// execution actor has no `typed_actor` interface yet: its messages are
-/// listed in execution_actor.hpp. Each handler finds its actor through
-/// `current_shell`; `(request_atom ...)` and `(offer_atom ...)`, which answer
-/// later, are matched in `dispatch`.
-caf::behavior make_handlers() {
+/// execution: runtime/docs/benchmarks.md#design-measurements). Each handler
+/// finds its actor through `current_shell`. Typed: the compiler checks that
+/// they are exactly `execution_handlers` (execution_actor.hpp), the
+/// interface without `(request_atom ...)` and `(offer_atom ...)`, which
+/// answer later and are matched in `dispatch`.
+execution_handlers::behavior_type make_handlers() {
   using m_t = execution_machine;
   return {
+    // Its own: the start, the start gate, more ready steps.
     [](start_atom) { enter_gate(current_shell); },
     [](gate_atom) { start_machine(current_shell); },
     [](stop_atom, const std::string& reason, bool force) {
@@ -242,6 +243,7 @@ caf::behavior make_handlers() {
     [](retry_atom, uint64_t idx, int attempt) {
       feed([&](m_t& m) { m.retry_due(step_of(idx), attempt, now_ms()); });
     },
+    // Child executions.
     [](child_atom, const std::string& step_id, execution_status status, json& outputs,
        const std::string& error, write_batch& snapshot, uint64_t stopped_events, json& steps) {
       on_child(step_id, status, outputs, error, snapshot, stopped_events, steps);
@@ -249,45 +251,55 @@ caf::behavior make_handlers() {
   };
 }
 
+/// (request_atom, stop_record, write_batch) -> bool: an in-process stop
+/// request, answered once stored (message `x`).
+void on_stop_request(execution_shell* self, caf::type_erased_tuple& x) {
+  auto& st = self->state;
+  if (!st.replies)
+    st.replies = std::make_unique<std::vector<caf::response_promise>>();
+  st.replies->push_back(self->make_response_promise());
+  auto batch = x.shared() ? x.get_as<write_batch>(2)
+                          : std::move(x.get_mutable_as<write_batch>(2));
+  if (!st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms())) {
+    // Finishing or done: no write of its own will answer. The requester
+    // stores the request through the writer now, not after its
+    // acknowledgement bound.
+    auto rp = std::move(st.replies->back());
+    st.replies->pop_back();
+    rp.deliver(caf::make_error(caf::sec::request_receiver_down));
+  }
+  run_effects(self);
+}
+
+/// (offer_atom, idx, attempt, signal) -> bool: true once the write that
+/// consumes it is committed; false at once when the wait does not take it.
+void on_offer(execution_shell* self, caf::type_erased_tuple& x) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise();
+  auto idx = static_cast<uint32_t>(x.get_as<uint64_t>(1));
+  if (!st.replies)
+    st.replies = std::make_unique<std::vector<caf::response_promise>>();
+  st.replies->push_back(rp);
+  if (!st.m->signal_offered(idx, x.get_as<int>(2), x.get_as<signal_record>(3), now_ms())) {
+    st.replies->pop_back();
+    rp.deliver(false);
+  }
+  run_effects(self);
+}
+
 /// Every message of an execution actor arrives here (its default handler:
-/// its own behavior matches nothing) and goes to the shared handlers.
+/// its own behavior matches nothing) and goes to the shared handlers, or,
+/// for the two answered later, to their functions.
 caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view& view) {
-  static auto* handlers = new caf::behavior{make_handlers()}; // never destroyed
+  static auto* handlers = new caf::behavior{make_handlers().unbox()}; // never destroyed
   auto self = static_cast<execution_shell*>(ptr);
   auto& x = view.content();
   if (x.match_elements<request_atom, stop_record, write_batch>()) {
-    // (request_atom, stop_record, write_batch) -> bool: answered once stored.
-    auto& st = self->state;
-    if (!st.replies)
-      st.replies = std::make_unique<std::vector<caf::response_promise>>();
-    st.replies->push_back(self->make_response_promise());
-    auto batch = x.shared() ? x.get_as<write_batch>(2)
-                            : std::move(x.get_mutable_as<write_batch>(2));
-    if (!st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms())) {
-      // Finishing or done: no write of its own will answer. The requester
-      // stores the request through the writer now, not after its
-      // acknowledgement bound.
-      auto rp = std::move(st.replies->back());
-      st.replies->pop_back();
-      rp.deliver(caf::make_error(caf::sec::request_receiver_down));
-    }
-    run_effects(self);
+    on_stop_request(self, x);
     return caf::delegated<caf::message>{};
   }
   if (x.match_elements<offer_atom, uint64_t, int, signal_record>()) {
-    // (offer_atom, idx, attempt, signal) -> bool: true once the write that
-    // consumes it is committed; false at once when the wait does not take it.
-    auto& st = self->state;
-    auto rp = self->make_response_promise();
-    auto idx = static_cast<uint32_t>(x.get_as<uint64_t>(1));
-    if (!st.replies)
-      st.replies = std::make_unique<std::vector<caf::response_promise>>();
-    st.replies->push_back(rp);
-    if (!st.m->signal_offered(idx, x.get_as<int>(2), x.get_as<signal_record>(3), now_ms())) {
-      st.replies->pop_back();
-      rp.deliver(false);
-    }
-    run_effects(self);
+    on_offer(self, x);
     return caf::delegated<caf::message>{};
   }
   auto outer = current_shell;
@@ -324,12 +336,14 @@ execution_shell_state::~execution_shell_state() {
     svc->graves->bury(std::move(m));
 }
 
-caf::behavior execution_behavior(execution_shell* self, execution_init init,
-                                 std::shared_ptr<const execution_services> svc,
-                                 caf::actor parent) {
+execution_actor::behavior_type execution_behavior(execution_shell* self, execution_init init,
+                                                  std::shared_ptr<const execution_services> svc,
+                                                  execution_actor parent) {
   // What every execution actor returns as its behavior: it matches nothing
   // (the message is never sent), so each message goes to `dispatch`; shared,
-  // so it costs an actor nothing.
+  // so it costs an actor nothing. Typed without a check (`unsafe_init`):
+  // `dispatch` takes the interface's messages, and `make_handlers` is
+  // checked against `execution_handlers`.
   static auto* keep_alive = new caf::behavior{[](start_atom, start_atom) {}};
   auto& st = self->state;
   st.svc = std::move(svc);
@@ -338,7 +352,7 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
   auto env = st.svc->machine ? st.svc->machine : make_machine_env(*st.svc);
   st.resolver.bind(self);
   st.m = std::make_unique<execution_machine>(
-    std::move(env), machine_init_of(init, *st.svc, st.parent != nullptr), &st.resolver);
+    std::move(env), machine_init_of(init, *st.svc, static_cast<bool>(st.parent)), &st.resolver);
   // The directory entry is counted out with the state (~execution_shell_state).
   self->set_exit_handler([self](caf::exit_msg& msg) {
     // Workers report by message (or, stopped compactly, in the exit reason
@@ -378,18 +392,19 @@ caf::behavior execution_behavior(execution_shell* self, execution_init init,
   // Start on a message of its own: a stop that races with the creation of
   // this execution is handled before any step starts.
   self->send(self, start_atom::value);
-  return *keep_alive;
+  return {execution_actor::behavior_type::unsafe_init{}, *keep_alive};
 }
 
-caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
-                           std::shared_ptr<const execution_services> services) {
+execution_actor spawn_execution(caf::actor_system& sys, execution_init init,
+                                std::shared_ptr<const execution_services> services) {
   if (!init.token)
     init.token = std::make_shared<halt_token>();
   auto id = init.record.id;
   auto token = init.token;
   auto dir = services->directory;
-  auto a = sys.spawn(execution_behavior, std::move(init), std::move(services), caf::actor{});
-  dir->add(id, a, std::move(token));
+  auto a = sys.spawn(execution_behavior, std::move(init), std::move(services),
+                     execution_actor{});
+  dir->add(id, caf::actor_cast<caf::actor>(a), std::move(token));
   return a;
 }
 

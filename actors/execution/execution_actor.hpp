@@ -56,6 +56,13 @@
 //   (child_atom, step, execution_status, outputs, error, snapshot, stopped_events,
 //    steps)                                    a child execution finished (`steps`:
 //                                              a completed iteration's results)
+//   (lost_atom, node)                          a cluster member holding its
+//                                              attempts was lost
+//   (armed_atom, step, attempt)                no buffered signal for a wait
+//   (offer_atom, step, attempt, signal) -> bool  a signal for a wait: true once
+//                                              the write that takes it is committed
+//   (due_atom, step, attempt)                  a wait's deadline passed
+// The typed interface below (`execution_actor`) lists the same messages.
 //
 // An `agent` step asks the agent's actor for a turn (the step is `queued`
 // meanwhile), then runs the agent's graph as its child execution, with
@@ -78,12 +85,15 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "actors/agent_actor.hpp"
 #include "actors/cluster.hpp"
 #include "actors/execution/machine.hpp"
 #include "actors/fn_registry.hpp"
 #include "actors/graveyard.hpp"
+#include "actors/messages.hpp"
 #include "actors/start_gate.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/tree_context.hpp"
@@ -93,6 +103,37 @@
 #include "persistence/tools.hpp"
 
 namespace canopy::core {
+
+/// The messages an execution actor's shared handlers take (execution_actor.cpp):
+/// every message listed at the top of this header but the two that are
+/// answered later. Runners on a cluster worker send `output` and `done` in
+/// wire form (JSON text), over the middleman: those forms are here too.
+/// `start`, `gate` and `pump` are its own (it sends them to itself, or the
+/// start gate does); they are here only because its handlers take them.
+using execution_handlers = caf::typed_actor<
+  caf::reacts_to<start_atom>, caf::reacts_to<gate_atom>, caf::reacts_to<pump_atom>,
+  caf::reacts_to<stop_atom, std::string, bool>, caf::reacts_to<deadline_atom>,
+  caf::reacts_to<abandon_atom, uint64_t, int>,
+  caf::reacts_to<done_atom, uint64_t, int, step_outcome>,
+  caf::reacts_to<started_atom, uint64_t, int, int64_t, uint64_t>,
+  caf::reacts_to<signalled_atom, uint64_t, int, int, int, int64_t>,
+  caf::reacts_to<output_atom, uint64_t, int, nlohmann::json>,
+  caf::reacts_to<output_atom, uint64_t, int, std::string>,
+  caf::reacts_to<done_atom, uint64_t, int, std::string, std::string>,
+  caf::reacts_to<lost_atom, std::string>, caf::reacts_to<grant_atom, uint64_t>,
+  caf::reacts_to<wake_atom, uint64_t, int, int64_t>, caf::reacts_to<timeout_atom, uint64_t, int>,
+  caf::reacts_to<retry_atom, uint64_t, int>, caf::reacts_to<armed_atom, uint64_t, int>,
+  caf::reacts_to<due_atom, uint64_t, int>,
+  caf::reacts_to<child_atom, std::string, execution_status, nlohmann::json, std::string,
+                 write_batch, uint64_t, nlohmann::json>>;
+
+/// The execution actor's interface: its handlers' messages, and the two
+/// answered once a write is committed: an in-process stop request, and a
+/// signal offered to a wait (actors/signal_desk.hpp), answered false at
+/// once when the wait does not take it.
+using execution_actor = execution_handlers::extend<
+  caf::replies_to<request_atom, stop_record, write_batch>::with<bool>,
+  caf::replies_to<offer_atom, uint64_t, int, signal_record>::with<bool>>;
 
 /// Services every execution actor of a process shares.
 struct execution_services {
@@ -191,8 +232,8 @@ struct execution_init {
 
 /// Spawns a root execution actor and registers it in the directory (with a
 /// new halt token when `init.token` is null). Threading: any thread.
-caf::actor spawn_execution(caf::actor_system& sys, execution_init init,
-                           std::shared_ptr<const execution_services> services);
+execution_actor spawn_execution(caf::actor_system& sys, execution_init init,
+                                std::shared_ptr<const execution_services> services);
 
 /// Builds the write batch that creates an execution record `queued`, with its
 /// graph and `execution.queued` event. Used for roots and children alike; a

@@ -49,7 +49,7 @@ private:
 
 /// Resolves child steps over the store, the registry and the agents.
 struct execution_shell_state;
-using execution_shell = caf::stateful_actor<execution_shell_state>;
+using execution_shell = execution_actor::stateful_base<execution_shell_state>;
 
 class shell_resolver : public step_resolver {
 public:
@@ -88,7 +88,7 @@ struct execution_shell_state {
   /// Gives the start gate's permit (or place) back, if it holds one.
   void leave_gate();
   std::shared_ptr<const execution_services> svc;
-  caf::actor parent;
+  execution_actor parent;
   shell_resolver resolver; ///< held by value: no allocation per execution
   /// Its own allocation, so that the ended execution buries it in one move
   /// (`execution_services::graves`).
@@ -121,9 +121,9 @@ void start_pooled_fn(execution_shell* self, fx::start_fn& e);
 /// (llm_launch.cpp).
 void start_llm_call(execution_shell* self, fx::start_llm& e);
 
-/// The behavior of an execution actor.
-caf::behavior execution_behavior(execution_shell* self, execution_init init,
-                                 std::shared_ptr<const execution_services> svc,
-                                 caf::actor parent);
+/// The behavior of an execution actor (`parent` null for a root).
+execution_actor::behavior_type execution_behavior(execution_shell* self, execution_init init,
+                                                  std::shared_ptr<const execution_services> svc,
+                                                  execution_actor parent);
 
 } // namespace canopy::core

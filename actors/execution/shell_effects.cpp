@@ -23,10 +23,22 @@ namespace {
 void later(execution_shell* self, millis delay, caf::message msg) {
   auto& timer = self->state.svc->timer;
   if (!timer) {
-    self->delayed_send(self, delay, std::move(msg));
+    // A delayed send of a message built untyped: straight to the clock.
+    auto& clock = self->system().clock();
+    clock.schedule_message(clock.now() + delay, caf::actor_cast<caf::strong_actor_ptr>(self),
+                           caf::make_mailbox_element(self->ctrl(), caf::make_message_id(), {},
+                                                     std::move(msg)));
     return;
   }
   schedule(self, timer, delay, std::move(msg));
+}
+
+/// Sends `xs...` from `self` to `dest`, an untyped actor (a slot pool, the
+/// cluster, the signal desk, a worker): a typed actor's `send` takes typed
+/// receivers only.
+template <class... Ts>
+void tell(execution_shell* self, const caf::actor& dest, Ts&&... xs) {
+  caf::unsafe_send_as(self, dest, std::forward<Ts>(xs)...);
 }
 
 /// The actor of slot pool `p` (the node's when it has no own pool).
@@ -49,20 +61,20 @@ struct effect_runner {
   const execution_services& svc() { return *self->state.svc; }
 
   void operator()(fx::acquire_admission&) {
-    self->send(svc().admission, acquire_atom::value, uint64_t{0});
+    tell(self, svc().admission, acquire_atom::value, uint64_t{0});
   }
   void operator()(fx::acquire_slot& e) {
-    self->send(pool_of(svc(), e.pool), acquire_atom::value, uint64_t{e.ticket});
+    tell(self, pool_of(svc(), e.pool), acquire_atom::value, uint64_t{e.ticket});
   }
   void operator()(fx::release_slot& e) {
     if (e.own.kind != fx::pool_ref::of::node)
-      self->send(pool_of(svc(), e.own), release_atom::value, uint64_t{e.ticket});
+      tell(self, pool_of(svc(), e.own), release_atom::value, uint64_t{e.ticket});
     if (e.node)
-      self->send(svc().slots, release_atom::value, uint64_t{e.ticket});
+      tell(self, svc().slots, release_atom::value, uint64_t{e.ticket});
   }
   void operator()(fx::return_grant& e) {
     if (auto pool = caf::actor_cast<caf::actor>(self->current_sender()))
-      self->send(pool, release_atom::value, uint64_t{e.ticket});
+      tell(self, pool, release_atom::value, uint64_t{e.ticket});
   }
   void operator()(fx::place& e) {
     auto self = this->self; // the lambdas outlive this runner
@@ -85,7 +97,7 @@ struct effect_runner {
   }
   void operator()(fx::release_place& e) {
     if (svc().cluster)
-      self->send(svc().cluster, release_atom::value, e.node, uint64_t{e.ticket});
+      tell(self, svc().cluster, release_atom::value, e.node, uint64_t{e.ticket});
   }
   void operator()(fx::spawn_runner& e) {
     if (e.remote)
@@ -134,9 +146,10 @@ struct effect_runner {
     child.path = st.path + st.m->graph_def().steps[e.idx].id + "/";
     auto id = child.record.id;
     auto token = child.token;
-    auto worker = self->spawn<caf::linked + caf::monitored>(execution_behavior, std::move(child),
-                                                            st.svc,
-                                                            caf::actor_cast<caf::actor>(self));
+    // A worker like a runner (linked, monitored, stopped by exit): untyped.
+    auto worker = caf::actor_cast<caf::actor>(
+      self->spawn<caf::linked + caf::monitored>(execution_behavior, std::move(child), st.svc,
+                                                caf::actor_cast<execution_actor>(self)));
     st.svc->directory->add(id, worker, std::move(token));
     st.workers.set(e.idx, worker);
     if (e.turn != 0)
@@ -178,7 +191,7 @@ struct effect_runner {
   }
   void operator()(fx::stop_owner& e) {
     if (auto a = svc().directory->find(e.owner))
-      self->send(a, make_stop_message(e.reason));
+      tell(self, a, make_stop_message(e.reason));
   }
   void operator()(fx::write& e) {
     auto self = this->self; // the lambdas outlive this runner
@@ -226,12 +239,12 @@ struct effect_runner {
       m.wait_armed(e.idx, e.attempt, now_ms());
       return;
     }
-    self->send(svc().desk, arm_atom::value, m.record().root_id, e.signal, m.record().id,
-               st().path + m.graph_def().steps[e.idx].id, uint64_t{e.idx}, e.attempt);
+    tell(self, svc().desk, arm_atom::value, m.record().root_id, e.signal, m.record().id,
+         st().path + m.graph_def().steps[e.idx].id, uint64_t{e.idx}, e.attempt);
   }
   void operator()(fx::disarm_wait& e) {
     if (svc().desk)
-      self->send(svc().desk, disarm_atom::value, st().m->record().id, uint64_t{e.idx});
+      tell(self, svc().desk, disarm_atom::value, st().m->record().id, uint64_t{e.idx});
   }
   void operator()(fx::quit&) {
     self->quit(std::move(st().exit_reason));

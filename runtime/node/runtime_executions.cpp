@@ -178,7 +178,7 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   h.rt_ = this;
   h.id_ = r.id;
   h.root_id_ = r.id;
-  h.actor_ = spawn_execution(*sys_, std::move(init), svc_);
+  h.actor_ = caf::actor_cast<caf::actor>(spawn_execution(*sys_, std::move(init), svc_));
   track(h.actor_);
   return h;
 }
@@ -281,7 +281,7 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
   init.budget = budget;
   init.acquire_lease = true;
   init.lease_epoch = lease->epoch;
-  h.actor_ = spawn_execution(*sys_, std::move(init), svc_);
+  h.actor_ = caf::actor_cast<caf::actor>(spawn_execution(*sys_, std::move(init), svc_));
   track(h.actor_);
   return h;
 }
