@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "persistence/error.hpp"
@@ -233,83 +234,85 @@ std::string signal_fingerprint(const signal_request& req) {
   return out;
 }
 
-signal_decision decide_signal(const store& db, const signal_request& req,
-                              const signal_limits& lim) {
-  auto target = db.execution(req.target);
-  if (!target)
-    return fail(signal_outcome::not_found,
-                is(target.error(), persistence_errc::not_found)
-                  ? "no execution '" + req.target + "'"
-                  : message_of(target.error()));
-  auto root_id = target->root_id.empty() ? target->id : target->root_id;
-  auto root = root_id == target->id ? caf::expected<execution_record>{*target}
-                                    : db.execution(root_id);
-  if (!root)
-    return fail(signal_outcome::not_found, "no execution '" + req.target + "'");
-  tree_waits tree{db, *root};
-  // The waits it may reach, and who may answer them.
-  std::vector<const candidate*> named;
-  std::vector<std::string> names;
-  bool approver_somewhere = false;
+namespace {
+
+// -- phases of decide_signal --------------------------------------------------
+
+/// The waits a signal to an execution may reach: those of the execution, or
+/// of the whole tree when it is the root.
+struct reachable_waits {
+  std::vector<const candidate*> named; ///< those taking the signal (at the step, if given)
+  std::vector<std::string> names;      ///< the signals all of them take, for messages
+  bool approver_somewhere = false;     ///< the user approves some wait of the tree
+};
+
+reachable_waits reachable(const tree_waits& tree, const signal_request& req,
+                          const std::string& target_id, const std::string& root_id) {
+  reachable_waits out;
   for (auto& c : tree.all()) {
     if (!req.user.empty() && contains(c.def->approvers, req.user))
-      approver_somewhere = true;
-    if (target->id != root_id && c.execution_id != target->id)
+      out.approver_somewhere = true;
+    if (target_id != root_id && c.execution_id != target_id)
       continue;
-    names.push_back(c.def->signal);
+    out.names.push_back(c.def->signal);
     if (c.def->signal == req.name && (req.step.empty() || c.path == req.step))
-      named.push_back(&c);
+      out.named.push_back(&c);
   }
-  bool sees_tree = req.user.empty() || root->owner == req.user || approver_somewhere;
-  if (!sees_tree)
-    return fail(signal_outcome::not_found, "no execution '" + req.target + "'");
-  if (named.empty()) {
-    if (!req.step.empty())
-      return fail(signal_outcome::unknown_signal,
-                  "no wait at step '" + req.step + "' takes signal '" + req.name + "'");
-    std::sort(names.begin(), names.end());
-    names.erase(std::unique(names.begin(), names.end()), names.end());
+  return out;
+}
+
+/// The failure for a signal no reachable wait takes; `names` are the
+/// signals the reachable waits take.
+signal_decision unknown_signal(const signal_request& req, std::vector<std::string> names) {
+  if (!req.step.empty())
     return fail(signal_outcome::unknown_signal,
-                "no wait of execution '" + req.target + "' takes signal '" + req.name + "'"
-                  + (names.empty() ? std::string{" (it has no wait steps)"}
-                                   : " (its waits take: " + [&] {
-                                       std::string s;
-                                       for (auto& n : names)
-                                         s += (s.empty() ? "" : ", ") + n;
-                                       return s;
-                                     }() + ")" + did_you_mean(req.name, names)));
-  }
-  std::vector<const candidate*> allowed;
-  for (auto* c : named)
-    if (may_answer(*c, req.user, root->owner))
-      allowed.push_back(c);
-  if (allowed.empty())
-    return fail(signal_outcome::forbidden, "user '" + req.user
-                                             + "' may not answer the wait at step '"
-                                             + named.front()->path + "'");
-  // The same key: the first answer, or a conflict.
-  auto stored = db.signals(root_id);
-  if (!stored)
-    return fail(signal_outcome::not_found, message_of(stored.error()));
-  auto fingerprint = signal_fingerprint(req);
-  if (!req.key.empty())
-    for (auto& s : *stored)
-      if (s.key == req.key) {
-        if (s.fingerprint != fingerprint)
-          return fail(signal_outcome::key_conflict,
-                      "Idempotency-Key '" + req.key
-                        + "' was used for another signal (another name, step or value)");
-        signal_decision d;
-        d.outcome = signal_outcome::replay;
-        d.record = s;
-        return d;
-      }
-  if (target->status == execution_status::completed) {
-    auto d = fail(signal_outcome::ended, "execution '" + target->id + "' completed");
+                "no wait at step '" + req.step + "' takes signal '" + req.name + "'");
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return fail(signal_outcome::unknown_signal,
+              "no wait of execution '" + req.target + "' takes signal '" + req.name + "'"
+                + (names.empty() ? std::string{" (it has no wait steps)"}
+                                 : " (its waits take: " + [&] {
+                                     std::string s;
+                                     for (auto& n : names)
+                                       s += (s.empty() ? "" : ", ") + n;
+                                     return s;
+                                   }() + ")" + did_you_mean(req.name, names)));
+}
+
+/// A signal stored before with the request's key: its replay when it is the
+/// same signal, else a key conflict. @returns nothing without such a signal.
+std::optional<signal_decision> same_key(const std::vector<signal_record>& stored,
+                                        const signal_request& req,
+                                        const std::string& fingerprint) {
+  if (req.key.empty())
+    return std::nullopt;
+  for (auto& s : stored)
+    if (s.key == req.key) {
+      if (s.fingerprint != fingerprint)
+        return fail(signal_outcome::key_conflict,
+                    "Idempotency-Key '" + req.key
+                      + "' was used for another signal (another name, step or value)");
+      signal_decision d;
+      d.outcome = signal_outcome::replay;
+      d.record = s;
+      return d;
+    }
+  return std::nullopt;
+}
+
+/// Fills `open` with the allowed waits not finished yet.
+/// @returns the failure when the execution completed, every allowed wait
+///          ended, or more than one of them is armed; else nothing.
+std::optional<signal_decision> check_open(const execution_record& target,
+                                          const std::vector<const candidate*>& allowed,
+                                          const signal_request& req,
+                                          std::vector<const candidate*>& open) {
+  if (target.status == execution_status::completed) {
+    auto d = fail(signal_outcome::ended, "execution '" + target.id + "' completed");
     d.status = execution_status::completed;
     return d;
   }
-  std::vector<const candidate*> open;
   for (auto* c : allowed)
     if (unfinished(*c))
       open.push_back(c);
@@ -335,41 +338,63 @@ signal_decision decide_signal(const store& db, const signal_request& req,
     d.steps = armed;
     return d;
   }
-  if (!req.failure) {
-    if (dump_json(req.value).size() > lim.max_value_bytes)
-      return fail(signal_outcome::too_large, "the value is over "
-                                               + std::to_string(lim.max_value_bytes)
-                                               + " bytes as JSON");
-    for (auto* c : open) {
-      if (c->def->schema.is_null())
-        continue;
-      auto errors = validate_value(c->def->schema, req.value);
-      if (!errors.empty()) {
-        auto d = fail(signal_outcome::invalid_value,
-                      "the value does not satisfy the schema of the wait at step '" + c->path
-                        + "': " + to_string(errors.front()));
-        d.path = "/value" + errors.front().path;
-        return d;
-      }
+  return std::nullopt;
+}
+
+/// The value's size and the schemas of the `open` waits (not for a failure).
+/// @returns the failure of the first check that fails, else nothing.
+std::optional<signal_decision> check_value(const signal_request& req,
+                                           const std::vector<const candidate*>& open,
+                                           const signal_limits& lim) {
+  if (req.failure)
+    return std::nullopt;
+  if (dump_json(req.value).size() > lim.max_value_bytes)
+    return fail(signal_outcome::too_large, "the value is over "
+                                             + std::to_string(lim.max_value_bytes)
+                                             + " bytes as JSON");
+  for (auto* c : open) {
+    if (c->def->schema.is_null())
+      continue;
+    auto errors = validate_value(c->def->schema, req.value);
+    if (!errors.empty()) {
+      auto d = fail(signal_outcome::invalid_value,
+                    "the value does not satisfy the schema of the wait at step '" + c->path
+                      + "': " + to_string(errors.front()));
+      d.path = "/value" + errors.front().path;
+      return d;
     }
   }
+  return std::nullopt;
+}
+
+/// The tree's bounds on stored signals: per name while buffered, and in all.
+/// @returns the failure when the signal would exceed one, else nothing.
+std::optional<signal_decision> check_bounds(const std::vector<signal_record>& stored,
+                                            const signal_request& req,
+                                            const signal_limits& lim) {
   size_t buffered = 0;
-  for (auto& s : *stored)
+  for (auto& s : stored)
     buffered += s.state == signal_state::buffered && s.name == req.name ? 1 : 0;
   if (buffered >= lim.per_name)
     return fail(signal_outcome::too_large, std::to_string(buffered) + " '" + req.name
                                              + "' signals wait to be consumed already (at most "
                                              + std::to_string(lim.per_name) + ")");
-  if (stored->size() >= lim.per_tree)
-    return fail(signal_outcome::too_large, "the tree keeps " + std::to_string(stored->size())
+  if (stored.size() >= lim.per_tree)
+    return fail(signal_outcome::too_large, "the tree keeps " + std::to_string(stored.size())
                                              + " signals already (at most "
                                              + std::to_string(lim.per_tree) + ")");
+  return std::nullopt;
+}
+
+/// The decision to store `req` as a new signal of the tree `root_id`.
+signal_decision store_signal(const signal_request& req, const std::string& root_id,
+                             execution_record target, const std::string& fingerprint) {
   signal_decision d;
   d.outcome = signal_outcome::store;
   auto& r = d.record;
   r.id = make_execution_id();
   r.root_id = root_id;
-  r.target = target->id;
+  r.target = target.id;
   r.name = req.name;
   r.failure = req.failure;
   if (req.failure)
@@ -381,8 +406,56 @@ signal_decision decide_signal(const store& db, const signal_request& req,
   r.key = req.key;
   r.fingerprint = fingerprint;
   r.received_at = req.now;
-  d.target = std::move(*target);
+  d.target = std::move(target);
   return d;
+}
+
+} // namespace
+
+signal_decision decide_signal(const store& db, const signal_request& req,
+                              const signal_limits& lim) {
+  auto target = db.execution(req.target);
+  if (!target)
+    return fail(signal_outcome::not_found,
+                is(target.error(), persistence_errc::not_found)
+                  ? "no execution '" + req.target + "'"
+                  : message_of(target.error()));
+  auto root_id = target->root_id.empty() ? target->id : target->root_id;
+  auto root = root_id == target->id ? caf::expected<execution_record>{*target}
+                                    : db.execution(root_id);
+  if (!root)
+    return fail(signal_outcome::not_found, "no execution '" + req.target + "'");
+  tree_waits tree{db, *root};
+  // The waits it may reach, and who may answer them.
+  auto reach = reachable(tree, req, target->id, root_id);
+  bool sees_tree = req.user.empty() || root->owner == req.user || reach.approver_somewhere;
+  if (!sees_tree)
+    return fail(signal_outcome::not_found, "no execution '" + req.target + "'");
+  if (reach.named.empty())
+    return unknown_signal(req, std::move(reach.names));
+  std::vector<const candidate*> allowed;
+  for (auto* c : reach.named)
+    if (may_answer(*c, req.user, root->owner))
+      allowed.push_back(c);
+  if (allowed.empty())
+    return fail(signal_outcome::forbidden, "user '" + req.user
+                                             + "' may not answer the wait at step '"
+                                             + reach.named.front()->path + "'");
+  // The same key: the first answer, or a conflict.
+  auto stored = db.signals(root_id);
+  if (!stored)
+    return fail(signal_outcome::not_found, message_of(stored.error()));
+  auto fingerprint = signal_fingerprint(req);
+  if (auto d = same_key(*stored, req, fingerprint))
+    return std::move(*d);
+  std::vector<const candidate*> open;
+  if (auto d = check_open(*target, allowed, req, open))
+    return std::move(*d);
+  if (auto d = check_value(req, open, lim))
+    return std::move(*d);
+  if (auto d = check_bounds(*stored, req, lim))
+    return std::move(*d);
+  return store_signal(req, root_id, std::move(*target), fingerprint);
 }
 
 } // namespace canopy::core
