@@ -126,59 +126,71 @@ void graph_parser::parse_wait(step_work& w, const json& v, const std::string& pa
     if (schema_ok)
       def->schema = *it;
   }
-  if (auto it = v.find("options"); it != v.end()) {
-    auto opath = path + "/options";
-    if (!it->is_object()) {
-      fail(opath, "expected an object of button label → value, such as "
-                  "{\"Approve\": {\"approved\": true}}, " + got(*it));
-    } else if (it->size() > max_wait_options) {
-      fail(opath, "at most " + std::to_string(max_wait_options) + " options, got "
-                    + std::to_string(it->size()));
-    } else {
-      for (auto& [label, val] : it->items()) {
-        auto lpath = opath + "/" + escape_pointer(label);
-        if (label.empty())
-          fail(lpath, "an option's label must not be empty");
-        else if (auto n = code_points(label); n > max_label_chars)
-          fail(lpath, "an option's label has at most " + std::to_string(max_label_chars)
-                        + " characters, this one has " + std::to_string(n));
-        else if (schema_ok)
-          check_value(def->schema, val, lpath);
-      }
-      def->options = *it;
+  if (auto it = v.find("options"); it != v.end())
+    parse_wait_options(*def, *it, path + "/options", schema_ok);
+  if (auto it = v.find("timeout"); it != v.end())
+    parse_wait_timeout(*def, *it, path + "/timeout");
+  parse_wait_fallback(*def, v, path, schema_ok);
+  if (auto it = v.find("approvers"); it != v.end())
+    parse_approvers(*def, *it, path + "/approvers");
+}
+
+void graph_parser::parse_wait_options(wait_def& def, const json& v, const std::string& opath,
+                                      bool schema_ok) {
+  if (!v.is_object()) {
+    fail(opath, "expected an object of button label → value, such as "
+                "{\"Approve\": {\"approved\": true}}, " + got(v));
+  } else if (v.size() > max_wait_options) {
+    fail(opath, "at most " + std::to_string(max_wait_options) + " options, got "
+                  + std::to_string(v.size()));
+  } else {
+    for (auto& [label, val] : v.items()) {
+      auto lpath = opath + "/" + escape_pointer(label);
+      if (label.empty())
+        fail(lpath, "an option's label must not be empty");
+      else if (auto n = code_points(label); n > max_label_chars)
+        fail(lpath, "an option's label has at most " + std::to_string(max_label_chars)
+                      + " characters, this one has " + std::to_string(n));
+      else if (schema_ok)
+        check_value(def.schema, val, lpath);
     }
+    def.options = v;
   }
-  if (auto it = v.find("timeout"); it != v.end()) {
-    auto tpath = path + "/timeout";
-    // `run` reads `limits` before the steps: the deadline is known here.
-    const auto& deadline = g_->limits.deadline;
-    if (auto d = duration(*it, tpath)) {
-      if (d->count() <= 0)
-        fail(tpath, "expected a duration longer than 0, got \"" + it->get<std::string>() + "\"");
-      else if (deadline && *d > *deadline)
-        fail(tpath, "wait.timeout " + to_duration_string(*d)
-                      + " is longer than the graph's limits.deadline ("
-                      + to_duration_string(*deadline)
-                      + "): waiting time counts toward the deadline");
-      else
-        def->timeout = *d;
-    }
+}
+
+void graph_parser::parse_wait_timeout(wait_def& def, const json& v, const std::string& tpath) {
+  // `run` reads `limits` before the steps: the deadline is known here.
+  const auto& deadline = g_->limits.deadline;
+  if (auto d = duration(v, tpath)) {
+    if (d->count() <= 0)
+      fail(tpath, "expected a duration longer than 0, got \"" + v.get<std::string>() + "\"");
+    else if (deadline && *d > *deadline)
+      fail(tpath, "wait.timeout " + to_duration_string(*d)
+                    + " is longer than the graph's limits.deadline ("
+                    + to_duration_string(*deadline)
+                    + "): waiting time counts toward the deadline");
+    else
+      def.timeout = *d;
   }
+}
+
+void graph_parser::parse_wait_fallback(wait_def& def, const json& v, const std::string& path,
+                                       bool schema_ok) {
   bool on_timeout_ok = true;
   if (auto it = v.find("on_timeout"); it != v.end()) {
-    if (!it->is_string() || !from_string(it->get<std::string>(), def->on_timeout)) {
+    if (!it->is_string() || !from_string(it->get<std::string>(), def.on_timeout)) {
       on_timeout_ok = false;
       fail(path + "/on_timeout",
            "expected \"fail\" or \"default\", "
              + (it->is_string() ? "got \"" + it->get<std::string>() + "\"" : got(*it)));
-    } else if (def->on_timeout == wait_timeout::use_default && !v.contains("timeout")) {
+    } else if (def.on_timeout == wait_timeout::use_default && !v.contains("timeout")) {
       fail(path + "/on_timeout", "\"on_timeout\": \"default\" needs a 'timeout': without "
                                  "one nothing times out");
     }
   }
   // Whether `default` belongs is known only with a good `on_timeout`.
   auto dflt = v.find("default");
-  bool use_default = def->on_timeout == wait_timeout::use_default;
+  bool use_default = def.on_timeout == wait_timeout::use_default;
   if (on_timeout_ok && use_default && dflt == v.end()) {
     fail(path, "missing 'default' (the value the step takes when its timeout passes, "
                "with \"on_timeout\": \"default\")");
@@ -186,26 +198,27 @@ void graph_parser::parse_wait(step_work& w, const json& v, const std::string& pa
     fail(path + "/default", "'default' applies only with \"on_timeout\": \"default\"");
   } else if (on_timeout_ok && dflt != v.end()) {
     if (schema_ok)
-      check_value(def->schema, *dflt, path + "/default");
-    def->default_value = *dflt;
+      check_value(def.schema, *dflt, path + "/default");
+    def.default_value = *dflt;
   }
-  if (auto it = v.find("approvers"); it != v.end()) {
-    if (!it->is_array()) {
-      fail(path + "/approvers", "expected an array of user names, " + got(*it));
-    } else {
-      std::set<std::string> seen;
-      for (size_t i = 0; i < it->size(); ++i) {
-        auto& x = (*it)[i];
-        auto ipath = path + "/approvers/" + std::to_string(i);
-        if (!x.is_string() || x.get_ref<const std::string&>().empty())
-          fail(ipath, "expected a user name (a non-empty string), "
-                        + (x.is_string() ? std::string{"got an empty string"} : got(x)));
-        else if (!seen.insert(x.get<std::string>()).second)
-          fail(ipath, "'" + x.get<std::string>() + "' is listed twice");
-        else
-          def->approvers.push_back(x.get<std::string>());
-      }
-    }
+}
+
+void graph_parser::parse_approvers(wait_def& def, const json& v, const std::string& apath) {
+  if (!v.is_array()) {
+    fail(apath, "expected an array of user names, " + got(v));
+    return;
+  }
+  std::set<std::string> seen;
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto& x = v[i];
+    auto ipath = apath + "/" + std::to_string(i);
+    if (!x.is_string() || x.get_ref<const std::string&>().empty())
+      fail(ipath, "expected a user name (a non-empty string), "
+                    + (x.is_string() ? std::string{"got an empty string"} : got(x)));
+    else if (!seen.insert(x.get<std::string>()).second)
+      fail(ipath, "'" + x.get<std::string>() + "' is listed twice");
+    else
+      def.approvers.push_back(x.get<std::string>());
   }
 }
 

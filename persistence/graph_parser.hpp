@@ -142,6 +142,24 @@ private:
   /// `w.texts`.
   void parse_wait(step_work& w, const json& v, const std::string& path);
 
+  /// Reads a wait's `options` `v` at `opath` into `def`: labels and their
+  /// values, checked against `def.schema` when `schema_ok`.
+  void parse_wait_options(wait_def& def, const json& v, const std::string& opath,
+                          bool schema_ok);
+
+  /// Reads a wait's `timeout` `v` at `tpath` into `def`: positive, and no
+  /// longer than the graph's deadline.
+  void parse_wait_timeout(wait_def& def, const json& v, const std::string& tpath);
+
+  /// Reads what the wait `v` at `path` does when its timeout passes
+  /// (`on_timeout`, and `default` with it) into `def`; the default is
+  /// checked against `def.schema` when `schema_ok`.
+  void parse_wait_fallback(wait_def& def, const json& v, const std::string& path,
+                           bool schema_ok);
+
+  /// Reads a wait's `approvers` `v` at `apath` into `def`: distinct user names.
+  void parse_approvers(wait_def& def, const json& v, const std::string& apath);
+
   /// Reports each step field of the `wait` step `v` that it cannot have
   /// (`timeout`, `retries`, `with`...): only `needs`, `when` and `after`.
   void refuse_wait_fields(const step_work& w, const json& v);
