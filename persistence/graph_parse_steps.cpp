@@ -91,6 +91,14 @@ void graph_parser::parse_step(const std::string& id, const json& v) {
 
 void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent,
                                      bool deps_only) {
+  parse_step_deps(w, v);
+  if (deps_only)
+    return; // a wait step: `refuse_wait_fields` reported the other fields
+  parse_step_inputs(w, v, is_agent);
+  parse_step_limits(w, v);
+}
+
+void graph_parser::parse_step_deps(step_work& w, const json& v) {
   const auto& path = w.path;
   auto& def = w.def;
   if (auto it = v.find("needs"); it != v.end()) {
@@ -122,8 +130,11 @@ void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent,
     else if (!v.contains("needs"))
       fail(path + "/after", "'after' says how a step treats its needs: this step has none");
   }
-  if (deps_only)
-    return; // a wait step: `refuse_wait_fields` reported the other fields
+}
+
+void graph_parser::parse_step_inputs(step_work& w, const json& v, bool is_agent) {
+  const auto& path = w.path;
+  auto& def = w.def;
   if (auto it = v.find("with"); it != v.end()) {
     if (!it->is_object()) {
       fail(path + "/with", "expected an object, " + got(*it));
@@ -172,6 +183,11 @@ void graph_parser::parse_step_fields(step_work& w, const json& v, bool is_agent,
       w.texts.emplace_back("/cwd", &*def.cwd);
     }
   }
+}
+
+void graph_parser::parse_step_limits(step_work& w, const json& v) {
+  const auto& path = w.path;
+  auto& def = w.def;
   if (auto it = v.find("timeout"); it != v.end())
     def.timeout = duration(*it, path + "/timeout");
   if (auto it = v.find("retries"); it != v.end()) {

@@ -122,6 +122,17 @@ private:
   /// `needs`, `when` and `after`: `refuse_wait_fields` reports the others.
   void parse_step_fields(step_work& w, const json& v, bool is_agent, bool deps_only);
 
+  /// Reads what a step waits for: `needs`, `when` and `after`.
+  void parse_step_deps(step_work& w, const json& v);
+
+  /// Reads what a step gets: `with`, `message` (agent steps only), `env`,
+  /// `stdin` and `cwd`; their strings that may hold references join `w.texts`.
+  void parse_step_inputs(step_work& w, const json& v, bool is_agent);
+
+  /// Reads how a step is bounded: `timeout`, `retries`, `retry_delay`,
+  /// `cost` and `grace`.
+  void parse_step_limits(step_work& w, const json& v);
+
 
   void collect_texts(step_work& w, const json& v, const std::string& path);
 
