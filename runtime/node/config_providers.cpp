@@ -38,7 +38,7 @@ void add_error(std::vector<graph_error>& errors, std::string path, std::string m
   errors.push_back(graph_error{std::move(path), std::move(message), {}});
 }
 
-// -- one provider -----------------------------------------------------------------
+// -- one provider --------------------------------------------------------------
 
 /// Reads the key `api_key_env` or `api_key_file` (`key`) into `p.api_key`;
 /// a relative file is found in `base_dir`. @returns false after an error.
