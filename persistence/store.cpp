@@ -163,6 +163,11 @@ int store::open_databases(bool create, std::string& bad_schema) {
 }
 
 int store::open_env(size_t map_bytes) {
+  {
+    // A new environment maps the file elsewhere.
+    std::lock_guard<std::mutex> guard{map_ranges_mtx_};
+    map_ranges_.clear();
+  }
   int rc = mdb_env_create(&env_);
   if (rc != 0) {
     env_ = nullptr;
@@ -252,9 +257,21 @@ caf::error store::drop_mapped_pages() {
   int fd = -1;
   if (mdb_env_get_fd(env_, &fd) != 0)
     return make_error(persistence_errc::store_error, "the store's file is not open");
+  // Reading /proc/self/maps walks every mapping of the process (each
+  // thread's stack among them): done again only once the map was resized or
+  // the environment opened again (`open_env`), either of which may move it;
+  // both wait for `resize_mtx_`, held here.
+  MDB_envinfo info;
+  if (mdb_env_info(env_, &info) != 0)
+    return make_error(persistence_errc::store_error, "the store's map size is unknown");
+  std::lock_guard<std::mutex> ranges_guard{map_ranges_mtx_};
+  if (map_ranges_.empty() || map_ranges_size_ != info.me_mapsize) {
+    map_ranges_ = mappings_of(fd);
+    map_ranges_size_ = info.me_mapsize;
+  }
   // A shared file mapping: the pages stay in the page cache, and whoever
   // touches one again faults it back in with its current contents.
-  for (auto [lo, hi] : mappings_of(fd))
+  for (auto [lo, hi] : map_ranges_)
     if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
       return make_error(persistence_errc::store_error,
                         std::string{"madvise of the store's map failed: "}

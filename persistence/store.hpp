@@ -480,7 +480,8 @@ public:
   /// (measured: runtime/docs/benchmarks.md#design-measurements). The
   /// pages stay in the kernel's page cache; readers and the writer fault back
   /// in (from memory) the ones they touch again. Cheap (one `madvise`, no
-  /// wait for other threads): the store writer calls it once the process's
+  /// wait for other threads; /proc/self/maps is read once per map size to
+  /// find the map): the store writer calls it once the process's
   /// resident file pages grew by 2 MiB since the last call (after every
   /// 8,192 records it commits when `/proc/self/statm` cannot be read), and
   /// after each idle materialisation (actors/store_writer.cpp).
@@ -602,6 +603,11 @@ private:
   std::atomic<bool> needs_migration_{false};
   std::atomic<uint64_t> releases_{0};
   std::atomic<uint64_t> drops_{0};
+  /// Where this process maps the store's file, found in /proc/self/maps for
+  /// a map of `map_ranges_size_` bytes: read again only once the map grew.
+  std::mutex map_ranges_mtx_;
+  size_t map_ranges_size_ = 0;
+  std::vector<std::pair<uintptr_t, uintptr_t>> map_ranges_;
   /// Readers hold it shared; growing the map holds it exclusively, since LMDB
   /// allows mdb_env_set_mapsize only while this process has no transaction.
   mutable std::shared_mutex resize_mtx_;

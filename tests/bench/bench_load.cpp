@@ -29,9 +29,13 @@
 // one; then a table compares the two. The floor is what the HTTP layer alone
 // allows on this machine. A floor `small` execution completes 5 ms after
 // its start (`--floor-run-ms N`: after N ms, so that its clients poll as
-// often as canopy's do under load).
+// often as canopy's do under load). `--floor-durable` also runs the durable
+// floor after it: the same server, each change committed to LMDB by one
+// group-committing writer before it is answered (floor_server.hpp), so
+// what is left is the HTTP layer and the disk's flushes.
 //
-//   usage: bench_load [--seconds N] [--clients N] [--floor] [--floor-run-ms N]
+//   usage: bench_load [--seconds N] [--clients N] [--floor] [--floor-durable]
+//                     [--floor-run-ms N]
 
 #include <algorithm>
 #include <atomic>
@@ -278,7 +282,7 @@ load_summary summarize(const totals& t, double elapsed) {
 /// The floor run: bodies copied from a real server (then ended), the client
 /// loops against a floor_server for `seconds`. @returns false when it could
 /// not run.
-bool run_floor(int seconds, int clients, int run_ms, load_summary& out) {
+bool run_floor(int seconds, int clients, int run_ms, bool durable, load_summary& out) {
   floor_bodies bodies;
   {
     auto srv = start_load_server();
@@ -288,7 +292,14 @@ bool run_floor(int seconds, int clients, int run_ms, load_summary& out) {
     if (!capture_floor_bodies(c, bodies))
       return false;
   }
-  floor_server fs{std::move(bodies), std::chrono::milliseconds{run_ms}};
+  temp_dir home;
+  std::unique_ptr<floor_log> log;
+  if (durable) {
+    log = std::make_unique<floor_log>(home.path);
+    if (!log->ok())
+      return false;
+  }
+  floor_server fs{std::move(bodies), std::chrono::milliseconds{run_ms}, log.get()};
   if (fs.port() < 0) {
     std::fprintf(stderr, "floor: cannot bind\n");
     return false;
@@ -298,7 +309,8 @@ bool run_floor(int seconds, int clients, int run_ms, load_summary& out) {
   drive(fs.port(), clients, false, t0 + std::chrono::seconds{seconds}, t);
   out = summarize(t, std::chrono::duration<double>(clock_type::now() - t0).count());
   for (auto& [what, n] : t.samples)
-    std::printf("floor: %llu x %s\n", static_cast<unsigned long long>(n), what.c_str());
+    std::printf("%s: %llu x %s\n", durable ? "durable floor" : "floor",
+                static_cast<unsigned long long>(n), what.c_str());
   return true;
 }
 
@@ -306,10 +318,12 @@ bool run_floor(int seconds, int clients, int run_ms, load_summary& out) {
 
 int main(int argc, char** argv) {
   static constexpr auto usage
-    = "usage: bench_load [--seconds N] [--clients N] [--floor] [--floor-run-ms N]\n";
+    = "usage: bench_load [--seconds N] [--clients N] [--floor] [--floor-durable]"
+      " [--floor-run-ms N]\n";
   int seconds = 60;
   int clients = 64;
   bool floor = false;
+  bool floor_durable = false;
   int floor_run_ms = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -317,6 +331,8 @@ int main(int argc, char** argv) {
       (a == "--seconds" ? seconds : clients) = std::atoi(argv[++i]);
     } else if (a == "--floor") {
       floor = true;
+    } else if (a == "--floor-durable") {
+      floor = floor_durable = true;
     } else if (a == "--floor-run-ms" && i + 1 < argc) {
       floor = true;
       floor_run_ms = std::atoi(argv[++i]);
@@ -329,8 +345,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s", usage);
     return 2;
   }
-  load_summary floor_run;
-  if (floor && !run_floor(seconds, clients, floor_run_ms, floor_run))
+  load_summary floor_run, durable_run;
+  if (floor && !run_floor(seconds, clients, floor_run_ms, false, floor_run))
+    return 2;
+  if (floor_durable && !run_floor(seconds, clients, floor_run_ms, true, durable_run))
     return 2;
 
   auto srv = start_load_server();
@@ -442,7 +460,11 @@ int main(int argc, char** argv) {
   }
   if (floor)
     print_floor_comparison(floor_run, summarize(t, elapsed), clients, seconds);
-  bool bad = floor_run.bad || t.s5xx > 0 || t.lost_events > 0 || t.duplicate_events > 0 || t.no_answer > 0
+  if (floor_durable) {
+    std::printf("\nThe durable floor: the same, each change committed to LMDB first.\n");
+    print_floor_comparison(durable_run, summarize(t, elapsed), clients, seconds);
+  }
+  bool bad = floor_run.bad || durable_run.bad || t.s5xx > 0 || t.lost_events > 0 || t.duplicate_events > 0 || t.no_answer > 0
              || t.unended_streams > 0 || t.wrong_stop_answers > 0 || exit_code != 0;
   return bad ? 1 : 0;
 }

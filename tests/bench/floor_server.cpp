@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <utility>
 
+#include <lmdb.h>
+
 #include "tests/integration/server_process.hpp"
 
 namespace canopy::core::test {
@@ -98,10 +100,129 @@ bool capture_floor_bodies(httplib::Client& c, floor_bodies& out) {
   return true;
 }
 
+// -- floor_log --------------------------------------------------------------------
+
+floor_log::floor_log(const std::string& home) {
+  MDB_env* env = nullptr;
+  MDB_txn* txn = nullptr;
+  MDB_dbi dbi = 0;
+  bool opened = mdb_env_create(&env) == 0 && mdb_env_set_mapsize(env, size_t{8} << 30) == 0
+                && mdb_env_open(env, home.c_str(), MDB_NOTLS, 0644) == 0
+                && mdb_txn_begin(env, nullptr, 0, &txn) == 0
+                && mdb_dbi_open(txn, nullptr, 0, &dbi) == 0 && mdb_txn_commit(txn) == 0;
+  if (!opened) {
+    std::fprintf(stderr, "floor: cannot open an LMDB environment in %s\n", home.c_str());
+    if (env)
+      mdb_env_close(env);
+    return;
+  }
+  env_ = env;
+  dbi_ = dbi;
+  thread_ = std::thread{[this] { run(); }};
+}
+
+floor_log::~floor_log() {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable())
+    thread_.join();
+  if (env_)
+    mdb_env_close(env_);
+}
+
+bool floor_log::commit(std::string value) {
+  std::future<bool> committed;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    queue_.push_back(waiting{std::move(value), {}});
+    committed = queue_.back().committed.get_future();
+  }
+  cv_.notify_one();
+  return committed.get();
+}
+
+void floor_log::complete_after(const std::string& id, clock_type::time_point due,
+                               std::function<void(const std::string&)> done) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    finishing_.push_back(finishing{id, due, 2, std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void floor_log::run() {
+  std::unique_lock<std::mutex> lock{mtx_};
+  for (;;) {
+    // Wake for a waiting record, an execution due for its next commit, or
+    // the earliest due time.
+    auto now = clock_type::now();
+    auto next = now + std::chrono::milliseconds{50};
+    bool due = false;
+    for (auto& f : finishing_) {
+      due = due || f.due <= now;
+      next = std::min(next, f.due);
+    }
+    if (!due && queue_.empty() && !stopping_) {
+      cv_.wait_until(lock, next);
+      continue;
+    }
+    if (stopping_) {
+      for (auto& w : queue_)
+        w.committed.set_value(false);
+      return;
+    }
+    auto group = std::move(queue_);
+    queue_.clear();
+    std::vector<finishing> staged;
+    for (auto i = finishing_.begin(); i != finishing_.end();)
+      if (i->due <= now) {
+        staged.push_back(std::move(*i));
+        i = finishing_.erase(i);
+      } else {
+        ++i;
+      }
+    lock.unlock();
+    MDB_txn* txn = nullptr;
+    bool ok = mdb_txn_begin(env_, nullptr, 0, &txn) == 0;
+    auto put = [&](const std::string& value) {
+      auto k = ++key_;
+      unsigned char key[8];
+      for (int b = 7; b >= 0; --b, k >>= 8)
+        key[b] = static_cast<unsigned char>(k & 0xff);
+      MDB_val mk{sizeof key, key}, mv{value.size(), const_cast<char*>(value.data())};
+      ok = ok && mdb_put(txn, dbi_, &mk, &mv, 0) == 0;
+    };
+    for (auto& w : group)
+      put(w.value);
+    for (auto& f : staged)
+      put(f.id);
+    if (ok)
+      ok = mdb_txn_commit(txn) == 0;
+    else if (txn)
+      mdb_txn_abort(txn);
+    for (auto& w : group)
+      w.committed.set_value(ok);
+    lock.lock();
+    for (auto& f : staged) {
+      if (--f.commits_left > 0) {
+        finishing_.push_back(std::move(f)); // due already: the next commit takes it
+        continue;
+      }
+      lock.unlock();
+      f.done(f.id);
+      lock.lock();
+    }
+  }
+}
+
 // -- floor_server -----------------------------------------------------------------
 
-floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_time)
-  : bodies_(std::move(bodies)), run_time_(run_time) {
+floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_time,
+                           floor_log* log)
+  : bodies_(std::move(bodies)), run_time_(run_time), log_(log) {
   // As runtime/server/server.cpp configures the listener of `canopy serve`.
   svr_.set_payload_max_length(size_t{8} << 20);
   svr_.set_read_timeout(30, 0);
@@ -109,14 +230,27 @@ floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_ti
   static constexpr auto json_type = "application/json";
 
   svr_.Post(R"(/v1/graphs/([^/]+)/executions)",
-            [this](const httplib::Request&, httplib::Response& res) {
+            [this](const httplib::Request& req, httplib::Response& res) {
               auto id = next_id();
+              auto body = bodies_.started.render(id);
+              if (log_ && !log_->commit(body)) {
+                res.status = 500;
+                return;
+              }
               {
                 std::lock_guard<std::mutex> guard{mtx_};
                 live_.emplace(id, clock_type::now());
+                if (log_ && req.matches[1].str() == "small")
+                  unfinished_.emplace(id, true);
               }
+              if (log_ && req.matches[1].str() == "small")
+                log_->complete_after(id, clock_type::now() + run_time_,
+                                     [this](const std::string& done) {
+                                       std::lock_guard<std::mutex> guard{mtx_};
+                                       unfinished_.erase(done);
+                                     });
               res.status = 201;
-              res.set_content(bodies_.started.render(id), json_type);
+              res.set_content(body, json_type);
             });
   svr_.Get(R"(/v1/executions/([^/]+))", [this](const httplib::Request& req,
                                                httplib::Response& res) {
@@ -125,7 +259,7 @@ floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_ti
     {
       std::lock_guard<std::mutex> guard{mtx_};
       if (auto i = live_.find(id); i != live_.end()) {
-        done = clock_type::now() - i->second >= run_time_;
+        done = log_ ? unfinished_.count(id) == 0 : clock_type::now() - i->second >= run_time_;
         if (done)
           live_.erase(i);
       }
@@ -136,12 +270,18 @@ floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_ti
   svr_.Post(R"(/v1/executions/([^/]+)/stop)",
             [this](const httplib::Request& req, httplib::Response& res) {
               auto id = req.matches[1].str();
+              auto body = bodies_.stopped.render(id);
+              // The request, then the stopped state: two commits in a row.
+              if (log_ && !(log_->commit(id) && log_->commit(body))) {
+                res.status = 500;
+                return;
+              }
               {
                 std::lock_guard<std::mutex> guard{mtx_};
                 live_.erase(id);
               }
               res.status = 200;
-              res.set_content(bodies_.stopped.render(id), json_type);
+              res.set_content(body, json_type);
             });
   port_ = svr_.bind("127.0.0.1", 0);
   if (port_ >= 0)

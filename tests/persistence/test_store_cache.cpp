@@ -115,6 +115,41 @@ TEST_CASE("dropping the store's mapped pages takes them out of the process's RSS
   check_reads_and_writes(*db);
 }
 
+TEST_CASE("the mapped pages are dropped where the map is after the store's environment was "
+          "opened again and after the map grew",
+          "[persistence][store]") {
+  test::temp_dir dir;
+  store_options opts{dir.path + "/home"};
+  opts.initial_map_bytes = size_t{1} << 20; // grows with the first large write
+  auto db = get(store::open(opts));
+  auto file = dir.path + "/home/data.mdb";
+  auto read_all = [&](int n) {
+    for (int i = 0; i < n; i += 3)
+      REQUIRE(get(db->execution(exec(i).id)).id == exec(i).id);
+  };
+  write_batch first;
+  first.executions.push_back(exec(0));
+  REQUIRE(!db->commit(first));
+  REQUIRE(!db->drop_mapped_pages()); // finds the map of 1 MiB
+  // The map grows (and moves) to take 20,000 executions.
+  write_batch big;
+  for (int i = 1; i < 20000; ++i)
+    big.executions.push_back(exec(i));
+  REQUIRE(!db->commit(big));
+  read_all(20000);
+  CHECK(test::mapped_kib(file) > 2048);
+  REQUIRE(!db->drop_mapped_pages());
+  CHECK(test::mapped_kib(file) < 64);
+  // Opened again: the same size, mapped anew.
+  REQUIRE(!db->release_write_cache());
+  read_all(20000);
+  CHECK(test::mapped_kib(file) > 2048);
+  REQUIRE(!db->drop_mapped_pages());
+  CHECK(test::mapped_kib(file) < 64);
+  CHECK(db->mapped_page_drops() == 3);
+  check_reads_and_writes(*db);
+}
+
 TEST_CASE("reads and writes from other threads while the mapped pages are dropped again and "
           "again see every record",
           "[persistence][store]") {
