@@ -46,7 +46,11 @@ void execution_machine::pump(int64_t now) {
       return;
   }
   ready_.shrink_to_fit(); // empty: a live execution keeps no buffer for it
-  if (durable_completed_ == steps_.size()) {
+  // Every step completed, the last ones in the batch not yet written: the
+  // final record joins that batch, so the last completions and the end are
+  // one transaction (a step's completion is waited for only before its
+  // dependents start; the end starts nothing).
+  if (durable_completed_ + batch_completed_.size() == steps_.size()) {
     finish(now);
     return;
   }

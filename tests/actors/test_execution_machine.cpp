@@ -50,7 +50,7 @@ TEST_CASE("a new execution starts its ready steps and writes that it started",
 }
 
 TEST_CASE("a root waits for an admission slot before it starts", "[actors][machine]") {
-  machine_fixture f{one_noop};
+  machine_fixture f{one_run};
   f.env->has_admission = true;
   f.m->start(++f.now);
   auto xs = f.fx();
@@ -96,6 +96,27 @@ TEST_CASE("a dependent starts only once its need's completion is written",
   CHECK(first<fx::write>(xs)->completed == std::vector<uint32_t>{f.idx("a")});
   f.ack(xs);
   CHECK(f.step("b").phase == step_phase::completed);
+}
+
+TEST_CASE("the last step's completion and the final record are one write", "[actors][machine]") {
+  machine_fixture f{run_then_noop};
+  start_and_grant(f, "a");
+  f.m->step_done(f.idx("a"), 1, json::object(), {}, ++f.now);
+  auto xs = f.fx();
+  CHECK(f.m->phase() == exec_phase::running); // `b` waits for `a`'s completion to be written
+  auto ys = f.ack(xs);
+  CHECK(f.step("b").phase == step_phase::completed);
+  CHECK(f.m->phase() == exec_phase::finishing);
+  REQUIRE(count<fx::write>(ys) == 1);
+  auto w = first<fx::write>(ys);
+  CHECK(w->completed == std::vector<uint32_t>{f.idx("b")});
+  CHECK(w->then == after_write::report);
+  REQUIRE(w->batch.executions.size() == 1);
+  CHECK(w->batch.executions.front().status == execution_status::completed);
+  CHECK(event_types(ys) == std::vector<std::string>{"step.started", "step.completed",
+                                                     "execution.completed"});
+  f.settle(std::move(ys));
+  CHECK(f.m->phase() == exec_phase::done);
 }
 
 TEST_CASE("an execution whose steps all completed writes completed, reports and quits",
@@ -215,8 +236,7 @@ TEST_CASE("a stop that finds the execution finishing changes nothing (the store 
           "[actors][machine]") {
   machine_fixture f{one_noop};
   f.m->start(++f.now);
-  auto xs = f.fx();
-  f.ack(xs); // completion written: the final record is on its way
+  auto xs = f.fx(); // the noop's completion and the final record, on their way
   REQUIRE(f.m->phase() == exec_phase::finishing);
   f.m->stop(step_reason::requested, stop_mode::graceful, false, ++f.now);
   auto ys = f.fx();
@@ -230,7 +250,7 @@ TEST_CASE("a stop request that finds the execution finishing is refused at once,
           "[actors][machine]") {
   machine_fixture f{one_noop};
   f.m->start(++f.now);
-  f.ack(f.fx());
+  f.fx(); // the noop's completion and the final record, on their way
   REQUIRE(f.m->phase() == exec_phase::finishing);
   stop_record req;
   req.id = "s3";
