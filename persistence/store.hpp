@@ -604,7 +604,8 @@ private:
   std::atomic<uint64_t> releases_{0};
   std::atomic<uint64_t> drops_{0};
   /// Where this process maps the store's file, found in /proc/self/maps for
-  /// a map of `map_ranges_size_` bytes: read again only once the map grew.
+  /// a map of `map_ranges_size_` bytes: read again once the map was resized
+  /// or the environment opened again (`open_env` clears it).
   std::mutex map_ranges_mtx_;
   size_t map_ranges_size_ = 0;
   std::vector<std::pair<uintptr_t, uintptr_t>> map_ranges_;

@@ -23,11 +23,8 @@ namespace {
 void later(execution_shell* self, millis delay, caf::message msg) {
   auto& timer = self->state.svc->timer;
   if (!timer) {
-    // A delayed send of a message built untyped: straight to the clock.
-    auto& clock = self->system().clock();
-    clock.schedule_message(clock.now() + delay, caf::actor_cast<caf::strong_actor_ptr>(self),
-                           caf::make_mailbox_element(self->ctrl(), caf::make_message_id(), {},
-                                                     std::move(msg)));
+    // Without the service: anonymous, as the service's own deliveries are.
+    caf::delayed_anon_send(caf::actor_cast<caf::actor>(self), delay, std::move(msg));
     return;
   }
   schedule(self, timer, delay, std::move(msg));

@@ -279,19 +279,20 @@ load_summary summarize(const totals& t, double elapsed) {
   return s;
 }
 
-/// The floor run: bodies copied from a real server (then ended), the client
-/// loops against a floor_server for `seconds`. @returns false when it could
-/// not run.
-bool run_floor(int seconds, int clients, int run_ms, bool durable, load_summary& out) {
-  floor_bodies bodies;
-  {
-    auto srv = start_load_server();
-    if (!srv)
-      return false;
-    auto c = srv->client(alice_token);
-    if (!capture_floor_bodies(c, bodies))
-      return false;
-  }
+/// The floor's answers, copied from a real server (then ended).
+/// @returns false when it could not run.
+bool floor_answers(floor_bodies& bodies) {
+  auto srv = start_load_server();
+  if (!srv)
+    return false;
+  auto c = srv->client(alice_token);
+  return capture_floor_bodies(c, bodies);
+}
+
+/// The floor run: the client loops against a floor_server answering with
+/// `bodies` for `seconds`. @returns false when it could not run.
+bool run_floor(floor_bodies bodies, int seconds, int clients, int run_ms, bool durable,
+               load_summary& out) {
   temp_dir home;
   std::unique_ptr<floor_log> log;
   if (durable) {
@@ -346,9 +347,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   load_summary floor_run, durable_run;
-  if (floor && !run_floor(seconds, clients, floor_run_ms, false, floor_run))
+  floor_bodies bodies;
+  if (floor && !(floor_answers(bodies)
+                 && run_floor(bodies, seconds, clients, floor_run_ms, false, floor_run)))
     return 2;
-  if (floor_durable && !run_floor(seconds, clients, floor_run_ms, true, durable_run))
+  if (floor_durable && !run_floor(bodies, seconds, clients, floor_run_ms, true, durable_run))
     return 2;
 
   auto srv = start_load_server();

@@ -233,6 +233,7 @@ floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_ti
             [this](const httplib::Request& req, httplib::Response& res) {
               auto id = next_id();
               auto body = bodies_.started.render(id);
+              bool finishes = log_ && req.matches[1].str() == "small"; // it completes
               if (log_ && !log_->commit(body)) {
                 res.status = 500;
                 return;
@@ -240,10 +241,10 @@ floor_server::floor_server(floor_bodies bodies, std::chrono::milliseconds run_ti
               {
                 std::lock_guard<std::mutex> guard{mtx_};
                 live_.emplace(id, clock_type::now());
-                if (log_ && req.matches[1].str() == "small")
-                  unfinished_.emplace(id, true);
+                if (finishes)
+                  unfinished_.insert(id);
               }
-              if (log_ && req.matches[1].str() == "small")
+              if (finishes)
                 log_->complete_after(id, clock_type::now() + run_time_,
                                      [this](const std::string& done) {
                                        std::lock_guard<std::mutex> guard{mtx_};

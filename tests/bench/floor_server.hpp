@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <httplib.h>
@@ -173,7 +174,7 @@ private:
   uint64_t counter_ = 0;
   std::unordered_map<std::string, clock_type::time_point> live_; ///< id → start
   /// Durable floor: `small` executions whose final record is not committed yet.
-  std::unordered_map<std::string, bool> unfinished_;
+  std::unordered_set<std::string> unfinished_;
 };
 
 } // namespace canopy::core::test
