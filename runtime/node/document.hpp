@@ -27,13 +27,6 @@ nlohmann::json execution_summary(const execution_record& rec);
 nlohmann::json stop_summary(const stop_record* req, const std::string& result,
                             const std::string& mode);
 
-/// Loads execution `id` and renders its document: every step of its graph
-/// by name (steps never started appear `pending` with attempt 0), each with
-/// its `kind` and `needs` from the graph (readers order them by `needs`),
-/// and with `opts.children` every descendant under `children` and, at the
-/// top of a tree that made a model call, its `model` totals (see
-/// `model_totals`; a tree without one has no `model` key).
-/// @returns the document, `not_found`, or a store error. Thread-safe.
 /// What the model calls of document `tree` and its `children` used:
 /// `{calls, prompt_tokens, completion_tokens, tokens, spend}` summed over
 /// every step whose result has a `usage` (a completed call; a tool loop's
@@ -41,6 +34,13 @@ nlohmann::json stop_summary(const stop_record* req, const std::string& result,
 /// was priced. @returns null when the tree made no model call.
 nlohmann::json model_totals(const nlohmann::json& tree);
 
+/// Loads execution `id` and renders its document: every step of its graph
+/// by name (steps never started appear `pending` with attempt 0), each with
+/// its `kind` and `needs` from the graph (readers order them by `needs`),
+/// and with `opts.children` every descendant under `children` and, at the
+/// top of a tree that made a model call, its `model` totals (see
+/// `model_totals`; a tree without one has no `model` key).
+/// @returns the document, `not_found`, or a store error. Thread-safe.
 caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
                                             document_options opts = {});
 

@@ -11,13 +11,10 @@
 
 #include "actors/messages.hpp"
 
-// tcmalloc's C interface (gperftools), resolved at run time: null unless the
-// process links tcmalloc, so the libraries need not.
-extern "C" {
-int MallocExtension_GetNumericProperty(const char* property, size_t* value)
+// jemalloc's control interface, resolved at run time: null unless the
+// process links jemalloc, so the libraries need not.
+extern "C" int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen)
   __attribute__((weak));
-void MallocExtension_ReleaseFreeMemory() __attribute__((weak));
-}
 
 namespace canopy::core {
 
@@ -32,21 +29,45 @@ void fix_malloc_thresholds() {
   });
 }
 
-bool tcmalloc_figures(heap_figures& out) {
-  if (MallocExtension_GetNumericProperty == nullptr)
+namespace {
+
+/// Reads the `size_t` statistic `name`. @returns false when it cannot.
+bool read_stat(const char* name, size_t& out) {
+  size_t len = sizeof(out);
+  return mallctl(name, &out, &len, nullptr, 0) == 0 && len == sizeof(out);
+}
+
+} // namespace
+
+bool allocator_figures(heap_figures& out) {
+  if (mallctl == nullptr)
     return false;
-  size_t free_bytes = 0, used = 0;
-  if (!MallocExtension_GetNumericProperty("tcmalloc.pageheap_free_bytes", &free_bytes)
-      || !MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &used))
+  // The statistics are a snapshot taken when the epoch advances.
+  uint64_t epoch = 1;
+  size_t len = sizeof(epoch);
+  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0)
     return false;
-  out.free_bytes = free_bytes;
+  // Arena 4096 is jemalloc's `MALLCTL_ARENAS_ALL`: every arena at once.
+  size_t used = 0, dirty = 0, muzzy = 0, page = 0;
+  if (!read_stat("stats.allocated", used) || !read_stat("stats.arenas.4096.pdirty", dirty)
+      || !read_stat("stats.arenas.4096.pmuzzy", muzzy)
+      || !read_stat("arenas.page", page))
+    return false;
+  // Free pages not yet handed back: dirty ones, and muzzy ones (advised
+  // lazily: resident until the kernel wants them).
+  out.free_bytes = (dirty + muzzy) * page;
   out.used_bytes = used;
   return true;
 }
 
+bool release_free_heap() {
+  // Arena 4096: every arena (`MALLCTL_ARENAS_ALL`).
+  return mallctl != nullptr && mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0) == 0;
+}
+
 size_t release_free_heap_if_settled(size_t& last_free_bytes) {
   heap_figures h;
-  if (!tcmalloc_figures(h) || MallocExtension_ReleaseFreeMemory == nullptr)
+  if (!allocator_figures(h))
     return 0;
   auto last = last_free_bytes;
   last_free_bytes = h.free_bytes;
@@ -54,7 +75,7 @@ size_t release_free_heap_if_settled(size_t& last_free_bytes) {
   constexpr size_t growth_bytes = size_t{4} << 20; // less is noise, not a burst
   if (h.free_bytes <= floor_bytes || h.free_bytes > last + growth_bytes)
     return 0;
-  MallocExtension_ReleaseFreeMemory();
+  release_free_heap();
   last_free_bytes = 0;
   return h.free_bytes;
 }

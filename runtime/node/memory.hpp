@@ -30,10 +30,15 @@ struct heap_figures {
   size_t used_bytes = 0;
 };
 
-/// @returns the allocator's figures when the process runs tcmalloc (canopy's
+/// @returns the allocator's figures when the process runs jemalloc (canopy's
 /// programs link it; a program that embeds canopy may too), else nothing.
 /// Threading: any thread.
-bool tcmalloc_figures(heap_figures& out);
+bool allocator_figures(heap_figures& out);
+
+/// Hands every free page the allocator keeps back to the kernel now.
+/// @returns false when the process does not run jemalloc (nothing done).
+/// Threading: any thread.
+bool release_free_heap();
 
 /// Hands the allocator's free heap back to the kernel when it is large
 /// (more than 32 MiB) and settled: at most 4 MiB more than `last_free_bytes`,
@@ -43,9 +48,9 @@ bool tcmalloc_figures(heap_figures& out);
 /// while it is still freeing, a release would only cost it the madvise calls
 /// and the page faults of memory it takes again
 /// (measured: runtime/docs/benchmarks.md#design-measurements).
-/// tcmalloc keeps what it releases as address space and
-/// maps it again on demand. Only with tcmalloc; glibc's `malloc_trim` walks
-/// every arena under its lock, so it is left to the process.
+/// jemalloc keeps what it releases as address space and maps it again on
+/// demand. Only with jemalloc; glibc's `malloc_trim` walks every arena
+/// under its lock, so it is left to the process.
 /// @returns the bytes handed back (0: none); `last_free_bytes` becomes the
 /// free heap found. Threading: any thread.
 size_t release_free_heap_if_settled(size_t& last_free_bytes);

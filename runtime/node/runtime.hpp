@@ -69,7 +69,7 @@ struct runtime_options {
   /// `invalid_input` for 0.
   /// The default keeps the writer's group commits full (a start batch holds
   /// a few records per child) and the batches waiting a few MiB at most:
-  /// more permits leave more in tcmalloc's free lists at the same start
+  /// more permits leave more in the allocator's free lists at the same start
   /// speed, fewer slow the start of a large tree
   /// (measured: runtime/docs/benchmarks.md#design-measurements).
   size_t start_permits = 256;

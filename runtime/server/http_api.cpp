@@ -449,7 +449,7 @@ void api_server::get_metrics(call& c) {
           "# TYPE canopy_waiting_steps gauge\n"
           "canopy_waiting_steps "
           + std::to_string(rt_.waiting_steps()) + "\n";
-  if (heap_figures h; tcmalloc_figures(h))
+  if (heap_figures h; allocator_figures(h))
     body += "# HELP canopy_heap_bytes The server's heap in use (allocated and not freed)\n"
             "# TYPE canopy_heap_bytes gauge\n"
             "canopy_heap_bytes "

@@ -393,7 +393,7 @@ int main(int argc, char** argv) {
   std::printf("| heap (RssAnon) after warm-up / after the load (MiB) | %.1f / %.1f (growth %.1f, "
               "limit 16) |\n",
               warm ? warm->anon_kib / 1024.0 : 0.0, after_load.anon_kib / 1024.0, growth);
-  std::printf("| allocated (tcmalloc) after warm-up / after the load (MiB) | %.1f / %.1f |\n",
+  std::printf("| allocated (jemalloc) after warm-up / after the load (MiB) | %.1f / %.1f |\n",
               warm ? warm->heap_mib : 0.0, after_load.heap_mib);
   std::printf("| descriptors at rest before / after the load | %zu / %zu |\n", at_rest.fds,
               rest.fds);

@@ -29,7 +29,7 @@
 // (c) RSS (VmRSS) per live execution: (RSS once every leaf runs - RSS before
 //     start) / executions; again 2.5 s later (the store writer has settled and the memory keeper
 //     has handed back free heap; the stop is timed after this), after freed heap is released, and the
-//     malloc bytes in use (tcmalloc's count, or mallinfo2). Also the bare CAF tree per actor (its
+//     malloc bytes in use (jemalloc's count, or mallinfo2). Also the bare CAF tree per actor (its
 //     VmRSS delta reuses heap freed by the canopy tree: use the malloc one).
 //     The "before" sample follows a release of the free heap and of the
 //     store's mapped file pages (`store::drop_mapped_pages`), so that neither
@@ -52,9 +52,6 @@
 #include <lmdb.h>
 #include <malloc.h>
 #include <signal.h>
-#ifdef CANOPY_TCMALLOC
-#include <gperftools/malloc_extension_c.h>
-#endif
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -127,30 +124,27 @@ long status_kib(const char* field) {
 struct rss_sample {
   long rss = 0, anon = 0, file = 0;
   long store_map = 0; ///< of `file`: the store's mapped file pages
-  double heap = 0; ///< bytes allocated with malloc and in use (mallinfo2, all arenas)
+  double heap = 0; ///< bytes allocated with malloc and in use (jemalloc's or mallinfo2)
 };
 
 double heap_in_use() {
   canopy::core::heap_figures h;
-  if (canopy::core::tcmalloc_figures(h))
+  if (canopy::core::allocator_figures(h))
     return static_cast<double>(h.used_bytes);
   auto mi = mallinfo2();
   return static_cast<double>(mi.uordblks + mi.hblkhd);
 }
 
-/// Hands freed heap back to the kernel (glibc: malloc_trim; tcmalloc: its page heap).
-void release_free_heap() {
-#ifdef CANOPY_TCMALLOC
-  MallocExtension_ReleaseFreeMemory();
-#else
-  malloc_trim(0);
-#endif
+/// Hands freed heap back to the kernel (jemalloc: its free pages; glibc: malloc_trim).
+void release_heap() {
+  if (!canopy::core::release_free_heap())
+    malloc_trim(0);
 }
 
 /// `with_map`: also the store's map (reads /proc/self/smaps: not every 10 ms).
 rss_sample sample_rss(bool trim = false, bool with_map = true) {
   if (trim)
-    release_free_heap(); // return freed heap, so a delta starts from a clean baseline
+    release_heap(); // return freed heap, so a delta starts from a clean baseline
   rss_sample s{status_kib("VmRSS"), status_kib("RssAnon"), status_kib("RssFile")};
   if (with_map)
     s.store_map = canopy::core::test::mapped_kib("/data.mdb");

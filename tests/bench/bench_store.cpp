@@ -13,7 +13,7 @@
 //     process) with no live execution, and again after 1,000 roots were
 //     added `running` with a dead recorded owner (recovery must stop them);
 //   - `canopy ls --limit 20` and `canopy ls --status failed --limit 20`,
-//     real subprocesses (median of 5; peak RSS from wait4), beside
+//     real subprocesses (median of 11; peak RSS from wait4), beside
 //     `canopy --version`: what starting the process costs alone;
 //   - against a real `canopy serve` on 127.0.0.1: `GET /v1/executions?limit=50`,
 //     a deep cursor page (an id 90 % down the history), `GET
@@ -33,10 +33,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifdef CANOPY_TCMALLOC
-#include <gperftools/malloc_extension_c.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -44,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +48,7 @@
 #include "persistence/duration.hpp"
 #include "persistence/error.hpp"
 #include "persistence/store.hpp"
+#include "runtime/node/memory.hpp"
 #include "runtime/node/runtime.hpp"
 #include "tests/integration/server_process.hpp"
 
@@ -74,13 +72,11 @@ double percentile(std::vector<double> xs, double p) {
   return xs[std::min(i, xs.size() - 1)];
 }
 
-/// tcmalloc's bytes in use by this process (0 without tcmalloc).
+/// The allocator's bytes in use by this process (0 without jemalloc).
 double heap_mib() {
-  size_t bytes = 0;
-#ifdef CANOPY_TCMALLOC
-  MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &bytes);
-#endif
-  return static_cast<double>(bytes) / (1 << 20);
+  canopy::core::heap_figures h;
+  canopy::core::allocator_figures(h);
+  return static_cast<double>(h.used_bytes) / (1 << 20);
 }
 
 /// One finished subprocess: its wall time, exit code, peak RSS and stdout lines.
@@ -91,37 +87,134 @@ struct run_result {
   size_t lines = 0;
 };
 
-/// Runs `canopy --home HOME ARGS...` with stdout to a file; waits with wait4.
+// -- commands as a shell runs them ------------------------------------------------------
+
+/// A small process, forked before the bench maps any home, that runs each
+/// command as a shell does (fork of a small process, exec, wait4), so the
+/// time and the peak RSS that wait4 reports are the command's own: a fork of
+/// this process would copy its page tables and count its resident pages.
+/// Requests and answers travel on two pipes; it ends at end of input.
+class spawner {
+public:
+  /// Forks the spawner. Call first thing in `main`.
+  void start() {
+    int to[2], from[2];
+    if (::pipe(to) != 0 || ::pipe(from) != 0)
+      throw std::runtime_error("pipe failed");
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0)
+      throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      ::close(to[1]);
+      ::close(from[0]);
+      serve(to[0], from[1]);
+      ::_exit(0);
+    }
+    ::close(to[0]);
+    ::close(from[1]);
+    to_ = to[1];
+    from_ = from[0];
+  }
+
+  ~spawner() {
+    if (pid_ <= 0)
+      return;
+    ::close(to_);
+    ::close(from_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+
+  /// Runs `argv` with stdout to `out_file`. @returns its wall time (from
+  /// the fork to its reaping), exit code and peak RSS.
+  run_result run(const std::vector<std::string>& argv, const std::string& out_file) {
+    std::string msg;
+    for (auto& a : argv)
+      msg.append(a).push_back('\0');
+    msg.append(out_file).push_back('\0');
+    uint32_t len = static_cast<uint32_t>(msg.size());
+    run_result r;
+    if (!write_all(to_, &len, sizeof(len)) || !write_all(to_, msg.data(), msg.size())
+        || !read_all(from_, &r, sizeof(r)))
+      throw std::runtime_error("the spawner is gone");
+    return r;
+  }
+
+private:
+  static bool write_all(int fd, const void* p, size_t n) {
+    for (auto* c = static_cast<const char*>(p); n > 0;) {
+      auto w = ::write(fd, c, n);
+      if (w <= 0)
+        return false;
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  }
+
+  static bool read_all(int fd, void* p, size_t n) {
+    for (auto* c = static_cast<char*>(p); n > 0;) {
+      auto got = ::read(fd, c, n);
+      if (got <= 0)
+        return false;
+      c += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  }
+
+  /// The spawner's loop: one request, one command, one answer.
+  static void serve(int in, int out) {
+    uint32_t len = 0;
+    while (read_all(in, &len, sizeof(len))) {
+      std::string msg(len, '\0');
+      if (!read_all(in, msg.data(), len))
+        return;
+      std::vector<char*> args;
+      for (size_t p = 0; p < msg.size(); p = msg.find('\0', p) + 1)
+        args.push_back(msg.data() + p);
+      char* out_file = args.back();
+      args.back() = nullptr;
+      run_result r;
+      auto t0 = clock_type::now();
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        int fd = ::open(out_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(fd, 1);
+        ::execv(args[0], args.data());
+        ::_exit(127);
+      }
+      int status = 0;
+      struct rusage ru {};
+      ::wait4(pid, &status, 0, &ru);
+      r.ms = ms_since(t0);
+      r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      r.maxrss_kib = ru.ru_maxrss;
+      if (!write_all(out, &r, sizeof(r)))
+        return;
+    }
+  }
+
+  pid_t pid_ = -1;
+  int to_ = -1;
+  int from_ = -1;
+};
+
+spawner commands;
+
+/// Runs `canopy --home HOME ARGS...` with stdout to a file (through `commands`).
 run_result run_timed(const std::string& home, const std::vector<std::string>& args,
                      const std::string& out_file) {
   std::vector<std::string> argv{canopy_binary(), "--home", home};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (auto& a : argv)
-    cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  run_result r;
-  auto t0 = clock_type::now();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  struct rusage ru {};
-  ::wait4(pid, &status, 0, &ru);
-  r.ms = ms_since(t0);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.maxrss_kib = ru.ru_maxrss;
+  auto r = commands.run(argv, out_file);
   r.lines = line_count(out_file);
   return r;
 }
 
 /// The median of `n` runs (peak RSS: the largest).
 run_result median_run(const std::string& home, const std::vector<std::string>& args,
-                      const std::string& out_file, int n = 5) {
+                      const std::string& out_file, int n = 11) {
   std::vector<double> ms;
   run_result last;
   long rss = 0;
@@ -496,6 +589,7 @@ int main(int argc, char** argv) {
   }
   std::printf("## bench_store\n");
   try {
+    commands.start();
     for (auto n : sizes)
       bench_size(n);
   } catch (const std::exception& e) {

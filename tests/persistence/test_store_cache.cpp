@@ -45,7 +45,7 @@ execution_record exec(int i) {
 /// (a sanitizer's allocator).
 std::optional<size_t> allocated() {
   heap_figures h;
-  if (tcmalloc_figures(h))
+  if (allocator_figures(h))
     return h.used_bytes;
   return std::nullopt;
 }
