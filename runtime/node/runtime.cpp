@@ -90,6 +90,10 @@ caf::expected<std::unique_ptr<runtime>> runtime::open(runtime_options opts) {
     return make_error(runtime_errc::invalid_input,
                       "runtime_options.start_permits is 0: no execution could ever start "
                       "(at least 1)");
+  if (opts.max_parallel == 0)
+    return make_error(runtime_errc::invalid_input,
+                      "runtime_options.max_parallel is 0: no run or tool step could ever run "
+                      "(at least 1)");
   if (opts.home.empty())
     opts.home = default_home();
   // Process-wide, each with its opt-out (runtime_options).

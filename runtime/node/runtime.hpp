@@ -58,7 +58,8 @@ struct runtime_options {
   /// The store folder: `--home`, else `$CANOPY_HOME`, else `./.canopy`
   /// (see `default_home`).
   std::string home;
-  /// Subprocesses running at once in this process (SPEC: default 4).
+  /// Subprocesses running at once in this process (default 4). At least 1:
+  /// `open` answers `invalid_input` for 0.
   size_t max_parallel = 4;
   /// Root executions running at once (0: unlimited); the others wait `queued`
   /// in start order.

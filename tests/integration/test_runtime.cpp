@@ -1177,6 +1177,19 @@ TEST_CASE("a runtime with no start permits is refused before it opens anything",
   CHECK(!std::filesystem::exists(opts.home));
 }
 
+TEST_CASE("a runtime that may run no subprocess is refused before it opens anything",
+          "[runtime]") {
+  test::temp_dir dir;
+  runtime_options opts;
+  opts.home = dir.path + "/home";
+  opts.max_parallel = 0;
+  auto rt = runtime::open(opts);
+  REQUIRE(!rt);
+  CHECK(rt.error().code() == static_cast<uint8_t>(runtime_errc::invalid_input));
+  CHECK_THAT(message_of(rt.error()), Catch::Contains("max_parallel is 0"));
+  CHECK(!std::filesystem::exists(opts.home));
+}
+
 TEST_CASE("a tree of 111 executions starts and completes through a gate of 3 permits",
           "[runtime][gate]") {
   fixture f{0, 3};

@@ -399,6 +399,18 @@ TEST_CASE("open leaves SIGPIPE alone when told to", "[library]") {
   }
 }
 
+TEST_CASE("open refuses a runtime that could run no subprocess, naming the option",
+          "[library]") {
+  temp_home home;
+  canopy::options opts;
+  opts.home = home.path + "/home";
+  opts.max_parallel = 0;
+  auto rt = canopy::runtime::open(opts);
+  REQUIRE_FALSE(rt);
+  CHECK(rt.error().code() == errc::invalid);
+  CHECK(rt.error().message().find("max_parallel") != std::string::npos);
+}
+
 TEST_CASE("a home that cannot be created is store_unreachable", "[library]") {
   canopy::options opts;
   opts.home = "/proc/canopy-cannot-be-here";

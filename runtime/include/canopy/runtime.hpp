@@ -40,6 +40,7 @@ struct options {
   /// missing. Several processes may share a home.
   std::string home;
   /// Subprocesses (`run`, `tool` steps) running at once in this process.
+  /// At least 1: `open` fails with `errc::invalid` for 0.
   size_t max_parallel = 4;
   /// Root executions running at once (0: unlimited); the others wait
   /// `queued`, in start order.
