@@ -1164,30 +1164,26 @@ std::vector<execution_record> tree_of(const fixture& f, const std::string& root)
 
 } // namespace
 
-TEST_CASE("a runtime with no start permits is refused before it opens anything",
+TEST_CASE("a runtime with no start permits or no subprocess slots is refused before it opens "
+          "anything",
           "[runtime][gate]") {
-  test::temp_dir dir;
-  runtime_options opts;
-  opts.home = dir.path + "/home";
-  opts.start_permits = 0;
-  auto rt = runtime::open(opts);
-  REQUIRE(!rt);
-  CHECK(rt.error().code() == static_cast<uint8_t>(runtime_errc::invalid_input));
-  CHECK_THAT(message_of(rt.error()), Catch::Contains("start_permits is 0"));
-  CHECK(!std::filesystem::exists(opts.home));
-}
-
-TEST_CASE("a runtime that may run no subprocess is refused before it opens anything",
-          "[runtime]") {
-  test::temp_dir dir;
-  runtime_options opts;
-  opts.home = dir.path + "/home";
-  opts.max_parallel = 0;
-  auto rt = runtime::open(opts);
-  REQUIRE(!rt);
-  CHECK(rt.error().code() == static_cast<uint8_t>(runtime_errc::invalid_input));
-  CHECK_THAT(message_of(rt.error()), Catch::Contains("max_parallel is 0"));
-  CHECK(!std::filesystem::exists(opts.home));
+  struct zero_option {
+    const char* name;
+    size_t runtime_options::*field;
+  };
+  for (auto [name, field] : {zero_option{"start_permits", &runtime_options::start_permits},
+                             zero_option{"max_parallel", &runtime_options::max_parallel}}) {
+    INFO(name);
+    test::temp_dir dir;
+    runtime_options opts;
+    opts.home = dir.path + "/home";
+    opts.*field = 0;
+    auto rt = runtime::open(opts);
+    REQUIRE(!rt);
+    CHECK(rt.error().code() == static_cast<uint8_t>(runtime_errc::invalid_input));
+    CHECK_THAT(message_of(rt.error()), Catch::Contains(std::string{name} + " is 0"));
+    CHECK(!std::filesystem::exists(opts.home));
+  }
 }
 
 TEST_CASE("a tree of 111 executions starts and completes through a gate of 3 permits",
