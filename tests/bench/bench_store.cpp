@@ -213,20 +213,22 @@ run_result run_timed(const std::string& home, const std::vector<std::string>& ar
   return r;
 }
 
-/// Runs each command of `commands` once per round, in turn, for `rounds`
-/// rounds: a disturbance of the machine falls on all of them alike. @returns
-/// per command the median time, the range, and the largest peak RSS.
+/// One command's times over the rounds of `interleaved_runs`: the median
+/// run (with the largest peak RSS of all) and the range.
 struct timed_command {
   run_result median;
   double min_ms = 0, max_ms = 0;
 };
+
+/// Runs each command of `commands` once per round, in turn, for `rounds`
+/// rounds, after one untimed run that brings the binary's pages into the
+/// cache: a disturbance of the machine falls on all of them alike.
 std::vector<timed_command> interleaved_runs(const std::string& home,
                                             const std::vector<std::vector<std::string>>& commands,
                                             const std::string& out_file, int rounds = 15) {
   std::vector<std::vector<double>> ms(commands.size());
   std::vector<timed_command> out(commands.size());
-  run_result warm = run_timed(home, commands.front(), out_file); // the binary's pages in cache
-  (void) warm;
+  run_timed(home, commands.front(), out_file);
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < commands.size(); ++i) {
       auto one = run_timed(home, commands[i], out_file);
