@@ -243,6 +243,9 @@ struct parse_options {
   /// Accept any tool name (resuming on a cluster node: the workers that have
   /// a stored graph's tools may not have joined yet; its steps wait for them).
   bool any_tool = false;
+  /// Appended to the error of a tool name that is not in `tools`: where this
+  /// caller's tools come from (the CLI: its `--config FILE`).
+  std::string unknown_tool_hint;
   /// False on a server whose config does not allow inline commands: `run`
   /// steps and `plan` steps with an argv are errors (code
   /// `inline_commands_disabled`), in child graphs too.

@@ -349,10 +349,12 @@ void graph_parser::check_tool(const std::string& name, const std::string& path) 
   if (opts_.any_tool || opts_.tools.count(name) > 0)
     return;
   if (opts_.tools.empty())
-    fail(path, "unknown tool '" + name + "' (no tools are registered on this node)");
+    fail(path, "unknown tool '" + name + "' (no tools are registered on this node)"
+                 + opts_.unknown_tool_hint);
   else
     fail(path, "unknown tool '" + name + "' (registered: " + join(opts_.tools) + ")"
-                 + did_you_mean(name, {opts_.tools.begin(), opts_.tools.end()}));
+                 + did_you_mean(name, {opts_.tools.begin(), opts_.tools.end()})
+                 + opts_.unknown_tool_hint);
 }
 
 // -- child graphs --------------------------------------------------------------

@@ -64,6 +64,7 @@ struct command_line {
   cli::run_options ro;
   std::optional<double> budget;
   std::string resume_config;
+  std::string validate_config;
   bool force = false;
   double wait_s = 30;
   bool follow_live = false;
@@ -197,6 +198,8 @@ void add_graph_commands(CLI::App& app, command_line& c) {
   c.add_remote(c.graph_ls);
   c.validate = app.add_subcommand("validate", "check a graph file");
   c.validate->add_option("file", c.file, "graph file")->required();
+  c.validate->add_option("--config", c.validate_config,
+                         "a node config file whose tools the graph may use (as run --config)");
   c.add_remote(c.validate);
 }
 
@@ -298,7 +301,7 @@ int dispatch(CLI::App& app, command_line& c, const char* argv0) {
   if (c.serve->parsed())
     return cmd_serve(c.g, c.max_parallel_opt->count() > 0, c.sf);
   if (c.validate->parsed())
-    return cmd_validate(c.file, remote);
+    return cmd_validate(c.file, c.validate_config, remote);
   if (c.po.cmd->parsed())
     return cmd_prune(c.g, c.po);
   if (c.worker->parsed())

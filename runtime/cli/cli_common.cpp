@@ -201,6 +201,20 @@ std::optional<node_config> read_run_config(const std::string& file) {
   return std::nullopt;
 }
 
+parse_options local_or_server_tools(const node_config* cfg, const remote_options& remote) {
+  parse_options opts;
+  if (!remote.server.empty()) {
+    opts.any_tool = true;
+    return opts;
+  }
+  if (cfg != nullptr)
+    for (auto& kv : cfg->tools)
+      opts.tools.insert(kv.first);
+  if (cfg == nullptr)
+    opts.unknown_tool_hint = "; tools come from a node config file: pass it with --config FILE";
+  return opts;
+}
+
 bool use_colour(const global_options& g, bool tty) {
   if (g.color == "always")
     return true;

@@ -417,7 +417,13 @@ int cmd_serve(const global_options& g, bool max_parallel_given, const serve_flag
 /// `canopy graph push FILE --server URL`. @returns the exit code.
 int cmd_graph_push(const std::string& file, const remote_options& remote, bool as_json);
 
-/// `canopy validate FILE [--server URL]`. @returns the exit code.
-int cmd_validate(const std::string& file, const remote_options& remote);
+/// `canopy validate FILE [--config FILE | --server URL]`. @returns the exit code.
+int cmd_validate(const std::string& file, const std::string& config,
+                 const remote_options& remote);
+
+/// What `run` and `validate` check tool names against: `cfg`'s tools for a
+/// local check (with a hint naming `--config` for a name it lacks); any
+/// name for a server, which checks them against its own and its workers'.
+parse_options local_or_server_tools(const node_config* cfg, const remote_options& remote);
 
 } // namespace canopy::core::cli

@@ -24,12 +24,22 @@ int cmd_graph_push(const std::string& file, const remote_options& remote, bool a
   return remote_graph_push(remote, file, *parsed.value, as_json);
 }
 
-/// `canopy validate [--server URL]`: parses the file as `run` does and
+/// `canopy validate [--config FILE | --server URL]`: parses the file as `run`
+/// does (tool names against the config's tools, or left to the server) and
 /// resolves each `graph` step naming a registered graph as its run would:
 /// locally none resolves (local executions have no registry); on a server,
 /// the token's user's graph of that name must exist.
-int cmd_validate(const std::string& file, const remote_options& remote) {
-  parse_options opts;
+int cmd_validate(const std::string& file, const std::string& config,
+                 const remote_options& remote) {
+  std::optional<node_config> cfg;
+  if (!config.empty()) {
+    if (!remote.server.empty())
+      return usage_error("--config is for a local check: a server has its own");
+    cfg = read_run_config(config);
+    if (!cfg)
+      return exit_usage;
+  }
+  auto opts = local_or_server_tools(cfg ? &*cfg : nullptr, remote);
   std::optional<api_client> api;
   if (!remote.server.empty()) {
     auto c = open_client(remote);

@@ -113,11 +113,7 @@ int cmd_run(const global_options& g, const run_options& o, const remote_options&
     if (!cfg)
       return exit_usage;
   }
-  parse_options popts;
-  popts.any_tool = !remote.server.empty();
-  if (cfg)
-    for (auto& kv : cfg->tools)
-      popts.tools.insert(kv.first);
+  auto popts = local_or_server_tools(cfg ? &*cfg : nullptr, remote);
   auto parsed = parse_graph_file(o.file, popts);
   if (!parsed)
     return report_graph_errors(o.file, parsed);

@@ -1,5 +1,4 @@
-// bench_http: request latency of `canopy serve` on kept-alive connections
-// (point 1).
+// bench_http: request latency of `canopy serve` on kept-alive connections.
 //
 // A real server subprocess on a temp home. For 1, 16 and 64 connections at
 // once (one client thread each, every client one kept-alive connection), each

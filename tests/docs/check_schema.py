@@ -76,7 +76,8 @@ SEMANTIC = {
 NOT_GRAPHS = {"expected.json"}
 
 # `canopy validate` messages of what a schema cannot know about a graph that
-# is otherwise good (validate registers no tools; files are relative).
+# is otherwise good (validate without --config knows no tools; files are
+# relative).
 OUTSIDE_THE_DOCUMENT = (
     re.compile(r"unknown tool '[^']*' \(no tools are registered on this node\)"),
     re.compile(r"cannot read graph file"),

@@ -117,6 +117,40 @@ TEST_CASE("validate accepts a valid graph with a nested file", "[integration][cl
   CHECK_THAT(r.out, Catch::Contains("ok"));
 }
 
+TEST_CASE("validate checks tool names against the tools of --config, and without it the error says "
+          "where tools come from",
+          "[integration][cli][validation]") {
+  temp_dir home;
+  auto g = home.write("t.json", R"({"name": "t", "steps": {"s": {"tool": "search"}}})");
+  auto cfg = home.write("node.json", R"({"tools": {"search": {"argv": ["true"]}}})");
+  auto typo = home.write("typo.json", R"({"tools": {"serch": {"argv": ["true"]}}})");
+
+  auto r = run_canopy(home.path, {"validate", g});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/steps/s/tool: unknown tool 'search' (no tools are "
+                                    "registered on this node); tools come from a node config "
+                                    "file: pass it with --config FILE"));
+  r = run_canopy(home.path, {"validate", g, "--config", cfg});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("ok: graph 't'"));
+  r = run_canopy(home.path, {"validate", g, "--config", typo});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("unknown tool 'search' (registered: serch); did you mean "
+                                    "'serch'?"));
+  CHECK(r.err.find("--config FILE") == std::string::npos);
+  r = run_canopy(home.path, {"validate", g, "--config", home.path + "/missing.json"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("missing.json"));
+  r = run_canopy(home.path, {"validate", g, "--config", cfg, "--server", "http://127.0.0.1:1"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--config is for a local check"));
+  // `run` says the same, and stores nothing.
+  r = run_canopy(home.path, {"run", g});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("pass it with --config FILE"));
+  CHECK(ls_json(home.path) == json::array());
+}
+
 // -- running ----------------------------------------------------------------------------
 
 TEST_CASE("a three-level nested graph records lineage and outputs", "[integration][cli]") {
