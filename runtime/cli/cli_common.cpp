@@ -207,11 +207,12 @@ parse_options local_or_server_tools(const node_config* cfg, const remote_options
     opts.any_tool = true;
     return opts;
   }
-  if (cfg != nullptr)
-    for (auto& kv : cfg->tools)
-      opts.tools.insert(kv.first);
-  if (cfg == nullptr)
+  if (cfg == nullptr) {
     opts.unknown_tool_hint = "; tools come from a node config file: pass it with --config FILE";
+    return opts;
+  }
+  for (auto& kv : cfg->tools)
+    opts.tools.insert(kv.first);
   return opts;
 }
 
