@@ -116,7 +116,7 @@ void add_model_use(const json& doc, int64_t& calls, int64_t& in, int64_t& out, d
       add_model_use(c, calls, in, out, spend, priced);
 }
 
-caf::expected<json> load_tree(const store& db, const std::string& id, document_options opts);
+caf::expected<json> load_tree(const store& db, execution_record rec, document_options opts);
 
 } // namespace
 
@@ -136,7 +136,15 @@ json model_totals(const json& tree) {
 
 caf::expected<json> load_document(const store& db, const std::string& id,
                                   document_options opts) {
-  auto doc = load_tree(db, id, opts);
+  auto rec = db.execution(id);
+  if (!rec)
+    return rec.error();
+  return load_document(db, std::move(*rec), opts);
+}
+
+caf::expected<json> load_document(const store& db, execution_record rec,
+                                  document_options opts) {
+  auto doc = load_tree(db, std::move(rec), opts);
   if (doc && opts.steps && opts.children)
     if (auto totals = model_totals(*doc); !totals.is_null())
       (*doc)["model"] = std::move(totals);
@@ -145,11 +153,9 @@ caf::expected<json> load_document(const store& db, const std::string& id,
 
 namespace {
 
-caf::expected<json> load_tree(const store& db, const std::string& id, document_options opts) {
-  auto rec = db.execution(id);
-  if (!rec)
-    return rec.error();
-  auto doc = execution_summary(*rec);
+caf::expected<json> load_tree(const store& db, execution_record rec, document_options opts) {
+  const auto id = rec.id;
+  auto doc = execution_summary(rec);
   if (opts.steps) {
     auto steps = db.steps(id);
     if (!steps)
@@ -186,7 +192,10 @@ caf::expected<json> load_tree(const store& db, const std::string& id, document_o
       return kids.error();
     json children = json::array();
     for (auto& kid : *kids) {
-      auto child = load_tree(db, kid, opts);
+      auto kid_rec = db.execution(kid);
+      if (!kid_rec)
+        return kid_rec.error();
+      auto child = load_tree(db, std::move(*kid_rec), opts);
       if (!child)
         return child.error();
       children.push_back(std::move(*child));

@@ -44,4 +44,10 @@ nlohmann::json model_totals(const nlohmann::json& tree);
 caf::expected<nlohmann::json> load_document(const store& db, const std::string& id,
                                             document_options opts = {});
 
+/// `load_document` of `rec`, an execution record the caller read from `db`
+/// just before (a request's ownership check): the record is not read again.
+/// @returns the document or a store error. Thread-safe.
+caf::expected<nlohmann::json> load_document(const store& db, execution_record rec,
+                                            document_options opts = {});
+
 } // namespace canopy::core

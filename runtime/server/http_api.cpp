@@ -374,16 +374,26 @@ std::optional<execution_record> api_server::owned(call& c, const std::string& id
   return std::nullopt;
 }
 
-std::optional<json> api_server::document(call& c, const std::string& id, bool steps, bool children) {
-  document_options opts;
-  opts.steps = steps;
-  opts.children = children;
-  auto doc = load_document(db_, id, opts);
+namespace {
+
+/// `doc`, or nothing once its error is answered.
+std::optional<json> or_answer(httplib::Response& res, caf::expected<json> doc) {
   if (!doc) {
-    reply(c.res, from_error(doc.error()));
+    reply(res, from_error(doc.error()));
     return std::nullopt;
   }
   return std::move(*doc);
+}
+
+} // namespace
+
+std::optional<json> api_server::document(call& c, const std::string& id, bool steps, bool children) {
+  return or_answer(c.res, load_document(db_, id, document_options{steps, children}));
+}
+
+std::optional<json> api_server::document(call& c, execution_record rec, bool steps,
+                                         bool children) {
+  return or_answer(c.res, load_document(db_, std::move(rec), document_options{steps, children}));
 }
 
 caf::expected<std::shared_ptr<const graph>> api_server::parsed(const registered_graph& rg,

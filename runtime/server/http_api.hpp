@@ -216,6 +216,8 @@ private:
 
   /// The document of execution `id`; answers the error itself when it fails.
   std::optional<json> document(call& c, const std::string& id, bool steps, bool children);
+  /// The same of `rec`, just read by `owned` (not read again).
+  std::optional<json> document(call& c, execution_record rec, bool steps, bool children);
 
   /// Parses a registered graph version against this node (cached).
   caf::expected<std::shared_ptr<const graph>> parsed(const registered_graph& rg,

@@ -300,13 +300,13 @@ void api_server::delete_execution(call& c) {
 
 void api_server::get_execution(call& c) {
   if (auto rec = owned(c, c.capture))
-    if (auto doc = document(c, rec->id, true, false))
+    if (auto doc = document(c, std::move(*rec), true, false))
       reply(c.res, 200, *doc);
 }
 
 void api_server::get_tree(call& c) {
   if (auto rec = owned(c, c.capture))
-    if (auto doc = document(c, rec->id, true, true))
+    if (auto doc = document(c, std::move(*rec), true, true))
       reply(c.res, 200, *doc);
 }
 
