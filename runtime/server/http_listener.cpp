@@ -271,18 +271,31 @@ public:
     return n;
   }
 
+  /// The peer's address and port: asked of the socket once per connection
+  /// (httplib asks for every request).
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    if (::getpeername(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      address_of(addr, ip, port);
+    if (!remote_.known) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      if (::getpeername(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+        address_of(addr, remote_.ip, remote_.port);
+      remote_.known = true;
+    }
+    ip = remote_.ip;
+    port = remote_.port;
   }
 
+  /// This end's address and port, asked once per connection as above.
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    if (::getsockname(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      address_of(addr, ip, port);
+    if (!local_.known) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      if (::getsockname(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+        address_of(addr, local_.ip, local_.port);
+      local_.known = true;
+    }
+    ip = local_.ip;
+    port = local_.port;
   }
 
   socket_t socket() const override {
@@ -368,8 +381,17 @@ private:
     }
   }
 
+  /// An end of the connection, once asked.
+  struct endpoint {
+    bool known = false;
+    std::string ip;
+    int port = 0;
+  };
+
   int sock_;
   SSL* ssl_;
+  mutable endpoint remote_;
+  mutable endpoint local_;
   const std::atomic<socket_t>& server_sock_;
   const http_limits& limits_;
   std::chrono::milliseconds read_timeout_;
