@@ -274,28 +274,12 @@ public:
   /// The peer's address and port: asked of the socket once per connection
   /// (httplib asks for every request).
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    if (!remote_.known) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof(addr);
-      if (::getpeername(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-        address_of(addr, remote_.ip, remote_.port);
-      remote_.known = true;
-    }
-    ip = remote_.ip;
-    port = remote_.port;
+    answer(remote_, ::getpeername, ip, port);
   }
 
   /// This end's address and port, asked once per connection as above.
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    if (!local_.known) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof(addr);
-      if (::getsockname(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-        address_of(addr, local_.ip, local_.port);
-      local_.known = true;
-    }
-    ip = local_.ip;
-    port = local_.port;
+    answer(local_, ::getsockname, ip, port);
   }
 
   socket_t socket() const override {
@@ -303,6 +287,28 @@ public:
   }
 
 private:
+  /// An end of the connection, once asked.
+  struct endpoint {
+    bool known = false;
+    std::string ip;
+    int port = 0;
+  };
+
+  /// Fills `ip` and `port` from `e`, asking `query` (getpeername or
+  /// getsockname) the first time.
+  void answer(endpoint& e, int (*query)(int, sockaddr*, socklen_t*), std::string& ip,
+              int& port) const {
+    if (!e.known) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      if (query(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+        address_of(addr, e.ip, e.port);
+      e.known = true;
+    }
+    ip = e.ip;
+    port = e.port;
+  }
+
   /// The end of the current read: the request's deadline, or the read
   /// timeout when it comes first.
   clock_type::time_point read_end() const {
@@ -380,13 +386,6 @@ private:
         in_headers_ = false;
     }
   }
-
-  /// An end of the connection, once asked.
-  struct endpoint {
-    bool known = false;
-    std::string ip;
-    int port = 0;
-  };
 
   int sock_;
   SSL* ssl_;
