@@ -24,11 +24,17 @@ bool is_stop(const caf::error& err, stop_reason& reason, stop_mode& mode) {
     return false;
   mode = code == actors_errc::stop_force ? stop_mode::force : stop_mode::graceful;
   auto& ctx = err.context();
-  reason = stop_reason::requested;
-  if (ctx.size() == 1 && ctx.match_element<std::string>(0)
-      && !from_string(ctx.get_as<std::string>(0), reason))
-    reason = stop_reason::requested;
+  reason = ctx.size() == 1 && ctx.match_element<std::string>(0)
+             ? stop_reason_of(ctx.get_as<std::string>(0))
+             : stop_reason::requested;
   return true;
+}
+
+stop_reason stop_reason_of(const std::string& text) {
+  auto reason = stop_reason::requested;
+  if (!from_string(text, reason))
+    reason = stop_reason::requested;
+  return reason;
 }
 
 caf::error make_compact_stop(uint64_t events) {

@@ -43,8 +43,12 @@ caf::error make_error(actors_errc x, std::string context);
 caf::error make_stop(stop_reason reason, stop_mode mode);
 
 /// If `err` is a stop exit reason, sets `reason` and `mode` and returns true.
-/// A reason this version does not know reads as `requested`.
+/// Its reason is read by `stop_reason_of`.
 bool is_stop(const caf::error& err, stop_reason& reason, stop_mode& mode);
+
+/// The stop reason a stop (an exit reason, a stop message) carries as text:
+/// a reason this version does not know reads as `requested`.
+stop_reason stop_reason_of(const std::string& text);
 
 /// The exit reason of an execution stopped compactly, standing for `events`.
 caf::error make_compact_stop(uint64_t events);

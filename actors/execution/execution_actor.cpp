@@ -33,13 +33,6 @@ std::shared_ptr<const machine_env> make_machine_env(const execution_services& sv
 
 namespace {
 
-/// The stop reason of a stop message (unknown: `requested`).
-step_reason reason_of(const std::string& s) {
-  step_reason r = step_reason::requested;
-  from_string(s, r);
-  return r;
-}
-
 /// The step whose worker is `addr`, if its worker is still current.
 std::optional<uint32_t> step_of(execution_shell_state& st, const caf::actor_addr& addr) {
   for (auto& kv : st.workers.items())
@@ -195,7 +188,7 @@ execution_handlers::behavior_type make_handlers() {
     [](gate_atom) { start_machine(current_shell); },
     [](stop_atom, const std::string& reason, bool force) {
       auto mode = force ? stop_mode::force : stop_mode::graceful;
-      feed([&](m_t& m) { m.stop(reason_of(reason), mode, false, now_ms()); });
+      feed([&](m_t& m) { m.stop(stop_reason_of(reason), mode, false, now_ms()); });
     },
     [](abandon_atom, uint64_t idx, int attempt) {
       feed([&](m_t& m) { m.abandon_fn(step_of(idx), attempt, now_ms()); });
