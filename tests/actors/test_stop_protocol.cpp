@@ -20,6 +20,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/error.hpp"
 #include "actors/messages.hpp"
 #include "actors/store_writer.hpp"
 #include "actors/tree_context.hpp"
@@ -374,4 +375,20 @@ TEST_CASE("a stop of many that gives up on an error requests nothing after it",
   CHECK(store_test::is_errc(out[0].error, persistence_errc::not_found));
   CHECK(seen->requests == 0);
   CHECK_FALSE(token->any());
+}
+
+TEST_CASE("a stop's reason is read from its text, and a reason this version does not know "
+          "reads as requested",
+          "[actors][stop]") {
+  CHECK(stop_reason_of("parent_stopped") == stop_reason::parent_stopped);
+  CHECK(stop_reason_of("a reason of a newer version") == stop_reason::requested);
+  auto reason = stop_reason::none;
+  auto mode = stop_mode::graceful;
+  REQUIRE(is_stop(make_stop(stop_reason::shutdown, stop_mode::force), reason, mode));
+  CHECK(reason == stop_reason::shutdown);
+  CHECK(mode == stop_mode::force);
+  REQUIRE(is_stop(make_error(actors_errc::stop, "a reason of a newer version"), reason, mode));
+  CHECK(reason == stop_reason::requested);
+  CHECK(mode == stop_mode::graceful);
+  CHECK_FALSE(is_stop(caf::error{}, reason, mode));
 }
