@@ -213,11 +213,12 @@ run_result run_timed(const std::string& home, const std::vector<std::string>& ar
   return r;
 }
 
-/// One command's times over the rounds of `interleaved_runs`: the median
-/// run (with the largest peak RSS of all) and the range.
+/// One command over the rounds of `interleaved_runs`: its median time and
+/// range, its largest peak RSS, and the lines its last run printed.
 struct timed_command {
-  run_result median;
-  double min_ms = 0, max_ms = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  long maxrss_kib = 0;
+  size_t lines = 0;
 };
 
 /// Runs each command of `commands` once per round, in turn, for `rounds`
@@ -233,12 +234,11 @@ std::vector<timed_command> interleaved_runs(const std::string& home,
     for (size_t i = 0; i < commands.size(); ++i) {
       auto one = run_timed(home, commands[i], out_file);
       ms[i].push_back(one.ms);
-      auto rss = std::max(out[i].median.maxrss_kib, one.maxrss_kib);
-      out[i].median = one;
-      out[i].median.maxrss_kib = rss;
+      out[i].maxrss_kib = std::max(out[i].maxrss_kib, one.maxrss_kib);
+      out[i].lines = one.lines;
     }
   for (size_t i = 0; i < commands.size(); ++i) {
-    out[i].median.ms = percentile(ms[i], 0.5);
+    out[i].median_ms = percentile(ms[i], 0.5);
     out[i].min_ms = *std::min_element(ms[i].begin(), ms[i].end());
     out[i].max_ms = *std::max_element(ms[i].begin(), ms[i].end());
   }
@@ -521,16 +521,14 @@ void bench_size(size_t n) {
                                        {"ls", "--status", "failed", "--limit", "20"}},
                                out);
   auto timed = [](const timed_command& t) {
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), "%.1f ms (%.1f–%.1f), %.1f MiB peak RSS", t.median.ms,
-                  t.min_ms, t.max_ms, t.median.maxrss_kib / 1024.0);
-    return std::string{buf};
+    return fmt("%.1f ms", t.median_ms) + fmt(" (%.1f", t.min_ms) + fmt("–%.1f)", t.max_ms)
+           + fmt(", %.1f MiB peak RSS", t.maxrss_kib / 1024.0);
   };
   row("process start alone (`canopy --version`)", timed(runs[0]));
-  row("`ls --limit 20`", timed(runs[1]) + ", " + std::to_string(runs[1].median.lines) + " lines",
+  row("`ls --limit 20`", timed(runs[1]) + ", " + std::to_string(runs[1].lines) + " lines",
       "< 20 ms");
   row("`ls --status failed --limit 20`",
-      timed(runs[2]) + ", " + std::to_string(runs[2].median.lines) + " lines", "< 20 ms");
+      timed(runs[2]) + ", " + std::to_string(runs[2].lines) + " lines", "< 20 ms");
   std::fflush(stdout);
 
   server_process::options o;
