@@ -3,12 +3,14 @@
 // Blocking calls into the actor system from threads that are not actors
 // (the library's callers, HTTP handlers, the CLI). Internal header.
 //
-// They use a one-shot actor and a promise, not a `scoped_actor`: a
-// scoped_actor created on a thread that outlives it and is still alive when
-// the runtime shuts down kept ~actor_system waiting forever (seen with CAF
-// 0.17 on a sigwait thread). Every wait can be bounded; the stop protocol
-// bounds all of its waits (a reply that never came, and a down that never
-// came either, once held an HTTP thread forever).
+// A request and its answer use a one-shot actor and a promise, not a
+// `scoped_actor`: a scoped_actor created on a thread that outlives it and is
+// still alive when the runtime shuts down kept ~actor_system waiting forever
+// (seen with CAF 0.17 on a sigwait thread). Waits that need no actor use
+// none: a commit ticket is answered by whoever holds it, a down is signalled
+// by what is attached to the actor. Every wait can be bounded; the stop
+// protocol bounds all of its waits (a reply that never came, and a down that
+// never came either, once held an HTTP thread forever).
 
 #include <atomic>
 #include <chrono>
@@ -102,10 +104,19 @@ caf::error blocking_request(caf::actor_system& sys, const Handle& dest,
   return res ? caf::error{} : std::move(res.error());
 }
 
-/// Blocks until `who` is down or `timeout` passed. @returns true when it is
-/// down; then `reason`, when given, holds the reason it quit with.
+/// Waits for the answer to a `commit_ticket` (actors/messages.hpp) that
+/// was sent away, at most `bound` when it is set.
+/// @returns the answer (no error: committed); `sec::request_receiver_down`
+///          when the ticket was dropped unanswered (its receiver is gone);
+///          `sec::request_timeout` when `bound` passed.
 /// Threading: any thread that is not an actor's.
-bool await_down(caf::actor_system& sys, const caf::actor& who,
-                std::optional<millis> timeout = std::nullopt, caf::error* reason = nullptr);
+caf::error await_ticket(std::future<caf::error>& answer, std::optional<millis> bound);
+
+/// Blocks until `who` is down or `timeout` passed. @returns true when it is
+/// down; then `reason`, when given, holds the reason it quit with. No actor
+/// is spawned for the wait: a signal attached to `who` wakes the thread.
+/// Threading: any thread that is not an actor's.
+bool await_down(const caf::actor& who, std::optional<millis> timeout = std::nullopt,
+                caf::error* reason = nullptr);
 
 } // namespace canopy::core

@@ -3,9 +3,14 @@
 // Every atom and message type of the actor layer, in one place. Each actor's
 // header lists the messages it handles.
 
+#include <future>
+#include <memory>
+
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
+#include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/response_promise.hpp>
 #include <nlohmann/json.hpp>
 
 #include "actors/agent_reply.hpp"
@@ -59,6 +64,29 @@ using offer_atom = caf::atom_constant<caf::atom("offer")>;       ///< execution:
 using deliver_atom = caf::atom_constant<caf::atom("deliver")>;   ///< signal desk: a signal was stored
 using due_atom = caf::atom_constant<caf::atom("due")>;           ///< execution: a wait's deadline passed
 
+/// A thread's wait for one write through the store writer (not an actor:
+/// an HTTP handler, the library's caller). The writer sets it once, after
+/// the write's commit: no error when committed, else why not. A writer that
+/// drops the write unanswered (it is gone) breaks it.
+using commit_ticket = std::shared_ptr<std::promise<caf::error>>;
+
+/// Who waits for a write's commit: an actor's request (answered `true`, or
+/// the error) or a thread's ticket (set to no error, or the error).
+struct commit_waiter {
+  caf::response_promise rp;
+  commit_ticket ticket;
+
+  /// Answers once the write is committed (`err` unset) or has failed.
+  void answer(const caf::error& err) {
+    if (ticket)
+      ticket->set_value(err);
+    else if (err)
+      rp.deliver(err);
+    else
+      rp.deliver(true);
+  }
+};
+
 /// Committed events, shared by every subscriber that receives them.
 using event_list = std::shared_ptr<const std::vector<event_record>>;
 
@@ -87,3 +115,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::core::step_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::core::agent_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<canopy::core::event_record>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<canopy::core::event_record>>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(canopy::core::commit_ticket)

@@ -89,6 +89,40 @@ bool deliver_stop(const execution_directory& dir, const stop_record& req) {
   return true;
 }
 
+// -- steps 1 and 2, begun -----------------------------------------------------------
+
+namespace {
+
+/// Where a stop request begins, for an actor and for a thread alike.
+struct stop_start {
+  /// `no_execution` with nothing stored, or the request (`stopping`).
+  stop_ticket ticket;
+  write_batch batch; ///< stores the request (and the caller's extra writes)
+  caf::actor live;   ///< the target's actor when it lives here, else null
+};
+
+/// Begins a stop of `target`: nothing to stop, or the request made and its
+/// target's halt token set (from this moment nothing in the subtree starts
+/// a step, even if its actor has not run yet).
+stop_start begin_stop(const stop_context& ctx, const execution_record& target, stop_mode mode,
+                      const std::string& who, write_batch extra) {
+  stop_start s;
+  if (!is_stoppable(target.status)) {
+    s.ticket = nothing_to_stop(target.id);
+    return s;
+  }
+  if (auto token = ctx.directory->token(target.id))
+    token->set();
+  auto [req, batch] = make_stop_request(target, mode, who);
+  batch.append(std::move(extra));
+  s.ticket.request = std::move(req);
+  s.batch = std::move(batch);
+  s.live = ctx.directory->find(target.id);
+  return s;
+}
+
+} // namespace
+
 // -- from inside an actor ---------------------------------------------------------
 
 namespace {
@@ -99,16 +133,9 @@ template <class Self>
 stop_ticket request_stop_from(Self* self, const stop_context& ctx, const execution_record& target,
                               stop_mode mode, const std::string& who, write_batch extra,
                               std::function<void(const caf::error&)> done) {
-  if (!is_stoppable(target.status))
-    return nothing_to_stop(target.id);
-  // From this moment nothing in the subtree starts a step, even if its actor
-  // has not run yet.
-  if (auto token = ctx.directory->token(target.id))
-    token->set();
-  auto [req, batch] = make_stop_request(target, mode, who);
-  batch.append(std::move(extra));
-  stop_ticket ticket;
-  ticket.request = req;
+  auto s = begin_stop(ctx, target, mode, who, std::move(extra));
+  if (s.ticket.request.id.empty())
+    return s.ticket;
   auto answer = [done](const caf::error& err) {
     if (done)
       done(err);
@@ -121,18 +148,17 @@ stop_ticket request_stop_from(Self* self, const stop_context& ctx, const executi
     self->request(writer, bound, write_atom::value, std::move(b))
       .then([=](bool) { answer(caf::error{}); }, [=](caf::error& err) { answer(err); });
   };
-  auto a = ctx.directory->find(target.id);
-  if (!a) {
-    through_writer(std::move(batch));
-    return ticket;
+  if (!s.live) {
+    through_writer(std::move(s.batch));
+    return s.ticket;
   }
   // Live here: it stores the request behind its own records, then halts. A
   // copy for the writer in case it does not acknowledge.
-  auto copy = batch;
-  self->request(a, ack_bound, request_atom::value, req, std::move(batch))
+  auto copy = s.batch;
+  self->request(s.live, ack_bound, request_atom::value, s.ticket.request, std::move(s.batch))
     .then([=](bool) { answer(caf::error{}); },
           [=](caf::error&) mutable { through_writer(std::move(copy)); });
-  return ticket;
+  return s.ticket;
 }
 
 } // namespace
@@ -153,48 +179,50 @@ stop_ticket request_stop_async(agent_actor::pointer self, const stop_context& ct
 
 // -- from a thread of the owning process --------------------------------------------
 
-caf::expected<stop_ticket> request_stop(caf::actor_system& sys, const stop_context& ctx,
-                                        const std::string& id, stop_mode mode,
-                                        const std::string& who, write_batch extra) {
+caf::expected<stop_ticket> request_stop(const stop_context& ctx, const std::string& id,
+                                        stop_mode mode, const std::string& who,
+                                        write_batch extra) {
   auto rec = ctx.db->execution(id);
   if (!rec)
     return rec.error();
-  if (!is_stoppable(rec->status))
-    return nothing_to_stop(id);
-  using answer = caf::expected<stop_ticket>;
-  auto target = std::move(*rec);
-  auto late = answer{caf::make_error(caf::sec::request_timeout)};
-  auto ticket = blocking_run(sys, ack_bound + commit_bound(ctx), std::move(late),
-                             [=](caf::event_based_actor* self, auto finish) {
-    auto t = std::make_shared<stop_ticket>();
-    *t = request_stop_async(self, ctx, target, mode, who, extra, [=](const caf::error& err) {
-      finish(err ? answer{err} : answer{*t});
-      self->quit();
-    });
-    if (t->request.id.empty()) {
-      finish(answer{*t});
-      self->quit();
-    }
-  });
-  if (ticket)
-    ticket->result = read_stop_result(*ctx.db, *ticket);
-  return ticket;
+  auto s = begin_stop(ctx, *rec, mode, who, std::move(extra));
+  if (s.ticket.request.id.empty())
+    return s.ticket;
+  bool stored = false;
+  if (s.live) {
+    // Live here: it stores the request behind its own records, then halts,
+    // and answers this thread itself. A copy for the writer in case it does
+    // not acknowledge (or has ended meanwhile).
+    auto copy = s.batch;
+    auto ticket = std::make_shared<std::promise<caf::error>>();
+    auto acked = ticket->get_future();
+    caf::anon_send(s.live, request_atom::value, s.ticket.request, std::move(s.batch),
+                   std::move(ticket));
+    stored = !await_ticket(acked, ack_bound);
+    if (!stored)
+      s.batch = std::move(copy);
+  }
+  if (!stored)
+    if (auto err = commit_and_wait(ctx.writer, commit_bound(ctx), std::move(s.batch)))
+      return err;
+  s.ticket.result = read_stop_result(*ctx.db, s.ticket);
+  return s.ticket;
 }
 
-stop_result await_stop(caf::actor_system& sys, const stop_context& ctx,
+stop_result await_stop(const stop_context& ctx,
                        const stop_ticket& ticket, millis wait) {
   auto deadline = clock_type::now() + wait;
   if (!ticket.request.id.empty() && wait.count() > 0)
     if (auto a = ctx.directory->find(ticket.request.target)) {
       // Live here: its final record is committed before its actor is down.
-      await_down(sys, a, wait);
+      await_down(a, wait);
     }
   // Elsewhere (or it is down): the store answers the request.
   auto result = await_stop(*ctx.db, ticket, left_until(deadline));
   return result ? *result : stop_result::stopping;
 }
 
-std::vector<stop_outcome> stop_all(caf::actor_system& sys, const stop_context& ctx,
+std::vector<stop_outcome> stop_all(const stop_context& ctx,
                                    std::vector<stop_order> orders, stop_mode mode,
                                    const std::string& who, millis wait,
                                    bool give_up_on_error) {
@@ -204,7 +232,7 @@ std::vector<stop_outcome> stop_all(caf::actor_system& sys, const stop_context& c
   for (auto& order : orders) {
     stop_outcome o;
     o.id = order.id;
-    auto t = request_stop(sys, ctx, order.id, mode, who, std::move(order.extra));
+    auto t = request_stop(ctx, order.id, mode, who, std::move(order.extra));
     if (t)
       o.ticket = std::move(*t);
     else
@@ -221,7 +249,7 @@ std::vector<stop_outcome> stop_all(caf::actor_system& sys, const stop_context& c
       continue;
     }
     auto left = left_until(deadline);
-    o.result = left.count() > 0 ? await_stop(sys, ctx, o.ticket, left) : stop_result::stopping;
+    o.result = left.count() > 0 ? await_stop(ctx, o.ticket, left) : stop_result::stopping;
   }
   return out;
 }

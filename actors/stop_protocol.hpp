@@ -25,11 +25,13 @@
 // most the bound, and the request is then stored through the store writer
 // instead (storing it twice does nothing).
 //
-// Written once: steps 1 and 2 are `request_stop_async`, which the blocking
-// `request_stop` runs in a one-shot actor and awaits with its bound; step 3
-// is one polling loop (`await_stop` on a store), which the in-process
-// `await_stop` enters once the live target is down; `stop_all` stops many
-// executions within one deadline.
+// Written once: steps 1 and 2 begin in one function for every requester;
+// an actor then sends the request and takes the answer in a handler
+// (`request_stop_async`), a thread sends it with a ticket that the
+// execution (or the writer) answers, and waits for it within its bound
+// (`request_stop`); step 3 is one polling loop (`await_stop` on a store),
+// which the in-process `await_stop` enters once the live target is down;
+// `stop_all` stops many executions within one deadline.
 
 #include <functional>
 #include <memory>
@@ -114,22 +116,21 @@ stop_ticket request_stop_async(agent_actor::pointer self, const stop_context& ct
 
 // -- from a thread of the owning process (library, HTTP handlers) -----------------
 
-/// Requests a stop of execution `id`: `request_stop_async` in a one-shot
-/// actor, awaited with its bound (the store's write wait plus a few
-/// seconds).
+/// Requests a stop of execution `id`, as `request_stop_async` does, and
+/// blocks until the request is stored: at most the acknowledgement bound
+/// (a couple of seconds) plus the store's write wait and a few seconds.
 /// @returns the ticket (`no_execution` when nothing was stored, `stopped`
 ///          when the target settled already), `not_found`, or a store error
 ///          (`store_busy`, `store_error`). Threading: any non-actor thread.
-caf::expected<stop_ticket> request_stop(caf::actor_system& sys, const stop_context& ctx,
-                                        const std::string& id, stop_mode mode,
-                                        const std::string& who, write_batch extra = {});
+caf::expected<stop_ticket> request_stop(const stop_context& ctx, const std::string& id,
+                                        stop_mode mode, const std::string& who,
+                                        write_batch extra = {});
 
 /// Waits up to `wait` for `ticket`'s target to settle (step 3): for its
 /// actor to be down when it lives here, then for the store's answer.
 /// @returns `stopped` or `no_execution` once settled, else `stopping`.
 /// Threading: any non-actor thread.
-stop_result await_stop(caf::actor_system& sys, const stop_context& ctx,
-                       const stop_ticket& ticket, millis wait);
+stop_result await_stop(const stop_context& ctx, const stop_ticket& ticket, millis wait);
 
 /// One execution for `stop_all` to stop.
 struct stop_order {
@@ -155,9 +156,8 @@ struct stop_outcome {
 /// and nothing is awaited.
 /// @returns one outcome per order requested, in order.
 /// Threading: any non-actor thread.
-std::vector<stop_outcome> stop_all(caf::actor_system& sys, const stop_context& ctx,
-                                   std::vector<stop_order> orders, stop_mode mode,
-                                   const std::string& who, millis wait,
+std::vector<stop_outcome> stop_all(const stop_context& ctx, std::vector<stop_order> orders,
+                                   stop_mode mode, const std::string& who, millis wait,
                                    bool give_up_on_error = false);
 
 // -- from another process on the same home (`canopy stop`) -------------------------

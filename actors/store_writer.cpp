@@ -12,6 +12,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/blocking.hpp"
 #include "actors/messages.hpp"
 #include "actors/process/subprocess.hpp"
 #include "persistence/error.hpp"
@@ -84,7 +85,7 @@ long resident_file_bytes(int statm_fd) {
 /// grows while the writer is behind.
 struct write_group {
   std::deque<write_batch> writes;
-  std::vector<caf::response_promise> waiting;
+  std::vector<commit_waiter> waiting;
   size_t weight = 0;
 };
 
@@ -238,30 +239,27 @@ void stamp_claim(store_writer_state& st, write_batch& b) {
 }
 
 /// Keeps or forgets the epoch of write `b`'s tree after its commit
-/// (`err`: the commit failed) and answers its writer.
-void settle_claim(writer_pointer self, write_batch& b,
-                  const caf::error& err, caf::response_promise& rp) {
+/// (`err`: the commit failed). @returns the answer to its writer.
+caf::error settle_claim(writer_pointer self, write_batch& b, const caf::error& err) {
   auto& st = self->state;
   auto& c = b.lease;
   if (err) {
     if (!c.root.empty())
       st.held.erase(c.root);
-    rp.deliver(err);
-    return;
+    return err;
   }
   if (c.outcome == lease_outcome::fenced) {
     st.held.erase(c.root);
     if (st.opts.on_fenced)
       st.opts.on_fenced(c.root);
-    rp.deliver(make_error(persistence_errc::fenced,
-                          "execution " + c.root + " was taken over by another process"));
-    return;
+    return make_error(persistence_errc::fenced,
+                      "execution " + c.root + " was taken over by another process");
   }
   if (c.last)
     st.held.erase(c.root);
   else if (c.outcome == lease_outcome::acquired)
     st.held[c.root] = c.epoch;
-  rp.deliver(true);
+  return caf::none;
 }
 
 /// Commits one group in one transaction and answers its writers.
@@ -284,7 +282,7 @@ void commit_group(writer_pointer self, write_group group) {
     stamp_claim(st, part(i));
   auto err = st.db->commit(batch);
   for (size_t i = 0; i < n; ++i)
-    settle_claim(self, part(i), err, group.waiting[i]);
+    group.waiting[i].answer(settle_claim(self, part(i), err));
   std::vector<subtree_stop> compact;
   if (!err)
     batch.collect_subtree_stops(compact);
@@ -330,6 +328,30 @@ void flush(writer_pointer self) {
     commit_group(self, std::move(g));
 }
 
+/// Adds `batch` to the group that commits next (a new group once the last
+/// is full) and makes sure a flush comes after it.
+void enqueue_write(writer_pointer self, write_batch batch, commit_waiter waiter) {
+  auto& st = self->state;
+  st.last_write = clock_type::now();
+  if (st.gave_way) {
+    st.gave_way = false;
+    st.idle_wait = std::min<clock_type::duration>(st.idle_wait * 2, max_idle_wait);
+  }
+  auto weight = batch.weight();
+  if (st.pending.empty() || st.pending.back().weight >= group_weight)
+    st.pending.emplace_back();
+  auto& g = st.pending.back();
+  g.writes.push_back(std::move(batch));
+  g.waiting.push_back(std::move(waiter));
+  g.weight += weight;
+  if (!st.flush_scheduled) {
+    // The flush message queues behind every write already in the
+    // mailbox: all of them join this commit.
+    st.flush_scheduled = true;
+    self->send(self, flush_atom::value);
+  }
+}
+
 store_writer_actor::behavior_type store_writer(writer_pointer self,
                            std::shared_ptr<store> db, store_writer_options opts) {
   self->state.db = std::move(db);
@@ -343,26 +365,11 @@ store_writer_actor::behavior_type store_writer(writer_pointer self,
   });
   return {
     [=](write_atom, write_batch& batch) -> caf::result<bool> {
-      auto& st = self->state;
-      st.last_write = clock_type::now();
-      if (st.gave_way) {
-        st.gave_way = false;
-        st.idle_wait = std::min<clock_type::duration>(st.idle_wait * 2, max_idle_wait);
-      }
-      auto weight = batch.weight();
-      if (st.pending.empty() || st.pending.back().weight >= group_weight)
-        st.pending.emplace_back();
-      auto& g = st.pending.back();
-      g.writes.push_back(std::move(batch));
-      g.waiting.push_back(self->make_response_promise());
-      g.weight += weight;
-      if (!st.flush_scheduled) {
-        // The flush message queues behind every write already in the
-        // mailbox: all of them join this commit.
-        st.flush_scheduled = true;
-        self->send(self, flush_atom::value);
-      }
+      enqueue_write(self, std::move(batch), commit_waiter{self->make_response_promise(), {}});
       return caf::delegated<bool>{};
+    },
+    [=](write_atom, write_batch& batch, commit_ticket& ticket) {
+      enqueue_write(self, std::move(batch), commit_waiter{{}, std::move(ticket)});
     },
     [=](flush_atom) { flush(self); },
     [=](idle_atom) { on_idle(self); },
@@ -388,6 +395,15 @@ store_writer_actor::behavior_type store_writer(writer_pointer self,
 }
 
 } // namespace
+
+caf::error commit_and_wait(const store_writer_actor& writer, std::optional<millis> bound,
+                           write_batch batch) {
+  auto ticket = std::make_shared<std::promise<caf::error>>();
+  auto answer = ticket->get_future();
+  // The message holds the only reference: a writer that drops it breaks it.
+  caf::anon_send(writer, write_atom::value, std::move(batch), std::move(ticket));
+  return await_ticket(answer, bound);
+}
 
 store_writer_actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
                               store_writer_options opts) {

@@ -4,6 +4,7 @@
 //
 // Messages:
 //   (write_atom, write_batch) -> bool          commit durably (group commit), then answer true
+//   (write_atom, write_batch, commit_ticket)    the same for a thread: set the ticket instead
 //   (subscribe_atom, actor) -> uint64_t         send the subscriber every event committed
 //                                               after the answered seq
 //   (unsubscribe_atom, actor) -> bool           stop sending; answered after every
@@ -33,6 +34,7 @@
 #include <functional>
 #include <string>
 #include <memory>
+#include <optional>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -40,6 +42,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/messages.hpp"
+#include "persistence/duration.hpp"
 #include "persistence/store.hpp"
 
 namespace canopy::core {
@@ -77,6 +80,7 @@ struct store_writer_options {
 /// work); nobody else sends them.
 using store_writer_actor = caf::typed_actor<
   caf::replies_to<write_atom, write_batch>::with<bool>,
+  caf::reacts_to<write_atom, write_batch, commit_ticket>,
   caf::replies_to<subscribe_atom, caf::actor>::with<uint64_t>,
   caf::replies_to<unsubscribe_atom, caf::actor>::with<bool>,
   caf::replies_to<sync_atom>::with<bool>,
@@ -87,5 +91,16 @@ using store_writer_actor = caf::typed_actor<
 /// Threading: call from any thread.
 store_writer_actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
                               store_writer_options opts = {});
+
+/// Commits `batch` through `writer` and blocks the calling thread until it
+/// is durable, it failed, or (when set) `bound` passed. No actor is spawned
+/// for the wait: the writer answers the thread itself.
+/// @returns no error once committed; the commit's error (for instance
+///          `persistence_errc::fenced`); `sec::request_receiver_down` when
+///          the writer is gone; `sec::request_timeout` when `bound` passed
+///          (the write may still be committed later).
+/// Threading: any thread that is not an actor's.
+caf::error commit_and_wait(const store_writer_actor& writer, std::optional<millis> bound,
+                           write_batch batch);
 
 } // namespace canopy::core

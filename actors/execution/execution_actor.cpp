@@ -244,22 +244,26 @@ execution_handlers::behavior_type make_handlers() {
   };
 }
 
-/// (request_atom, stop_record, write_batch) -> bool: an in-process stop
-/// request, answered once stored (message `x`).
+/// (request_atom, stop_record, write_batch) -> bool, or the same with a
+/// thread's ticket (commit_ticket): an in-process stop request, answered
+/// once stored (message `x`).
 void on_stop_request(execution_shell* self, caf::type_erased_tuple& x) {
   auto& st = self->state;
   if (!st.replies)
-    st.replies = std::make_unique<std::vector<caf::response_promise>>();
-  st.replies->push_back(self->make_response_promise());
+    st.replies = std::make_unique<std::vector<commit_waiter>>();
+  if (x.size() == 4)
+    st.replies->push_back(commit_waiter{{}, x.get_as<commit_ticket>(3)});
+  else
+    st.replies->push_back(commit_waiter{self->make_response_promise(), {}});
   auto batch = x.shared() ? x.get_as<write_batch>(2)
                           : std::move(x.get_mutable_as<write_batch>(2));
   if (!st.m->stop_request(x.get_as<stop_record>(1), std::move(batch), now_ms())) {
     // Finishing or done: no write of its own will answer. The requester
     // stores the request through the writer now, not after its
     // acknowledgement bound.
-    auto rp = std::move(st.replies->back());
+    auto w = std::move(st.replies->back());
     st.replies->pop_back();
-    rp.deliver(caf::make_error(caf::sec::request_receiver_down));
+    w.answer(caf::make_error(caf::sec::request_receiver_down));
   }
   run_effects(self);
 }
@@ -271,8 +275,8 @@ void on_offer(execution_shell* self, caf::type_erased_tuple& x) {
   auto rp = self->make_response_promise();
   auto idx = static_cast<uint32_t>(x.get_as<uint64_t>(1));
   if (!st.replies)
-    st.replies = std::make_unique<std::vector<caf::response_promise>>();
-  st.replies->push_back(rp);
+    st.replies = std::make_unique<std::vector<commit_waiter>>();
+  st.replies->push_back(commit_waiter{rp, {}});
   if (!st.m->signal_offered(idx, x.get_as<int>(2), x.get_as<signal_record>(3), now_ms())) {
     st.replies->pop_back();
     rp.deliver(false);
@@ -287,7 +291,8 @@ caf::result<caf::message> dispatch(caf::scheduled_actor* ptr, caf::message_view&
   static auto* handlers = new caf::behavior{make_handlers().unbox()}; // never destroyed
   auto self = static_cast<execution_shell*>(ptr);
   auto& x = view.content();
-  if (x.match_elements<request_atom, stop_record, write_batch>()) {
+  if (x.match_elements<request_atom, stop_record, write_batch>()
+      || x.match_elements<request_atom, stop_record, write_batch, commit_ticket>()) {
     on_stop_request(self, x);
     return caf::delegated<caf::message>{};
   }

@@ -127,12 +127,14 @@ using execution_handlers = caf::typed_actor<
   caf::reacts_to<child_atom, std::string, execution_status, nlohmann::json, std::string,
                  write_batch, uint64_t, nlohmann::json>>;
 
-/// The execution actor's interface: its handlers' messages, and the two
-/// answered once a write is committed: an in-process stop request, and a
-/// signal offered to a wait (actors/signal_desk.hpp), answered false at
-/// once when the wait does not take it.
+/// The execution actor's interface: its handlers' messages, and those
+/// answered once a write is committed: an in-process stop request (from an
+/// actor, or from a thread with its ticket), and a signal offered to a wait
+/// (actors/signal_desk.hpp), answered false at once when the wait does not
+/// take it.
 using execution_actor = execution_handlers::extend<
   caf::replies_to<request_atom, stop_record, write_batch>::with<bool>,
+  caf::reacts_to<request_atom, stop_record, write_batch, commit_ticket>,
   caf::replies_to<offer_atom, uint64_t, int, signal_record>::with<bool>>;
 
 /// Services every execution actor of a process shares.

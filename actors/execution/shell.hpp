@@ -99,7 +99,7 @@ struct execution_shell_state {
   step_map<running_call> calls; ///< running functions and model calls
   /// In-process stop requests' answers, for the next write that says
   /// `reply` (rare: allocated when one comes).
-  std::unique_ptr<std::vector<caf::response_promise>> replies;
+  std::unique_ptr<std::vector<commit_waiter>> replies;
   /// Its place in its tree (`execution_init::path`): a wait's step path
   /// is this plus the step id.
   std::string path;

@@ -194,7 +194,7 @@ struct effect_runner {
     auto self = this->self; // the lambdas outlive this runner
     auto completed = std::move(e.completed);
     auto then = e.then;
-    std::vector<caf::response_promise> replies;
+    std::vector<commit_waiter> replies;
     if (e.reply && st().replies) {
       replies = std::move(*st().replies);
       st().replies.reset();
@@ -203,8 +203,8 @@ struct effect_runner {
       .then(
         [=](bool) mutable {
           self->state.leave_gate(); // its first write is committed: the next may start
-          for (auto& rp : replies)
-            rp.deliver(true);
+          for (auto& w : replies)
+            w.answer(caf::none);
           self->state.m->write_acknowledged(std::move(completed), then, now_ms());
           run_effects(self);
         },

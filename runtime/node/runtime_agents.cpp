@@ -58,7 +58,7 @@ caf::expected<std::pair<agent_record, bool>> runtime::create_agent(const std::st
     return old.error();
   write_batch batch;
   batch.agents.push_back(x);
-  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
+  if (auto err = commit_and_wait(writer_, commit_bound(*db_), std::move(batch)))
     return err;
   return std::make_pair(std::move(x), created);
 }
@@ -109,7 +109,7 @@ caf::expected<cancel_result> runtime::cancel_agent(const std::string& owner,
                                               {{"agent", name}, {"by", who}}));
     orders.push_back(std::move(o));
   }
-  auto outcomes = canopy::core::stop_all(*sys_, stop_ctx(), std::move(orders),
+  auto outcomes = canopy::core::stop_all(stop_ctx(), std::move(orders),
                                          stop_mode::graceful, who, wait, true);
   if (!outcomes.empty() && outcomes.back().error)
     return std::move(outcomes.back().error);

@@ -63,7 +63,7 @@ void subscription::cancel() {
   (void) blocking_request(sys, writer_, std::nullopt, unsubscribe_atom::value, subscriber_);
   (void) blocking_request(sys, subscriber_, std::nullopt, flush_atom::value);
   caf::anon_send_exit(subscriber_, caf::exit_reason::user_shutdown);
-  await_down(sys, subscriber_);
+  await_down(subscriber_);
   subscriber_ = nullptr;
   writer_ = nullptr;
 }
@@ -84,7 +84,7 @@ void subscription::drain() const {
 caf::expected<execution_record> execution_handle::wait() const {
   if (actor_) {
     caf::error reason;
-    await_down(rt_->system(), actor_, std::nullopt, &reason);
+    await_down(actor_, std::nullopt, &reason);
     // An execution quits normally once its end is recorded; any other reason
     // is what kept it from recording (e.g. `store_busy`).
     if (reason && reason != caf::exit_reason::normal)
@@ -96,7 +96,7 @@ caf::expected<execution_record> execution_handle::wait() const {
 bool execution_handle::wait_for(millis timeout) const {
   if (!actor_)
     return true;
-  return await_down(rt_->system(), actor_, timeout);
+  return await_down(actor_, timeout);
 }
 
 caf::expected<execution_record> execution_handle::status() const {
@@ -125,7 +125,7 @@ bool runtime::wait_settled(const std::string& id, millis timeout) {
   };
   if (auto a = svc_->directory->find(id)) {
     // Live here: its final record is committed before its actor is down.
-    if (!await_down(*sys_, a, timeout))
+    if (!await_down(a, timeout))
       return settled();
   }
   // Elsewhere: poll the store.
@@ -172,7 +172,7 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
   auto batch = make_queued_batch(r, *init.graph);
   for (auto& sig : start_signals(r.id, opts.signals, opts.signals_from, r.created_at))
     add_received(batch, r, std::move(sig));
-  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
+  if (auto err = commit_and_wait(writer_, commit_bound(*db_), std::move(batch)))
     return err;
   execution_handle h;
   h.rt_ = this;
@@ -185,8 +185,7 @@ caf::expected<execution_handle> runtime::start(std::shared_ptr<const graph> g, j
 
 caf::expected<prune_result> runtime::prune(const retention_rules& rules, int64_t now) {
   return canopy::core::prune(*db_, rules, now, false, [this](write_batch batch) {
-    return blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value,
-                            std::move(batch));
+    return commit_and_wait(writer_, commit_bound(*db_), std::move(batch));
   });
 }
 
@@ -208,8 +207,7 @@ caf::error runtime::delete_tree(const std::string& id) {
   // racing this included): read the root back to know.
   write_batch batch;
   batch.deleted_trees.push_back(id);
-  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value,
-                                  std::move(batch)))
+  if (auto err = commit_and_wait(writer_, commit_bound(*db_), std::move(batch)))
     return err;
   auto again = db_->execution(id);
   if (again) {
@@ -288,16 +286,16 @@ caf::expected<execution_handle> runtime::resume(const std::string& id,
 
 caf::expected<stop_ticket> runtime::stop(const std::string& id, stop_mode mode,
                                          const std::string& who) {
-  return request_stop(*sys_, stop_ctx(), id, mode, who);
+  return request_stop(stop_ctx(), id, mode, who);
 }
 
 std::vector<stop_outcome> runtime::stop_all(std::vector<stop_order> orders, stop_mode mode,
                                            const std::string& who, millis wait) {
-  return canopy::core::stop_all(*sys_, stop_ctx(), std::move(orders), mode, who, wait);
+  return canopy::core::stop_all(stop_ctx(), std::move(orders), mode, who, wait);
 }
 
 stop_result runtime::await_stop(const stop_ticket& ticket, millis wait) {
-  return canopy::core::await_stop(*sys_, stop_ctx(), ticket, wait);
+  return canopy::core::await_stop(stop_ctx(), ticket, wait);
 }
 
 stop_context runtime::stop_ctx() const {

@@ -77,7 +77,7 @@ caf::expected<registered_graph> runtime::register_graph(const std::string& owner
   }
   write_batch batch;
   batch.registered.push_back(x);
-  if (auto err = blocking_request(*sys_, writer_, commit_bound(*db_), write_atom::value, std::move(batch)))
+  if (auto err = commit_and_wait(writer_, commit_bound(*db_), std::move(batch)))
     return err;
   return x;
 }

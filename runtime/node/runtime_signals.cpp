@@ -43,8 +43,7 @@ caf::expected<signal_answer> runtime::signal(signal_request req, millis wait) {
       return out;
     write_batch batch;
     add_received(batch, d.target, d.record);
-    if (auto err = blocking_request(*sys_, writer_, runtime_detail::commit_bound(*db_), write_atom::value,
-                                    std::move(batch)))
+    if (auto err = commit_and_wait(writer_, runtime_detail::commit_bound(*db_), std::move(batch)))
       return err;
   }
   // Stored: a wait here may take it now (answered once its write committed).

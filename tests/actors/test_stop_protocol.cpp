@@ -1,9 +1,9 @@
 // Tests of the stop protocol (actors/stop_protocol.hpp) against a real store
 // in a temp home, the real store writer and a small actor standing in for a
-// live execution: sent a request, it commits it and answers; sent the stop
-// message, it takes note; then it settles (commits itself `stopped`, so the
-// store answers the request, and quits), or it never settles, or it never
-// answers at all.
+// live execution: sent a request (by an actor, or by a thread with its
+// ticket), it commits it and answers; sent the stop message, it takes note;
+// then it settles (commits itself `stopped`, so the store answers the
+// request, and quits), or it never settles, or it never answers at all.
 
 #include "actors/stop_protocol.hpp"
 
@@ -60,6 +60,7 @@ struct stand_in_seen {
 
 struct stand_in_state {
   std::vector<caf::response_promise> held;
+  std::vector<commit_ticket> held_tickets;
 };
 
 /// Commits `rec` as `stopped`: the store answers its pending requests.
@@ -91,6 +92,18 @@ caf::behavior stand_in(caf::stateful_actor<stand_in_state>* self, std::shared_pt
         return err;
       halt();
       return true;
+    },
+    // From a thread: the same, answered through its ticket.
+    [=](request_atom, const stop_record&, write_batch& batch, commit_ticket& ticket) {
+      ++seen->requests;
+      if (mode == stand_in_mode::never_answers) {
+        self->state.held_tickets.push_back(std::move(ticket));
+        return;
+      }
+      auto err = db->commit(batch);
+      ticket->set_value(err);
+      if (!err)
+        halt();
     },
     [=](stop_atom, const std::string& reason, bool) {
       {
@@ -183,13 +196,13 @@ TEST_CASE("a stop of a live target is delivered to it, stored with its extra rec
   auto token = fx.live(rec, stand_in_mode::settles, seen);
   write_batch extra;
   extra.events.push_back(store_test::make_event("e1", "e1", event_type::agent_cancelled));
-  auto t = get(request_stop(fx.sys(), fx.ctx, "e1", stop_mode::force, "test", extra));
+  auto t = get(request_stop(fx.ctx, "e1", stop_mode::force, "test", extra));
   CHECK(t.request.target == "e1");
   CHECK_FALSE(t.request.id.empty());
   CHECK(t.request.force);
   CHECK(seen->requests == 1);
   CHECK(token->any());
-  CHECK(await_stop(fx.sys(), fx.ctx, t, 10s) == stop_result::stopped);
+  CHECK(await_stop(fx.ctx, t, 10s) == stop_result::stopped);
   CHECK_FALSE(seen->failed);
   auto stored = get(fx.db->stop(t.request.id));
   CHECK(stored.handled);
@@ -205,17 +218,17 @@ TEST_CASE("a stop of a settled target answers no_execution without storing a req
           "[actors][stop]") {
   protocol_fixture fx;
   fx.stored("e1", execution_status::completed);
-  auto t = get(request_stop(fx.sys(), fx.ctx, "e1", stop_mode::graceful, "test"));
+  auto t = get(request_stop(fx.ctx, "e1", stop_mode::graceful, "test"));
   CHECK(t.result == stop_result::no_execution);
   CHECK(t.request.id.empty());
   CHECK(get(fx.db->pending_stops()).empty());
   CHECK_FALSE(has(fx.event_types("e1"), "stop.requested"));
-  CHECK(await_stop(fx.sys(), fx.ctx, t, 10s) == stop_result::no_execution);
+  CHECK(await_stop(fx.ctx, t, 10s) == stop_result::no_execution);
 }
 
 TEST_CASE("a stop of an unknown execution is not_found", "[actors][stop]") {
   protocol_fixture fx;
-  auto t = request_stop(fx.sys(), fx.ctx, "nobody", stop_mode::graceful, "test");
+  auto t = request_stop(fx.ctx, "nobody", stop_mode::graceful, "test");
   REQUIRE_FALSE(t);
   CHECK(store_test::is_errc(t.error(), persistence_errc::not_found));
 }
@@ -225,16 +238,16 @@ TEST_CASE("a stop of a target not live here is stored through the writer and ans
           "[actors][stop]") {
   protocol_fixture fx;
   auto rec = fx.stored("e1");
-  auto t = get(request_stop(fx.sys(), fx.ctx, "e1", stop_mode::graceful, "test"));
+  auto t = get(request_stop(fx.ctx, "e1", stop_mode::graceful, "test"));
   CHECK(t.result == stop_result::stopping);
   auto pending = get(fx.db->pending_stops());
   REQUIRE(pending.size() == 1);
   CHECK(pending.front().id == t.request.id);
-  CHECK(await_stop(fx.sys(), fx.ctx, t, 50ms) == stop_result::stopping);
+  CHECK(await_stop(fx.ctx, t, 50ms) == stop_result::stopping);
   // Its owner (another process) settles it.
   stand_in_seen seen;
   settle(*fx.db, rec, seen);
-  CHECK(await_stop(fx.sys(), fx.ctx, t, 10s) == stop_result::stopped);
+  CHECK(await_stop(fx.ctx, t, 10s) == stop_result::stopped);
   CHECK(get(await_stop(*fx.db, t, 10s)) == stop_result::stopped);
 }
 
@@ -246,7 +259,7 @@ TEST_CASE("a live target that never acknowledges gets its request stored through
   auto seen = std::make_shared<stand_in_seen>();
   fx.live(rec, stand_in_mode::never_answers, seen);
   auto start = clock_type::now();
-  auto t = get(request_stop(fx.sys(), fx.ctx, "e1", stop_mode::graceful, "test"));
+  auto t = get(request_stop(fx.ctx, "e1", stop_mode::graceful, "test"));
   CHECK(since(start) < 10s);
   CHECK(seen->requests == 1);
   auto stored = get(fx.db->stop(t.request.id));
@@ -259,10 +272,10 @@ TEST_CASE("the bound of a wait is honoured when the target never settles", "[act
   auto rec = fx.stored("e1");
   auto seen = std::make_shared<stand_in_seen>();
   fx.live(rec, stand_in_mode::never_settles, seen);
-  auto t = get(request_stop(fx.sys(), fx.ctx, "e1", stop_mode::graceful, "test"));
+  auto t = get(request_stop(fx.ctx, "e1", stop_mode::graceful, "test"));
   CHECK(seen->requests == 1);
   auto start = clock_type::now();
-  CHECK(await_stop(fx.sys(), fx.ctx, t, 300ms) == stop_result::stopping);
+  CHECK(await_stop(fx.ctx, t, 300ms) == stop_result::stopping);
   auto took = since(start);
   CHECK(took >= 300ms);
   CHECK(took < 1300ms);
@@ -333,7 +346,7 @@ TEST_CASE("a stop of many within one deadline answers per id, in order", "[actor
   fx.live(fx.stored("e3"), stand_in_mode::never_settles, stays);
   std::vector<stop_order> orders{{"e1", {}}, {"e2", {}}, {"e3", {}}, {"nobody", {}}};
   auto start = clock_type::now();
-  auto out = stop_all(fx.sys(), fx.ctx, orders, stop_mode::graceful, "test", 500ms);
+  auto out = stop_all(fx.ctx, orders, stop_mode::graceful, "test", 500ms);
   auto took = since(start);
   REQUIRE(out.size() == 4);
   CHECK(out[0].id == "e1");
@@ -358,7 +371,7 @@ TEST_CASE("a stop of many with no wait reports every stored request stopping",
   protocol_fixture fx;
   auto seen = std::make_shared<stand_in_seen>();
   fx.live(fx.stored("e1"), stand_in_mode::settles, seen);
-  auto out = stop_all(fx.sys(), fx.ctx, {{"e1", {}}}, stop_mode::graceful, "test", 0ms);
+  auto out = stop_all(fx.ctx, {{"e1", {}}}, stop_mode::graceful, "test", 0ms);
   REQUIRE(out.size() == 1);
   CHECK_FALSE(out[0].ticket.request.id.empty());
   CHECK(out[0].result == stop_result::stopping);
@@ -369,7 +382,7 @@ TEST_CASE("a stop of many that gives up on an error requests nothing after it",
   protocol_fixture fx;
   auto seen = std::make_shared<stand_in_seen>();
   auto token = fx.live(fx.stored("e1"), stand_in_mode::settles, seen);
-  auto out = stop_all(fx.sys(), fx.ctx, {{"nobody", {}}, {"e1", {}}}, stop_mode::graceful,
+  auto out = stop_all(fx.ctx, {{"nobody", {}}, {"e1", {}}}, stop_mode::graceful,
                       "test", 10s, true);
   REQUIRE(out.size() == 1);
   CHECK(store_test::is_errc(out[0].error, persistence_errc::not_found));
