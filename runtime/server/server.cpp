@@ -79,6 +79,9 @@ bool runtime_options_of(const node_config& cfg, const std::shared_ptr<metrics>& 
   return true;
 }
 
+/// How many stopped roots `resume_at_start` reads at a time.
+constexpr size_t resume_page = 1000;
+
 /// Resumes, before the port opens, every root left interrupted with
 /// `resume_interrupted`; without it, the interrupted roots that hold nothing
 /// but waits (they run nothing until a signal or a deadline), whoever
@@ -86,30 +89,37 @@ bool runtime_options_of(const node_config& cfg, const std::shared_ptr<metrics>& 
 /// same. @returns false when the store could not be read (logged).
 bool resume_at_start(runtime& rt, bool resume_interrupted) {
   auto db = rt.db();
+  // Page by page, newest first: the stopped roots of a long history are
+  // many, and only the interrupted ones matter.
   execution_filter f;
   f.status = execution_status::stopped;
-  auto stopped = db->list(f);
-  if (!stopped) {
-    spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
-    return false;
-  }
-  for (auto& rec : *stopped) {
-    if (rec.reason != step_reason::interrupted
-        || !(resume_interrupted || only_waits_interrupted(*db, rec.id)))
-      continue;
-    auto h = rt.resume(rec.id);
-    if (!h) {
-      spdlog::error("event=execution.resume execution={} error=\"{}\"", rec.id,
-                    message_of(h.error()));
-      continue;
+  f.limit = resume_page;
+  for (;;) {
+    auto stopped = db->list(f);
+    if (!stopped) {
+      spdlog::error("event=store.read error=\"{}\"", message_of(stopped.error()));
+      return false;
     }
-    // Visible as resumed before the port opens: a client that connects
-    // right after `listening on` never sees it still stopped.
-    await_resumed(*db, *h, rec);
-    spdlog::info("event=execution.resume execution={} why={}", rec.id,
-                 resume_interrupted ? "resume-interrupted" : "waits");
+    for (auto& rec : *stopped) {
+      if (rec.reason != step_reason::interrupted
+          || !(resume_interrupted || only_waits_interrupted(*db, rec.id)))
+        continue;
+      auto h = rt.resume(rec.id);
+      if (!h) {
+        spdlog::error("event=execution.resume execution={} error=\"{}\"", rec.id,
+                      message_of(h.error()));
+        continue;
+      }
+      // Visible as resumed before the port opens: a client that connects
+      // right after `listening on` never sees it still stopped.
+      await_resumed(*db, *h, rec);
+      spdlog::info("event=execution.resume execution={} why={}", rec.id,
+                   resume_interrupted ? "resume-interrupted" : "waits");
+    }
+    if (stopped->size() < resume_page)
+      return true;
+    f.before = stopped->back().id;
   }
-  return true;
 }
 
 /// Prints `listening on HOST:PORT` (and `cluster on ADDRESS`) to stdout,

@@ -26,6 +26,7 @@
 #include "tests/integration/helpers.hpp"
 #include "tests/integration/server_process.hpp"
 #include "tests/integration/server_test_helpers.hpp"
+#include "tests/persistence/store_test_helpers.hpp"
 
 using namespace canopy::core::test;
 using namespace canopy::core::test::server_test;
@@ -155,6 +156,32 @@ TEST_CASE("after SIGKILL a server restarted with --resume-interrupted completes 
   for (auto& e : events.body["items"])
     resumed += e["type"] == "execution.resumed" ? 1 : 0;
   CHECK(resumed == 1);
+  CHECK(srv.terminate(30s) == 0);
+}
+
+TEST_CASE("a server restarted with --resume-interrupted finds an interrupted execution "
+          "behind more than a page of newer stopped ones",
+          "[integration][server]") {
+  temp_dir home;
+  auto store = home.path + "/store";
+  auto id = crash_mid_run(store, home.path);
+  {
+    // 1,500 roots stopped on request after it: the restart reads the
+    // stopped roots a page at a time, newest first.
+    auto db = canopy::core::store_test::open_store(store);
+    canopy::core::write_batch b;
+    for (int i = 0; i < 1500; ++i) {
+      auto r = canopy::core::store_test::make_exec(canopy::core::make_execution_id(), "other",
+                                                   canopy::core::execution_status::stopped);
+      r.reason = canopy::core::step_reason::requested;
+      b.executions.push_back(std::move(r));
+    }
+    REQUIRE_FALSE(db->commit(b));
+  }
+  touch(home.path + "/gate");
+  server_process srv{resuming_server(store)};
+  auto c = srv.client(alice_token);
+  check_completed_once(c, id, home.path);
   CHECK(srv.terminate(30s) == 0);
 }
 
