@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <memory>
 
 #include <caf/all.hpp>
 
@@ -25,6 +26,16 @@ using canopy::core::test::temp_dir;
 
 namespace {
 
+/// A store in a temp home and its real writer. Members in this order: the
+/// actor system ends (awaiting the writer) before the home is removed.
+struct writer_fixture {
+  temp_dir home;
+  system_fixture f;
+  std::shared_ptr<store> db = store_test::open_store(home.path);
+  store_writer_actor writer = spawn_store_writer(*f.sys, db);
+  ~writer_fixture() { caf::anon_send_exit(writer, caf::exit_reason::user_shutdown); }
+};
+
 /// A write of one new execution record.
 write_batch one_execution(const std::string& id) {
   write_batch b;
@@ -36,31 +47,24 @@ write_batch one_execution(const std::string& id) {
 
 TEST_CASE("a thread's write through the store writer returns once it is committed",
           "[actors][blocking]") {
-  temp_dir home;
-  system_fixture f;
-  auto db = store_test::open_store(home.path);
-  auto writer = spawn_store_writer(*f.sys, db);
-  CHECK_FALSE(commit_and_wait(writer, 30000ms, one_execution("e1")));
-  auto rec = db->execution("e1");
+  writer_fixture fx;
+  CHECK_FALSE(commit_and_wait(fx.writer, 30000ms, one_execution("e1")));
+  auto rec = fx.db->execution("e1");
   REQUIRE(rec);
   CHECK(rec->status == execution_status::running);
-  caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("a thread's write to a store writer that is gone is answered at once, not at its bound",
           "[actors][blocking]") {
-  temp_dir home;
-  system_fixture f;
-  auto db = store_test::open_store(home.path);
-  auto writer = spawn_store_writer(*f.sys, db);
-  caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
-  REQUIRE(await_down(caf::actor_cast<caf::actor>(writer), 30000ms));
+  writer_fixture fx;
+  caf::anon_send_exit(fx.writer, caf::exit_reason::user_shutdown);
+  REQUIRE(await_down(caf::actor_cast<caf::actor>(fx.writer), 30000ms));
   // The dropped message breaks the ticket: a bound of a minute is not waited for.
   auto began = std::chrono::steady_clock::now();
-  auto err = commit_and_wait(writer, 60000ms, one_execution("e1"));
+  auto err = commit_and_wait(fx.writer, 60000ms, one_execution("e1"));
   CHECK(err == caf::sec::request_receiver_down);
   CHECK(std::chrono::steady_clock::now() - began < 30000ms);
-  CHECK(is(db->execution("e1").error(), persistence_errc::not_found));
+  CHECK(is(fx.db->execution("e1").error(), persistence_errc::not_found));
 }
 
 TEST_CASE("a wait for an actor's end gives up at its bound while it lives, and returns its "

@@ -138,19 +138,24 @@ void check_completed_once(httplib::Client& c, const std::string& id, const std::
   CHECK(line_count(d + "/three.count") == 1);
 }
 
+/// A home whose server was SIGKILLed in the middle of a run (`crash_mid_run`).
+struct crashed_home {
+  temp_dir home;
+  std::string store = home.path + "/store";
+  std::string id = crash_mid_run(store, home.path);
+};
+
 } // namespace
 
 TEST_CASE("after SIGKILL a server restarted with --resume-interrupted completes the "
           "execution without re-running its completed steps",
           "[integration][server]") {
-  temp_dir home;
-  auto store = home.path + "/store";
-  auto id = crash_mid_run(store, home.path);
-  touch(home.path + "/gate"); // also ends the step the crash orphaned
-  server_process srv{resuming_server(store)};
+  crashed_home h;
+  touch(h.home.path + "/gate"); // also ends the step the crash orphaned
+  server_process srv{resuming_server(h.store)};
   auto c = srv.client(alice_token);
-  check_completed_once(c, id, home.path);
-  auto events = get_json(c, "/v1/executions/" + id + "/events");
+  check_completed_once(c, h.id, h.home.path);
+  auto events = get_json(c, "/v1/executions/" + h.id + "/events");
   REQUIRE(events.status == 200);
   size_t resumed = 0;
   for (auto& e : events.body["items"])
@@ -162,13 +167,11 @@ TEST_CASE("after SIGKILL a server restarted with --resume-interrupted completes 
 TEST_CASE("a server restarted with --resume-interrupted finds an interrupted execution "
           "behind more than a page of newer stopped ones",
           "[integration][server]") {
-  temp_dir home;
-  auto store = home.path + "/store";
-  auto id = crash_mid_run(store, home.path);
+  crashed_home h;
   {
     // 1,500 roots stopped on request after it: the restart reads the
     // stopped roots a page at a time, newest first.
-    auto db = canopy::core::store_test::open_store(store);
+    auto db = canopy::core::store_test::open_store(h.store);
     canopy::core::write_batch b;
     for (int i = 0; i < 1500; ++i) {
       auto r = canopy::core::store_test::make_exec(canopy::core::make_execution_id(), "other",
@@ -178,24 +181,22 @@ TEST_CASE("a server restarted with --resume-interrupted finds an interrupted exe
     }
     REQUIRE_FALSE(db->commit(b));
   }
-  touch(home.path + "/gate");
-  server_process srv{resuming_server(store)};
+  touch(h.home.path + "/gate");
+  server_process srv{resuming_server(h.store)};
   auto c = srv.client(alice_token);
-  check_completed_once(c, id, home.path);
+  check_completed_once(c, h.id, h.home.path);
   CHECK(srv.terminate(30s) == 0);
 }
 
 TEST_CASE("after SIGKILL a restarted server marks the execution stopped/interrupted, and a "
           "later restart with --resume-interrupted still completes it",
           "[integration][server]") {
-  temp_dir home;
-  auto store = home.path + "/store";
-  auto id = crash_mid_run(store, home.path);
+  crashed_home h;
   {
     // Without --resume-interrupted it stays stopped.
-    server_process srv{inline_server(store)};
+    server_process srv{inline_server(h.store)};
     auto c = srv.client(alice_token);
-    auto got = get_json(c, "/v1/executions/" + id);
+    auto got = get_json(c, "/v1/executions/" + h.id);
     REQUIRE(got.status == 200);
     CHECK(got.body["status"] == "stopped");
     CHECK(got.body["reason"] == "interrupted");
@@ -205,15 +206,15 @@ TEST_CASE("after SIGKILL a restarted server marks the execution stopped/interrup
     CHECK(srv.terminate(30s) == 0);
   }
   // The shutdown did not touch it.
-  auto still = show(store, id);
+  auto still = show(h.store, h.id);
   CHECK(still["status"] == "stopped");
   CHECK(still["reason"] == "interrupted");
-  CHECK(line_count(home.path + "/two.count") == 1);
+  CHECK(line_count(h.home.path + "/two.count") == 1);
 
-  touch(home.path + "/gate");
-  server_process srv{resuming_server(store)};
+  touch(h.home.path + "/gate");
+  server_process srv{resuming_server(h.store)};
   auto c = srv.client(alice_token);
-  check_completed_once(c, id, home.path);
+  check_completed_once(c, h.id, h.home.path);
 }
 
 TEST_CASE("read commands from another process on the server's home leave its live "
