@@ -99,6 +99,9 @@ def test(hx):
     assert root["status"] == "stopped"
     doc = s.wait_status(xid2, "stopped")
     assert doc["reason"] == "child_stopped", doc
+    # The tree settled: the child's page ends its stream and redraws once
+    # more; the link is clicked after that, not into the redraw.
+    b.wait(lambda: b.q("stream-state", state="ended"), 10, "the child's stream ended")
     b.click("root-link")
     b.wait(lambda: b.text("exec-reason") == "child_stopped", 10, "the root's reason child_stopped")
 
