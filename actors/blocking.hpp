@@ -112,6 +112,18 @@ caf::error blocking_request(caf::actor_system& sys, const Handle& dest,
 /// Threading: any thread that is not an actor's.
 caf::error await_ticket(std::future<caf::error>& answer, std::optional<millis> bound);
 
+/// Sends `dest` the message `xs...` followed by a fresh ticket and waits for
+/// the ticket's answer (`await_ticket`). The message holds the only
+/// reference to the ticket: a receiver that drops it unanswered breaks it.
+/// Threading: any thread that is not an actor's.
+template <class Handle, class... Ts>
+caf::error tell_and_await(const Handle& dest, std::optional<millis> bound, Ts... xs) {
+  auto ticket = std::make_shared<std::promise<caf::error>>();
+  auto answer = ticket->get_future();
+  caf::anon_send(dest, std::move(xs)..., std::move(ticket));
+  return await_ticket(answer, bound);
+}
+
 /// Blocks until `who` is down or `timeout` passed. @returns true when it is
 /// down; then `reason`, when given, holds the reason it quit with. No actor
 /// is spawned for the wait: a signal attached to `who` wakes the thread.

@@ -194,11 +194,8 @@ caf::expected<stop_ticket> request_stop(const stop_context& ctx, const std::stri
     // and answers this thread itself. A copy for the writer in case it does
     // not acknowledge (or has ended meanwhile).
     auto copy = s.batch;
-    auto ticket = std::make_shared<std::promise<caf::error>>();
-    auto acked = ticket->get_future();
-    caf::anon_send(s.live, request_atom::value, s.ticket.request, std::move(s.batch),
-                   std::move(ticket));
-    stored = !await_ticket(acked, ack_bound);
+    stored = !tell_and_await(s.live, ack_bound, request_atom::value, s.ticket.request,
+                             std::move(s.batch));
     if (!stored)
       s.batch = std::move(copy);
   }

@@ -398,11 +398,7 @@ store_writer_actor::behavior_type store_writer(writer_pointer self,
 
 caf::error commit_and_wait(const store_writer_actor& writer, std::optional<millis> bound,
                            write_batch batch) {
-  auto ticket = std::make_shared<std::promise<caf::error>>();
-  auto answer = ticket->get_future();
-  // The message holds the only reference: a writer that drops it breaks it.
-  caf::anon_send(writer, write_atom::value, std::move(batch), std::move(ticket));
-  return await_ticket(answer, bound);
+  return tell_and_await(writer, bound, write_atom::value, std::move(batch));
 }
 
 store_writer_actor spawn_store_writer(caf::actor_system& sys, std::shared_ptr<store> db,
