@@ -32,6 +32,66 @@ export function fill(el, ...children) {
   return el;
 }
 
+/**
+ * Makes el's children the given ones, as `fill` does, but keeps the nodes
+ * already there: an element of the same tag (and item: `data-id`,
+ * `data-name`, `data-exec`, `data-step`) at the same place is updated in
+ * place (attributes, then its children the same way), a text node takes
+ * the new text. A redraw that does not change a link leaves the very same
+ * element, so a click the user is in the middle of (pressed before the
+ * redraw, released after it) still lands on it. For content without
+ * listeners: an element kept keeps its own, not those of its replacement.
+ */
+export function refill(el, ...children) {
+  const next = document.createDocumentFragment();
+  append(next, children);
+  morphChildren(el, next);
+  return el;
+}
+
+/** Attributes that say which item an element shows (a row, a run). */
+const KEYS = ["data-id", "data-name", "data-exec", "data-step"];
+
+/** May `a` be updated to show `b`: same node type, tag and item. */
+function sameKind(a, b) {
+  if (a.nodeType !== b.nodeType) return false;
+  if (a.nodeType !== Node.ELEMENT_NODE) return true;
+  return a.namespaceURI === b.namespaceURI && a.localName === b.localName
+    && KEYS.every((k) => a.getAttribute(k) === b.getAttribute(k));
+}
+
+/** Makes `old` (kept) look like `next` (discarded). */
+function morph(old, next) {
+  if (old.nodeType !== Node.ELEMENT_NODE) {
+    if (old.nodeValue !== next.nodeValue) old.nodeValue = next.nodeValue;
+    return;
+  }
+  if (old.isEqualNode(next)) return;
+  for (const a of [...old.attributes]) if (!next.hasAttribute(a.name)) old.removeAttribute(a.name);
+  for (const a of next.attributes) if (old.getAttribute(a.name) !== a.value) old.setAttribute(a.name, a.value);
+  morphChildren(old, next);
+}
+
+/** Makes el's children those of `next` (a node whose children move out). */
+function morphChildren(el, next) {
+  let old = el.firstChild;
+  for (let n = next.firstChild; n;) {
+    const following = n.nextSibling;
+    if (old && sameKind(old, n)) {
+      morph(old, n);
+      old = old.nextSibling;
+    } else {
+      el.insertBefore(n, old);
+    }
+    n = following;
+  }
+  while (old) {
+    const following = old.nextSibling;
+    old.remove();
+    old = following;
+  }
+}
+
 export const STATUS_ICON = {
   queued: "\u25D4",      // circle, a quarter filled
   running: "\u25B6",     // play

@@ -3,7 +3,7 @@
 // run's event stream while the POST waits for the reply), cancel, on_busy.
 
 import { api, enc, followEvents } from "./api.js";
-import { h, fill, badge, setBadge, timeEl, age, json, dl, shortId, errorText, confirmDialog, poller } from "./ui.js";
+import { h, fill, refill, badge, setBadge, timeEl, age, json, dl, shortId, errorText, confirmDialog, poller } from "./ui.js";
 
 const BUSY_TEXT = {
   cancel_previous: "a new message stops the live run (it stays resumable)",
@@ -24,7 +24,7 @@ export function agentsView(main) {
   const poll = poller(async () => {
     const data = await api("/v1/agents");
     empty.hidden = data.items.length > 0;
-    fill(tbody, data.items.map((a) => h("tr", { "data-testid": "agent-row", "data-name": a.name },
+    refill(tbody, data.items.map((a) => h("tr", { "data-testid": "agent-row", "data-name": a.name },
       h("td", { "data-label": "Agent" }, h("a", { href: `#/agents/${enc(a.name)}`, "data-testid": "agent-link" }, a.name)),
       h("td", { "data-label": "Graph" }, a.graph || h("span", { class: "muted" }, "inline")),
       h("td", { "data-label": "On busy" }, h("span", { class: "tag", title: BUSY_TEXT[a.on_busy] }, a.on_busy)),
@@ -141,14 +141,14 @@ export function agentView(main, [name]) {
     }
     if (closed) return;
     error.hidden = true;
-    fill(meta, dl([
+    refill(meta, dl([
       ["Graph", a.graph || h("span", { class: "muted" }, "inline document")],
       ["On busy", h("span", {}, h("span", { class: "tag", "data-testid": "agent-on-busy" }, a.on_busy), " ", h("span", { class: "muted small" }, BUSY_TEXT[a.on_busy] || ""))],
       ["Node", a.node || "any"],
       ["Created", timeEl(a.created_at)],
       ["Updated", timeEl(a.updated_at)],
     ]));
-    fill(runsEl, a.runs.length ? a.runs.map((r) => h("li", { "data-testid": "agent-run", "data-id": r }, h("a", { href: `#/executions/${r}`, class: "mono" }, r)))
+    refill(runsEl, a.runs.length ? a.runs.map((r) => h("li", { "data-testid": "agent-run", "data-id": r }, h("a", { href: `#/executions/${r}`, class: "mono" }, r)))
       : h("li", { class: "muted" }, "none"));
     if (drawnHistory !== a.history.length) {
       drawnHistory = a.history.length;

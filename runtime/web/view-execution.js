@@ -5,7 +5,7 @@
 // SVG is built once per execution (later only classes and texts change).
 
 import { api, request, followEvents } from "./api.js";
-import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, errorText, confirmDialog, LIVE_STATUSES } from "./ui.js";
+import { h, fill, refill, badge, setBadge, duration, timeEl, json, dl, shortId, errorText, confirmDialog, LIVE_STATUSES } from "./ui.js";
 import { ExecState, GraphFinder } from "./exec-state.js";
 import { drawDag } from "./dag.js";
 import { eventLog, stepPanel, limitsBox, childTree, stopOutcome, stepOf, modelUse } from "./exec-parts.js";
@@ -18,7 +18,7 @@ const HOLD_MAX_MS = 1500; // longest wait for the replay to catch up
 function newStats() {
   return {
     received: 0, applied: 0, lastSeqReceived: 0, lastSeqApplied: 0, batches: 0,
-    lags: [], maxLag: 0, e2e: [], dagDrawnAt: null, treeLoadedAt: null, caughtUpAt: null,
+    lags: [], maxLag: 0, headerDraws: 0, e2e: [], dagDrawnAt: null, treeLoadedAt: null, caughtUpAt: null,
   };
 }
 
@@ -76,13 +76,14 @@ export function executionView(main, [id]) {
   function drawHeader() {
     const x = state.root();
     if (!x) return;
+    stats.headerDraws++;
     setBadge(el.status, x.status);
     const crumbs = [h("a", { href: "#/executions" }, "Executions")];
     if (x.root_id && x.root_id !== x.id) crumbs.push(" / ", h("a", { href: `#/executions/${x.root_id}`, "data-testid": "root-link" }, `root ${shortId(x.root_id)}`));
     if (x.parent_id && x.parent_id !== x.root_id) crumbs.push(" / ", h("a", { href: `#/executions/${x.parent_id}`, "data-testid": "parent-link" }, `parent ${shortId(x.parent_id)}`));
-    fill(el.crumbs, crumbs, " / ", h("span", { class: "mono" }, shortId(x.id)));
-    fill(el.meta, dl([
-      ["Graph", h("span", {}, h("a", { href: `#/graphs/${encodeURIComponent(x.graph)}` }, x.graph), x.graph_version ? ` v${x.graph_version}` : "")],
+    refill(el.crumbs, crumbs, " / ", h("span", { class: "mono" }, shortId(x.id)));
+    refill(el.meta, dl([
+      ["Graph", h("span", {}, h("a", { href: `#/graphs/${encodeURIComponent(x.graph)}`, "data-testid": "exec-graph-link" }, x.graph), x.graph_version ? ` v${x.graph_version}` : "")],
       ["Status", h("span", { "data-testid": "exec-status-text" }, x.status)],
       ["Reason", x.reason ? h("strong", { "data-testid": "exec-reason" }, x.reason) : null],
       ["Error", x.error ? h("span", { class: "error", "data-testid": "exec-error" }, x.error) : null],
@@ -126,7 +127,7 @@ export function executionView(main, [id]) {
   }
 
   function sectionHead(sec, x) {
-    fill(sec.head, badge(x.status, "dag-exec-status"), " ",
+    refill(sec.head, badge(x.status, "dag-exec-status"), " ",
       x.id === id ? h("span", {}, x.graph) : h("a", { href: `#/executions/${x.id}` }, x.graph),
       " ", h("span", { class: "mono muted" }, shortId(x.id)),
       x.parent_step && x.id !== id ? h("span", { class: "muted" }, ` via step ${stepOf(x)}`) : null,
@@ -192,7 +193,7 @@ export function executionView(main, [id]) {
   }
 
   function drawTree() {
-    fill(el.tree, childTree(state, id));
+    refill(el.tree, childTree(state, id));
   }
 
   function select(execId, name) {

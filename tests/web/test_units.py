@@ -6,6 +6,9 @@
 - dag.js layout: layer = longest path from a root, order in a layer by the
   barycenter of the predecessors, a layer over 30 steps wraps.
 - ui.js fmtDuration.
+- ui.js refill: a redraw keeps the nodes it repeats (the same element for
+  an unchanged link), updates text and attributes in place, and matches
+  list items by data-id (one put first, one dropped, one changed).
 - exec-state.js: a step.signalled event shows on its running step as the
   CLI shows it ("SIGINT sent · SIGTERM in 9s", counting down), not for
   another attempt, and goes with the step's next status.
@@ -220,6 +223,32 @@ const done = arguments[arguments.length - 1];
   check(wstep('a').status === 'completed' && wstep('a').waitSignal === 'approval' && wstep('a').answeredBy === 'user:alice', 'then completed');
   ws.push({ seq: 5, type: 'signal.received', execution_id: 'elsewhere', time: at(5000), data: {} });
   check(!ws.unknownExec, 'a signal event of another execution asks for no new tree');
+
+  // ui.js refill: a redraw keeps the nodes it repeats (a link being
+  // clicked stays the same element), updates the rest in place, and
+  // matches items by their data-id.
+  const { refill, h: el } = await import('/ui/ui.js');
+  const box = document.createElement('div');
+  refill(box, el('a', { href: '#/x' }, 'x'), ' / ', el('span', {}, 'one'));
+  const link = box.firstChild, span = box.lastChild;
+  refill(box, el('a', { href: '#/x' }, 'x'), ' / ', el('span', { class: 'c' }, 'two'));
+  check(box.firstChild === link && box.lastChild === span && span.textContent === 'two' && span.className === 'c' &&
+    box.childNodes.length === 3, 'refill keeps the link and updates the span: ' + box.innerHTML);
+  refill(box, el('strong', {}, 'x'));
+  check(box.childNodes.length === 1 && box.firstChild.localName === 'strong', 'refill replaces another tag, drops the rest: ' + box.innerHTML);
+  const list = document.createElement('ul');
+  const item = (id, href = '#/' + id) => el('li', { 'data-id': id }, el('a', { href }, id));
+  refill(list, item('b'), item('c'));
+  const [lb, lc] = list.children;
+  refill(list, item('a'), item('b'), item('c'));
+  check(list.children.length === 3 && list.children[1] === lb && list.children[2] === lc && list.textContent === 'abc',
+    'refill keeps items by data-id when one comes first: ' + list.innerHTML);
+  refill(list, item('a'), item('c'));
+  check(list.textContent === 'ac' && list.children[1].getAttribute('data-id') === 'c', 'refill drops an item: ' + list.innerHTML);
+  const kept = list.children[0];
+  refill(list, item('a', '#/a2'));
+  check(list.children.length === 1 && list.children[0] === kept && kept.firstChild.getAttribute('href') === '#/a2',
+    'refill updates an item in place: ' + list.innerHTML);
 
   check(fmtDuration(850) === '850ms' && fmtDuration(12345) === '12.3s' && fmtDuration(245000) === '4m 05s' &&
     fmtDuration(7380000) === '2h 03m', 'fmtDuration');
