@@ -35,6 +35,8 @@ def test(hx):
     b.go(f"#/executions/{xid}")
     b.wait(lambda: b.text("exec-model-use"), 15, "the tree's model use in the header")
     assert b.text("exec-model-use") == "2 calls \u00b7 160 tokens (130 in, 30 out) \u00b7 spent 0.16", b.text("exec-model-use")
+    # The budget meter comes with the graph document, loaded after the tree.
+    b.wait(lambda: b.q("limit", limit="budget"), 15, "the budget meter")
     budget = b.read(lambda: b.q("limit", limit="budget")[0].text)
     assert "0.16 of 1 spent" in budget, budget
 
