@@ -147,10 +147,17 @@ int store::open_databases(bool create, std::string& bad_schema) {
     }
     indexed_ = true;
   } else if (auto found = as_string(v); found == text_schema || found == migrating_schema
-                                        || found == binary_schema || found == indexing_schema) {
+                                        || found == binary_schema || found == indexing_schema
+                                        || found == old_indexing_schema) {
     // Readable as it is (the decoders read both encodings, listings walk
     // the records); the first write migrates it (see `migrate`).
     needs_migration_ = true;
+  } else if (found == indexed_schema || found == interrupted_schema) {
+    // The status index is whole (listings read it); the interrupted roots
+    // are not yet (`interrupted_roots` walks the stopped ones), until the
+    // first write lists them.
+    needs_migration_ = true;
+    indexed_ = has_by_status_.load();
   } else if (found == schema_version) {
     indexed_ = has_by_status_.load();
   } else {

@@ -3,7 +3,7 @@
 // The LMDB store under a canopy home. Knows records, not actors.
 //
 // Layout (named databases in one environment):
-//   meta        "schema" → version ("3"), "seq" → last event seq (8 bytes, big endian),
+//   meta        "schema" → version ("4"), "seq" → last event seq (8 bytes, big endian),
 //               "epoch" → last lease epoch issued (8 bytes, big endian),
 //               "lease" \0 root id → tree_lease (epoch, pid, start: 8 bytes each,
 //               big endian), for every tree ever leased,
@@ -27,12 +27,17 @@
 //               with an `agent` that is not yet terminal
 //   subtrees    root id \0 target id → subtree_stop (a compact snapshot not yet
 //               materialised; see below)
-//   by_status   status, kind (root or child), id → "" for every execution, and
-//               in `meta` "count" \0 status → how many (store_index.hpp)
+//   by_status   status, kind (root or child), id → "" for every execution;
+//               `stopped`, kind interrupted, id → "" for every root stored
+//               `stopped` with reason `interrupted`; and in `meta` "count" \0
+//               status → how many (store_index.hpp)
 //
-// The status index (schema 3). Listings with a status, and every listing of
-// roots, walk `by_status` newest first from the cursor, so a page costs
-// O(page), whatever the history holds; `status_counts` reads six counters.
+// The status index (schema 3, with the interrupted roots schema 4). Listings
+// with a status, and every listing of roots, walk `by_status` newest first
+// from the cursor, so a page costs O(page), whatever the history holds;
+// `status_counts` reads six counters; the interrupted roots a node start
+// resumes are listed apart (`execution_filter::interrupted_only`), so that
+// start reads them, not every stopped root of the history.
 // The commit, the materialisation and deletions keep index and counts in the
 // transaction that changes the record. A covered execution of a compact
 // snapshot stays indexed and counted under its stored status until it is
@@ -40,11 +45,14 @@
 // with a status therefore walks `executions` while any compact snapshot is
 // stored. A schema-2 home opens as it is (read only: listings walk
 // `executions`, counts are counted) and its first write builds the index
-// (schema "2>3" meanwhile, refused by a schema-2 binary) in bounded
-// transactions that resume where a crash left them; then the schema is "3".
-// A schema-2 process that opened the home before and still writes it would
-// leave its changes out of the index: stop the older release's processes
-// before running this one.
+// (schema "2>4" meanwhile, refused by a schema-2 binary; "2>3", an older
+// release's build, is built again) in bounded transactions that resume where
+// a crash left them; then the schema is "4". A schema-3 home opens with its
+// index in use (the interrupted roots are found among its stopped roots);
+// its first write lists the interrupted roots the same way (schema "3>4"
+// meanwhile). A process of an older release that opened the home before and
+// still writes it would leave its changes out of the index: stop the older
+// release's processes before running this one.
 //
 // The compact snapshot. A batch's `subtree_stop` for target X
 // says, in one record, that every execution below X stored not terminal
@@ -89,7 +97,7 @@
 // ('{' is JSON text). Its first write (`commit`, or `migrate` at once)
 // migrates it: the schema becomes "1>2" (a schema-1 binary refuses it from
 // then on), every text record of every database is rewritten in bounded
-// write transactions under the writers' lock, and the schema becomes "2>3"
+// write transactions under the writers' lock, and the schema becomes "2>4"
 // (the status index is built next, see above). A crash midway leaves "1>2"
 // and the next writer runs it again (rewritten records are skipped). A schema-1 process still writing the home
 // meanwhile may leave text records behind: they read alike.
@@ -242,6 +250,11 @@ struct execution_filter {
   /// any). The walk stops at ids whose time is over a minute older (an id's
   /// time is taken just before its record's `created_at`).
   int64_t created_after = 0;
+  /// Only roots stored `stopped` with reason `interrupted` (the roots a node
+  /// start resumes); implies `roots_only` and status `stopped`. A schema-4
+  /// home lists them from their own index entries, O(page); a home not yet
+  /// migrated walks its stopped roots.
+  bool interrupted_only = false;
 };
 
 /// How much of the store's file holds data (`store::usage`).
@@ -398,7 +411,7 @@ public:
 
   /// @returns how many executions are stored with each status, indexed by
   ///          `execution_status` (covered executions of a compact snapshot
-  ///          under their stored status): six counters of a schema-3 home,
+  ///          under their stored status): six counters of an indexed home,
   ///          O(1); a home not migrated yet is counted record by record.
   ///          Thread-safe.
   caf::expected<std::array<uint64_t, 6>> status_counts() const;
@@ -410,11 +423,12 @@ public:
   ///          event), or an LMDB error. Thread-safe.
   caf::expected<uint64_t> tree_last_seq(const std::string& root_id) const;
 
-  /// @returns the stored schema version: "3", or "1", "1>2", "2" or "2>3"
-  ///          for a home of an earlier release not (fully) migrated yet.
+  /// @returns the stored schema version: "4", or "1", "1>2", "2", "2>3",
+  ///          "2>4", "3" or "3>4" for a home of an earlier release not
+  ///          (fully) migrated yet.
   caf::expected<std::string> schema() const;
 
-  /// True until this process has seen the home at schema 3 (set on open for
+  /// True until this process has seen the home at schema 4 (set on open for
   /// a home of an earlier schema, cleared by `migrate`).
   bool needs_migration() const { return needs_migration_; }
 
@@ -448,9 +462,10 @@ public:
   caf::expected<materialize_outcome> materialize(const std::string& root_id,
                                                  const std::function<bool()>& give_way = {});
 
-  /// Migrates a home of an earlier schema to schema 3 (see the top of this
+  /// Migrates a home of an earlier schema to schema 4 (see the top of this
   /// header) when `needs_migration()`: schema-1 records are rewritten, then
-  /// the status index and counts are built. `commit` and `materialize` call
+  /// the status index, its counts and the interrupted roots are built (a
+  /// schema-3 home: the interrupted roots). `commit` and `materialize` call
   /// it before their first write. Each transaction takes the writers' lock
   /// like `commit`.
   /// @returns nothing (also when another process migrated it meanwhile), or
@@ -562,18 +577,24 @@ private:
            live_ = 0, stops_ = 0, pending_ = 0, counters_ = 0, registry_ = 0, agents_ = 0,
            history_ = 0, agent_runs_ = 0;
   /// The `by_status` database, once this process opened or created it, and
-  /// whether the home was at schema 3 then (the index may be read).
+  /// whether the home had the whole status index then (schema 3 or 4: the
+  /// index may be read).
   unsigned by_status_ = 0;
   std::atomic<bool> has_by_status_{false};
   std::atomic<bool> indexed_{false};
   /// Opens (creating when absent) `by_status` in this process.
   caf::error open_status_index();
-  /// Rewrites a schema-1 home's text records; the schema becomes "2>3".
+  /// Rewrites a schema-1 home's text records; the schema becomes "2>4".
   caf::error rewrite_text_records();
-  /// Builds the status index and counts of a home at schema "2>3" from
-  /// where the last run left it, in bounded transactions; the schema
-  /// becomes "3" with the last (store_migration.cpp).
+  /// Builds the status index, its counts and the interrupted roots of a
+  /// home at schema "2>4" from where the last run left it, in bounded
+  /// transactions; the schema becomes "4" with the last
+  /// (store_migration.cpp).
   caf::error build_status_index();
+  /// Lists the interrupted roots of a home at schema "3>4" (its status
+  /// index is whole) from where the last run left it, walking its stopped
+  /// roots in bounded transactions; the schema becomes "4" with the last.
+  caf::error build_interrupted_roots();
   /// `list` over the status index (store_list.cpp); `f` needs it.
   caf::error list_indexed(MDB_txn* txn, const execution_filter& f,
                           std::vector<execution_record>& out) const;

@@ -296,11 +296,12 @@ void commit_txn::put_executions(const write_batch& b) {
       settle_.insert(x.id);
     if (d_.indexed && rc_ == 0) {
       // The index follows the stored status (store_index.hpp).
-      std::optional<execution_status> old;
+      std::optional<store_index::entry> old;
       if (auto rec = load_execution(txn_, s_.executions_, x.id))
-        old = rec->status;
+        old = store_index::entry_of(*rec);
+      auto entry = store_index::entry_of(x);
       rc_ = store_index::reindex(txn_, d_.by_status, d_.meta, x.id, x.parent_id.empty(),
-                                 old ? &*old : nullptr, &x.status);
+                                 old ? &*old : nullptr, &entry);
     }
     put(s_.executions_, x.id, encode(x));
     if (is_terminal(x.status))
@@ -400,9 +401,11 @@ void commit_txn::delete_execution(const std::string& id) {
       rec = std::move(*r);
       decoded = true;
     }
-    if (decoded && d_.indexed && rc_ == 0)
-      rc_ = store_index::reindex(txn_, d_.by_status, d_.meta, id, rec.parent_id.empty(),
-                                 &rec.status, nullptr);
+    if (decoded && d_.indexed && rc_ == 0) {
+      auto entry = store_index::entry_of(rec);
+      rc_ = store_index::reindex(txn_, d_.by_status, d_.meta, id, rec.parent_id.empty(), &entry,
+                                 nullptr);
+    }
     del(s_.executions_, id);
     if (!rec.parent_id.empty())
       del(s_.children_, pair_key(rec.parent_id, id));

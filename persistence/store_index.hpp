@@ -1,14 +1,16 @@
 #pragma once
 
-// The status index and the status counts of schema 3 (see store.hpp):
+// The status index and the status counts (see store.hpp):
 //   by_status  status (1 byte) kind ('r' root, 'c' child) id → "" for every
-//              execution, under its stored status
+//              execution, under its stored status; and (schema 4) status
+//              `stopped` kind 'i' id → "" for every root stored `stopped`
+//              with reason `interrupted` (the roots a node start resumes)
 //   meta       "count" \0 status (1 byte) → executions stored with that
 //              status (8 bytes, big endian)
-// Both are written in the transaction that writes (or deletes) the record,
+// All are written in the transaction that writes (or deletes) the record,
 // by `reindex`, from every path that changes an execution's stored status:
-// the commit, the materialisation of a compact snapshot and the migration
-// that builds them. Internal to the store's source files; not installed.
+// the commit, the materialisation of a compact snapshot and the migrations
+// that build them. Internal to the store's source files; not installed.
 
 #include <lmdb.h>
 
@@ -25,6 +27,21 @@ namespace canopy::core::store_index {
 /// The kind byte of a root's and of a child's index entry.
 constexpr char root_kind = 'r';
 constexpr char child_kind = 'c';
+
+/// The kind byte of an interrupted root's second entry (under `stopped`).
+constexpr char interrupted_kind = 'i';
+
+/// What the index holds of one stored record.
+struct entry {
+  execution_status status = execution_status::queued;
+  bool interrupted_root = false; ///< a root, `stopped` with reason `interrupted`
+};
+
+/// The index entry of record `x`.
+inline entry entry_of(const execution_record& x) {
+  return {x.status, x.parent_id.empty() && x.status == execution_status::stopped
+                      && x.reason == step_reason::interrupted};
+}
 
 /// Executions per status, indexed by `execution_status`.
 using status_counts = std::array<uint64_t, 6>;
@@ -70,30 +87,55 @@ inline int add_count(MDB_txn* txn, unsigned meta, execution_status s, int64_t de
   return mdb_put(txn, meta, &k, &v, 0);
 }
 
+/// The index key of interrupted root `id`.
+inline std::string interrupted_key(std::string_view id) {
+  auto k = status_prefix(execution_status::stopped, interrupted_kind);
+  k.append(id.data(), id.size());
+  return k;
+}
+
+/// Adds (`on`) or removes the interrupted-root entry of `id`.
+/// @returns an LMDB code.
+inline int mark_interrupted(MDB_txn* txn, unsigned by_status, std::string_view id, bool on) {
+  auto key = interrupted_key(id);
+  MDB_val k = store_lmdb::as_val(key);
+  if (!on) {
+    int rc = mdb_del(txn, by_status, &k, nullptr);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+  }
+  std::string empty;
+  MDB_val v = store_lmdb::as_val(empty);
+  return mdb_put(txn, by_status, &k, &v, 0);
+}
+
 /// Moves execution `id` (a root when `root`) in the index and the counts
-/// from status `from` to `to`; a null `from` is a new record, a null `to` a
+/// from entry `from` to `to`; a null `from` is a new record, a null `to` a
 /// deleted one. @returns an LMDB code.
 inline int reindex(MDB_txn* txn, unsigned by_status, unsigned meta, std::string_view id,
-                   bool root, const execution_status* from, const execution_status* to) {
-  if (from && to && *from == *to)
+                   bool root, const entry* from, const entry* to) {
+  bool was = from && from->interrupted_root, is = to && to->interrupted_root;
+  if (was != is)
+    if (int rc = mark_interrupted(txn, by_status, id, is); rc != 0)
+      return rc;
+  if (from && to && from->status == to->status)
     return 0;
   int rc = 0;
   if (from) {
-    auto key = status_key(*from, root, id);
+    auto key = status_key(from->status, root, id);
     MDB_val k = store_lmdb::as_val(key);
     rc = mdb_del(txn, by_status, &k, nullptr);
     if (rc == MDB_NOTFOUND)
       rc = 0;
     if (rc == 0)
-      rc = add_count(txn, meta, *from, -1);
+      rc = add_count(txn, meta, from->status, -1);
   }
   if (to && rc == 0) {
-    auto key = status_key(*to, root, id);
+    auto key = status_key(to->status, root, id);
     std::string empty;
     MDB_val k = store_lmdb::as_val(key), v = store_lmdb::as_val(empty);
     rc = mdb_put(txn, by_status, &k, &v, 0);
     if (rc == 0)
-      rc = add_count(txn, meta, *to, 1);
+      rc = add_count(txn, meta, to->status, 1);
   }
   return rc;
 }

@@ -80,13 +80,37 @@ struct lane {
 
 // -- listing ---------------------------------------------------------------------------
 
+namespace {
+
+/// Whether the home in `txn` lists its interrupted roots (schema 4).
+bool lists_interrupted(MDB_txn* txn, unsigned meta) {
+  MDB_val k = as_val(schema_key), v;
+  return mdb_get(txn, meta, &k, &v) == 0 && as_view(v) == schema_version;
+}
+
+/// Whether `rec` passes `f`'s `interrupted_only`.
+bool interrupted_pass(const execution_filter& f, const execution_record& rec) {
+  return !f.interrupted_only || store_index::entry_of(rec).interrupted_root;
+}
+
+} // namespace
+
 caf::error store::list_indexed(MDB_txn* txn, const execution_filter& f,
                                std::vector<execution_record>& out) const {
   // One lane per status asked for and kind (roots; children too unless
-  // roots only), merged newest first: ids are time-ordered.
+  // roots only), merged newest first: ids are time-ordered. Interrupted
+  // roots have a lane of their own once the home lists them.
   std::array<lane, 6 * 2> lanes;
   size_t n = 0;
-  for (size_t s = 0; s < 6; ++s) {
+  bool own_lane = f.interrupted_only && lists_interrupted(txn, meta_);
+  if (own_lane) {
+    auto& l = lanes[n++];
+    l.prefix = store_index::status_prefix(execution_status::stopped,
+                                          store_index::interrupted_kind);
+    if (int rc = l.seek(txn, by_status_, f.before); rc != 0)
+      return lmdb_error("mdb_cursor_get (status index)", rc);
+  }
+  for (size_t s = 0; s < 6 && !own_lane; ++s) {
     auto status = static_cast<execution_status>(s);
     if (f.status && *f.status != status)
       continue;
@@ -120,7 +144,7 @@ caf::error store::list_indexed(MDB_txn* txn, const execution_filter& f,
         return rec.error();
       bool keep = (!f.owner || rec->owner == *f.owner)
                   && (f.graph.empty() || rec->graph == f.graph)
-                  && rec->created_at >= f.created_after;
+                  && rec->created_at >= f.created_after && interrupted_pass(f, *rec);
       if (keep) {
         out.push_back(std::move(*rec));
         if (f.limit != 0 && out.size() >= f.limit)
@@ -132,7 +156,12 @@ caf::error store::list_indexed(MDB_txn* txn, const execution_filter& f,
   return caf::none;
 }
 
-caf::expected<std::vector<execution_record>> store::list(const execution_filter& f) const {
+caf::expected<std::vector<execution_record>> store::list(const execution_filter& asked) const {
+  auto f = asked;
+  if (f.interrupted_only) {
+    f.roots_only = true;
+    f.status = execution_status::stopped;
+  }
   auto d = subtree_dbs();
   std::vector<execution_record> out;
   auto err = read([&](MDB_txn* txn) -> caf::error {
@@ -178,7 +207,7 @@ caf::expected<std::vector<execution_record>> store::list(const execution_filter&
         continue;
       if (!f.graph.empty() && rec->graph != f.graph)
         continue;
-      if (rec->created_at < f.created_after)
+      if (rec->created_at < f.created_after || !interrupted_pass(f, *rec))
         continue;
       out.push_back(std::move(*rec));
       if (f.limit != 0 && out.size() >= f.limit)

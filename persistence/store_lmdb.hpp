@@ -17,16 +17,23 @@
 
 namespace canopy::core::store_lmdb {
 
-/// Schema 3: binary records (records.hpp) and the status index with its
-/// counts (store_index.hpp). Schema 2: binary records without the index;
-/// schema 1: JSON text records. While a home is being migrated its schema
-/// reads `migrating_schema` (1 to 2) or `indexing_schema` (2 to 3), which the
-/// binaries of the releases before refuse like any other.
-constexpr const char* schema_version = "3";
+/// Schema 4: binary records (records.hpp), the status index with its
+/// counts and the interrupted roots (store_index.hpp). Schema 3: the same
+/// without the interrupted roots; schema 2: binary records without the
+/// index; schema 1: JSON text records. While a home is being migrated its
+/// schema reads `migrating_schema` (1 to 2), `indexing_schema` (2 to 4, the
+/// whole index) or `interrupted_schema` (3 to 4, the interrupted roots),
+/// which the binaries of the releases before refuse like any other;
+/// `old_indexing_schema` is the mark of the release before's index build
+/// (2 to 3), built again from the start.
+constexpr const char* schema_version = "4";
+constexpr const char* indexed_schema = "3";
 constexpr const char* binary_schema = "2";
 constexpr const char* text_schema = "1";
 constexpr const char* migrating_schema = "1>2";
-constexpr const char* indexing_schema = "2>3";
+constexpr const char* indexing_schema = "2>4";
+constexpr const char* old_indexing_schema = "2>3";
+constexpr const char* interrupted_schema = "3>4";
 
 /// The `meta` key of the schema version.
 inline const std::string schema_key = "schema";

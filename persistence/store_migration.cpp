@@ -1,6 +1,8 @@
-// Migrating a home of an earlier schema to schema 3: schema-1 JSON text
+// Migrating a home of an earlier schema to schema 4: schema-1 JSON text
 // records are rewritten in the binary encoding (schema 2), then the status
-// index and counts are built (schema 3). See the top of store.hpp.
+// index, its counts and the interrupted roots are built; a schema-3 home,
+// which has the index, gets its interrupted roots listed. See the top of
+// store.hpp.
 
 #include "persistence/store.hpp"
 
@@ -42,6 +44,10 @@ constexpr size_t migration_chunk = 2000;
 /// visited yet (absent: from the first).
 const std::string index_from_key = "index_from";
 
+/// The `meta` key of the first stopped root the listing of interrupted
+/// roots has not visited yet (absent: from the first).
+const std::string interrupted_from_key = "interrupted_from";
+
 /// Empties the status index and its counts, to build them from scratch.
 /// @returns an LMDB code.
 int reset_status_index(MDB_txn* txn, unsigned by_status, unsigned meta) {
@@ -59,7 +65,7 @@ int reset_status_index(MDB_txn* txn, unsigned by_status, unsigned meta) {
 }
 
 /// Sets the schema to `to` when it reads `from`, emptying the status index
-/// when `to` is "2>3". @returns an LMDB code.
+/// when `to` is `indexing_schema`. @returns an LMDB code.
 int advance_schema(MDB_txn* txn, unsigned meta, unsigned by_status, const char* from,
                    const char* to) {
   MDB_val k = as_val(schema_key), v;
@@ -127,6 +133,9 @@ caf::error store::build_status_index() {
         MDB_val ik = as_val(key), iv = as_val(empty);
         if ((rc = mdb_put(txn, by_status_, &ik, &iv, 0)) != 0)
           return rc;
+        if (store_index::entry_of(rec).interrupted_root
+            && (rc = store_index::mark_interrupted(txn, by_status_, id, true)) != 0)
+          return rc;
         ++added[static_cast<size_t>(rec.status)];
       }
       for (size_t i = 0; i < added.size(); ++i)
@@ -152,14 +161,78 @@ caf::error store::build_status_index() {
 }
 
 
+caf::error store::build_interrupted_roots() {
+  const auto prefix = store_index::status_prefix(execution_status::stopped,
+                                                 store_index::root_kind);
+  for (bool done = false; !done;) {
+    auto err = write_once([&](MDB_txn* txn) {
+      MDB_val sk = as_val(schema_key), sv;
+      int rc = mdb_get(txn, meta_, &sk, &sv);
+      if (rc != 0)
+        return rc;
+      done = as_string(sv) != interrupted_schema; // another process finished it
+      if (done)
+        return 0;
+      std::string from;
+      MDB_val fk = as_val(interrupted_from_key), fv;
+      if (mdb_get(txn, meta_, &fk, &fv) == 0)
+        from = as_string(fv);
+      MDB_cursor* cur;
+      if ((rc = mdb_cursor_open(txn, by_status_, &cur)) != 0)
+        return rc;
+      auto start = prefix + from;
+      MDB_val k = as_val(start), v;
+      rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+      auto in_range = [&] {
+        return rc == 0 && k.mv_size > prefix.size()
+               && as_view(k).substr(0, prefix.size()) == prefix;
+      };
+      std::vector<std::string> interrupted;
+      for (size_t n = 0; in_range() && n < migration_chunk;
+           ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        auto id = as_view(k).substr(prefix.size());
+        MDB_val ek{id.size(), const_cast<char*>(id.data())}, ev;
+        if (mdb_get(txn, executions_, &ek, &ev) != 0)
+          continue;
+        auto rec = decode_execution(as_view(ev));
+        if (rec && store_index::entry_of(*rec).interrupted_root)
+          interrupted.emplace_back(id);
+      }
+      done = !in_range();
+      std::string next = done ? std::string{} : std::string{as_view(k).substr(prefix.size())};
+      mdb_cursor_close(cur);
+      if (rc != 0 && rc != MDB_NOTFOUND)
+        return rc;
+      for (auto& id : interrupted)
+        if ((rc = store_index::mark_interrupted(txn, by_status_, id, true)) != 0)
+          return rc;
+      if (!done) {
+        fv = as_val(next);
+        return mdb_put(txn, meta_, &fk, &fv, 0);
+      }
+      // The new schema last, with the end of the listing.
+      if ((rc = mdb_del(txn, meta_, &fk, nullptr)) != 0 && rc != MDB_NOTFOUND)
+        return rc;
+      std::string version = schema_version;
+      sv = as_val(version);
+      return mdb_put(txn, meta_, &sk, &sv, 0);
+    }, "listing the interrupted roots");
+    if (err)
+      return err;
+  }
+  return caf::none;
+}
+
 caf::error store::migrate() {
   if (!needs_migration_)
     return caf::none;
   if (auto err = open_status_index())
     return err;
   // 1. Mark a schema-1 home as migrating (a schema-1 binary refuses it from
-  //    now on), a schema-2 one as being indexed (a schema-2 binary refuses
-  //    it), unless another process finished the migration meanwhile.
+  //    now on), a schema-2 one (or one an older release was indexing) as
+  //    being indexed, a schema-3 one as having its interrupted roots listed
+  //    (the binaries of those schemas refuse them), unless another process
+  //    finished the migration meanwhile.
   std::string found;
   auto err = write_once([&](MDB_txn* txn) {
     MDB_val k = as_val(schema_key), v;
@@ -169,8 +242,10 @@ caf::error store::migrate() {
     found = as_string(v);
     if (found == text_schema)
       return advance_schema(txn, meta_, by_status_, text_schema, migrating_schema);
-    if (found == binary_schema)
-      return advance_schema(txn, meta_, by_status_, binary_schema, indexing_schema);
+    if (found == binary_schema || found == old_indexing_schema)
+      return advance_schema(txn, meta_, by_status_, found.c_str(), indexing_schema);
+    if (found == indexed_schema)
+      return advance_schema(txn, meta_, by_status_, indexed_schema, interrupted_schema);
     return 0;
   }, "migrating the store");
   if (err)
@@ -178,11 +253,15 @@ caf::error store::migrate() {
   if (found == text_schema || found == migrating_schema)
     if ((err = rewrite_text_records()))
       return err;
-  // 3. The status index and counts; the schema becomes "3" with its last
-  //    transaction.
-  if (found != schema_version)
-    if ((err = build_status_index()))
-      return err;
+  // 3. The status index, its counts and the interrupted roots; or, for a
+  //    schema-3 home, the interrupted roots. The schema becomes "4" with
+  //    the last transaction.
+  if (found == indexed_schema || found == interrupted_schema)
+    err = build_interrupted_roots();
+  else if (found != schema_version)
+    err = build_status_index();
+  if (err)
+    return err;
   indexed_ = true;
   needs_migration_ = false;
   return caf::none;

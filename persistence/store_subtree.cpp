@@ -318,9 +318,11 @@ int materialize(MDB_txn* txn, const dbs& d, const std::string& root, const std::
     for (auto& x : execs) {
       if (d.indexed && rc == 0) {
         // Covered executions were indexed under their stored status.
-        if (auto stored = load_execution(txn, d, x.id))
-          rc = store_index::reindex(txn, d.by_status, d.meta, x.id, x.parent_id.empty(),
-                                    &stored->status, &x.status);
+        if (auto stored = load_execution(txn, d, x.id)) {
+          auto from = store_index::entry_of(*stored), to = store_index::entry_of(x);
+          rc = store_index::reindex(txn, d.by_status, d.meta, x.id, x.parent_id.empty(), &from,
+                                    &to);
+        }
       }
       put(d.executions, x.id, encode(x));
       del(d.live, x.id);

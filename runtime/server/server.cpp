@@ -79,7 +79,7 @@ bool runtime_options_of(const node_config& cfg, const std::shared_ptr<metrics>& 
   return true;
 }
 
-/// How many stopped roots `resume_at_start` reads at a time.
+/// How many interrupted roots `resume_at_start` reads at a time.
 constexpr size_t resume_page = 1000;
 
 /// Resumes, before the port opens, every root left interrupted with
@@ -89,10 +89,10 @@ constexpr size_t resume_page = 1000;
 /// same. @returns false when the store could not be read (logged).
 bool resume_at_start(runtime& rt, bool resume_interrupted) {
   auto db = rt.db();
-  // Page by page, newest first: the stopped roots of a long history are
-  // many, and only the interrupted ones matter.
+  // The interrupted roots only (their own index range, not every stopped
+  // root of the history), page by page, newest first.
   execution_filter f;
-  f.status = execution_status::stopped;
+  f.interrupted_only = true;
   f.limit = resume_page;
   for (;;) {
     auto stopped = db->list(f);
@@ -101,8 +101,7 @@ bool resume_at_start(runtime& rt, bool resume_interrupted) {
       return false;
     }
     for (auto& rec : *stopped) {
-      if (rec.reason != step_reason::interrupted
-          || !(resume_interrupted || only_waits_interrupted(*db, rec.id)))
+      if (!(resume_interrupted || only_waits_interrupted(*db, rec.id)))
         continue;
       auto h = rt.resume(rec.id);
       if (!h) {

@@ -392,7 +392,7 @@ TEST_CASE("a home written by the JSON-record release reads as it is and migrates
     REQUIRE_FALSE(db->commit(b));
     CHECK(b.events[0].seq == last_seq + 1);
     CHECK(b.events[1].seq == last_seq + 2);
-    CHECK(get(db->schema()) == "3");
+    CHECK(get(db->schema()) == "4");
     CHECK_FALSE(db->needs_migration());
     check_fixture_facts(*db);
     CHECK(get(db->execution(x.id)).graph == "after-migration");
@@ -402,7 +402,7 @@ TEST_CASE("a home written by the JSON-record release reads as it is and migrates
   }
 
   // Every record is binary now and holds what the text held.
-  CHECK(raw_schema(dir.path) == "3");
+  CHECK(raw_schema(dir.path) == "4");
   auto after = dump(dir.path);
   CHECK(text_records(after) == 0);
   CHECK(all_records(after) == all_records(before) + 3);
@@ -462,7 +462,7 @@ TEST_CASE("a migration interrupted midway runs again on the next write and leave
     REQUIRE(db->needs_migration());
     check_fixture_facts(*db);
     REQUIRE_FALSE(db->migrate());
-    CHECK(get(db->schema()) == "3");
+    CHECK(get(db->schema()) == "4");
     check_fixture_facts(*db);
   }
   auto after = dump(dir.path);
@@ -482,6 +482,6 @@ TEST_CASE("the CLI shows a migrated home exactly as the release that wrote it di
     auto db = open_store(dir.path);
     REQUIRE_FALSE(db->migrate());
   }
-  CHECK(raw_schema(dir.path) == "3");
+  CHECK(raw_schema(dir.path) == "4");
   check_cli_documents(dir.path);
 }
