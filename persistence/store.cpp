@@ -154,8 +154,8 @@ int store::open_databases(bool create, std::string& bad_schema) {
     needs_migration_ = true;
   } else if (found == indexed_schema || found == interrupted_schema) {
     // The status index is whole (listings read it); the interrupted roots
-    // are not yet (`interrupted_roots` walks the stopped ones), until the
-    // first write lists them.
+    // are not listed apart yet (`execution_filter::interrupted_only` walks
+    // the stopped roots) until the first write lists them.
     needs_migration_ = true;
     indexed_ = has_by_status_.load();
   } else if (found == schema_version) {
