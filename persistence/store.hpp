@@ -586,6 +586,16 @@ private:
   caf::error open_status_index();
   /// Rewrites a schema-1 home's text records; the schema becomes "2>4".
   caf::error rewrite_text_records();
+  /// One step of a resumable build: given `from` (the key the last step
+  /// stopped before, "" at first), does its bounded share in `txn` and sets
+  /// `next` ("": the build is done). @returns an LMDB code.
+  using chunk_step = std::function<int(MDB_txn*, const std::string& from, std::string& next)>;
+  /// Runs `step` in write transactions of its own while the schema reads
+  /// `marker`, keeping `from` under `from_key` in `meta` between them (a
+  /// crash or another process carries on from there); the last one sets
+  /// the schema to this release's. `what` names it in errors.
+  caf::error build_in_chunks(const char* marker, const std::string& from_key, const char* what,
+                             const chunk_step& step);
   /// Builds the status index, its counts and the interrupted roots of a
   /// home at schema "2>4" from where the last run left it, in bounded
   /// transactions; the schema becomes "4" with the last

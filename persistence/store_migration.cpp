@@ -97,52 +97,24 @@ caf::error store::open_status_index() {
   return caf::none;
 }
 
-caf::error store::build_status_index() {
+caf::error store::build_in_chunks(const char* marker, const std::string& from_key,
+                                  const char* what, const chunk_step& step) {
   for (bool done = false; !done;) {
     auto err = write_once([&](MDB_txn* txn) {
       MDB_val sk = as_val(schema_key), sv;
       int rc = mdb_get(txn, meta_, &sk, &sv);
       if (rc != 0)
         return rc;
-      done = as_string(sv) != indexing_schema; // another process finished it
+      done = as_string(sv) != marker; // another process finished it
       if (done)
         return 0;
-      std::string from;
-      MDB_val fk = as_val(index_from_key), fv;
+      std::string from, next;
+      MDB_val fk = as_val(from_key), fv;
       if (mdb_get(txn, meta_, &fk, &fv) == 0)
         from = as_string(fv);
-      MDB_cursor* cur;
-      if ((rc = mdb_cursor_open(txn, executions_, &cur)) != 0)
+      if ((rc = step(txn, from, next)) != 0)
         return rc;
-      MDB_val k = as_val(from), v;
-      rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
-      std::vector<std::pair<std::string, execution_record>> chunk;
-      for (size_t n = 0; rc == 0 && n < migration_chunk;
-           ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-        if (auto rec = decode_execution(as_view(v)))
-          chunk.emplace_back(as_string(k), std::move(*rec));
-      std::string next = rc == 0 ? as_string(k) : std::string{};
-      mdb_cursor_close(cur);
-      if (rc != 0 && rc != MDB_NOTFOUND)
-        return rc;
-      done = rc == MDB_NOTFOUND;
-      store_index::status_counts added{};
-      for (auto& [id, rec] : chunk) {
-        auto key = store_index::status_key(rec.status, rec.parent_id.empty(), id);
-        std::string empty;
-        MDB_val ik = as_val(key), iv = as_val(empty);
-        if ((rc = mdb_put(txn, by_status_, &ik, &iv, 0)) != 0)
-          return rc;
-        if (store_index::entry_of(rec).interrupted_root
-            && (rc = store_index::mark_interrupted(txn, by_status_, id, true)) != 0)
-          return rc;
-        ++added[static_cast<size_t>(rec.status)];
-      }
-      for (size_t i = 0; i < added.size(); ++i)
-        if ((rc = store_index::add_count(txn, meta_, static_cast<execution_status>(i),
-                                         static_cast<int64_t>(added[i])))
-            != 0)
-          return rc;
+      done = next.empty();
       if (!done) {
         fv = as_val(next);
         return mdb_put(txn, meta_, &fk, &fv, 0);
@@ -153,74 +125,88 @@ caf::error store::build_status_index() {
       std::string version = schema_version;
       sv = as_val(version);
       return mdb_put(txn, meta_, &sk, &sv, 0);
-    }, "building the status index");
+    }, what);
     if (err)
       return err;
   }
   return caf::none;
 }
 
+caf::error store::build_status_index() {
+  return build_in_chunks(indexing_schema, index_from_key, "building the status index",
+                         [this](MDB_txn* txn, const std::string& from, std::string& next) {
+    MDB_cursor* cur;
+    int rc = mdb_cursor_open(txn, executions_, &cur);
+    if (rc != 0)
+      return rc;
+    MDB_val k = as_val(from), v;
+    rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
+    std::vector<std::pair<std::string, execution_record>> chunk;
+    for (size_t n = 0; rc == 0 && n < migration_chunk;
+         ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+      if (auto rec = decode_execution(as_view(v)))
+        chunk.emplace_back(as_string(k), std::move(*rec));
+    next = rc == 0 ? as_string(k) : std::string{};
+    mdb_cursor_close(cur);
+    if (rc != 0 && rc != MDB_NOTFOUND)
+      return rc;
+    store_index::status_counts added{};
+    for (auto& [id, rec] : chunk) {
+      auto key = store_index::status_key(rec.status, rec.parent_id.empty(), id);
+      std::string empty;
+      MDB_val ik = as_val(key), iv = as_val(empty);
+      if ((rc = mdb_put(txn, by_status_, &ik, &iv, 0)) != 0)
+        return rc;
+      if (store_index::entry_of(rec).interrupted_root
+          && (rc = store_index::mark_interrupted(txn, by_status_, id, true)) != 0)
+        return rc;
+      ++added[static_cast<size_t>(rec.status)];
+    }
+    for (size_t i = 0; i < added.size(); ++i)
+      if ((rc = store_index::add_count(txn, meta_, static_cast<execution_status>(i),
+                                       static_cast<int64_t>(added[i])))
+          != 0)
+        return rc;
+    return 0;
+  });
+}
 
 caf::error store::build_interrupted_roots() {
-  const auto prefix = store_index::status_prefix(execution_status::stopped,
-                                                 store_index::root_kind);
-  for (bool done = false; !done;) {
-    auto err = write_once([&](MDB_txn* txn) {
-      MDB_val sk = as_val(schema_key), sv;
-      int rc = mdb_get(txn, meta_, &sk, &sv);
-      if (rc != 0)
+  return build_in_chunks(interrupted_schema, interrupted_from_key, "listing the interrupted roots",
+                         [this](MDB_txn* txn, const std::string& from, std::string& next) {
+    const auto prefix = store_index::status_prefix(execution_status::stopped,
+                                                   store_index::root_kind);
+    MDB_cursor* cur;
+    int rc = mdb_cursor_open(txn, by_status_, &cur);
+    if (rc != 0)
+      return rc;
+    auto start = prefix + from;
+    MDB_val k = as_val(start), v;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    auto in_range = [&] {
+      return rc == 0 && k.mv_size > prefix.size()
+             && as_view(k).substr(0, prefix.size()) == prefix;
+    };
+    std::vector<std::string> interrupted;
+    for (size_t n = 0; in_range() && n < migration_chunk;
+         ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      auto id = as_view(k).substr(prefix.size());
+      MDB_val ek{id.size(), const_cast<char*>(id.data())}, ev;
+      if (mdb_get(txn, executions_, &ek, &ev) != 0)
+        continue;
+      auto rec = decode_execution(as_view(ev));
+      if (rec && store_index::entry_of(*rec).interrupted_root)
+        interrupted.emplace_back(id);
+    }
+    next = in_range() ? std::string{as_view(k).substr(prefix.size())} : std::string{};
+    mdb_cursor_close(cur);
+    if (rc != 0 && rc != MDB_NOTFOUND)
+      return rc;
+    for (auto& id : interrupted)
+      if ((rc = store_index::mark_interrupted(txn, by_status_, id, true)) != 0)
         return rc;
-      done = as_string(sv) != interrupted_schema; // another process finished it
-      if (done)
-        return 0;
-      std::string from;
-      MDB_val fk = as_val(interrupted_from_key), fv;
-      if (mdb_get(txn, meta_, &fk, &fv) == 0)
-        from = as_string(fv);
-      MDB_cursor* cur;
-      if ((rc = mdb_cursor_open(txn, by_status_, &cur)) != 0)
-        return rc;
-      auto start = prefix + from;
-      MDB_val k = as_val(start), v;
-      rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-      auto in_range = [&] {
-        return rc == 0 && k.mv_size > prefix.size()
-               && as_view(k).substr(0, prefix.size()) == prefix;
-      };
-      std::vector<std::string> interrupted;
-      for (size_t n = 0; in_range() && n < migration_chunk;
-           ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        auto id = as_view(k).substr(prefix.size());
-        MDB_val ek{id.size(), const_cast<char*>(id.data())}, ev;
-        if (mdb_get(txn, executions_, &ek, &ev) != 0)
-          continue;
-        auto rec = decode_execution(as_view(ev));
-        if (rec && store_index::entry_of(*rec).interrupted_root)
-          interrupted.emplace_back(id);
-      }
-      done = !in_range();
-      std::string next = done ? std::string{} : std::string{as_view(k).substr(prefix.size())};
-      mdb_cursor_close(cur);
-      if (rc != 0 && rc != MDB_NOTFOUND)
-        return rc;
-      for (auto& id : interrupted)
-        if ((rc = store_index::mark_interrupted(txn, by_status_, id, true)) != 0)
-          return rc;
-      if (!done) {
-        fv = as_val(next);
-        return mdb_put(txn, meta_, &fk, &fv, 0);
-      }
-      // The new schema last, with the end of the listing.
-      if ((rc = mdb_del(txn, meta_, &fk, nullptr)) != 0 && rc != MDB_NOTFOUND)
-        return rc;
-      std::string version = schema_version;
-      sv = as_val(version);
-      return mdb_put(txn, meta_, &sk, &sv, 0);
-    }, "listing the interrupted roots");
-    if (err)
-      return err;
-  }
-  return caf::none;
+    return 0;
+  });
 }
 
 caf::error store::migrate() {

@@ -6,11 +6,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <lmdb.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,6 +23,33 @@
 #include "persistence/store.hpp"
 
 namespace canopy::core::store_test {
+
+/// Runs `f(txn, dbi_of)` in one raw LMDB write transaction on `home` (what
+/// an older release, or a crash, may have left; no store of this process
+/// may be open on it).
+inline void with_raw_lmdb(
+  const std::string& home,
+  const std::function<void(MDB_txn*, std::function<MDB_dbi(const char*)>)>& f) {
+  MDB_env* env = nullptr;
+  REQUIRE(mdb_env_create(&env) == 0);
+  mdb_env_set_maxdbs(env, 32);
+  REQUIRE(mdb_env_open(env, home.c_str(), 0, 0644) == 0);
+  MDB_txn* txn = nullptr;
+  REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
+  f(txn, [&](const char* name) {
+    MDB_dbi dbi = 0;
+    REQUIRE(mdb_dbi_open(txn, name, 0, &dbi) == 0);
+    return dbi;
+  });
+  REQUIRE(mdb_txn_commit(txn) == 0);
+  mdb_env_close(env);
+}
+
+/// Puts `val` under `key` in `dbi`, raw.
+inline void raw_put(MDB_txn* txn, MDB_dbi dbi, std::string key, std::string val) {
+  MDB_val k{key.size(), key.data()}, v{val.size(), val.data()};
+  REQUIRE(mdb_put(txn, dbi, &k, &v, 0) == 0);
+}
 
 inline std::shared_ptr<store> open_store(const std::string& home, size_t map_bytes = 64u << 20) {
   store_options opts;

@@ -10,7 +10,6 @@
 
 #include <lmdb.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,25 +20,6 @@ using namespace canopy::core;
 using namespace canopy::core::store_test;
 
 namespace {
-
-/// Runs `f(txn, dbi_of)` in one raw LMDB write transaction on `home` (no
-/// store of this process may be open on it).
-void with_raw_lmdb(const std::string& home,
-                   const std::function<void(MDB_txn*, std::function<MDB_dbi(const char*)>)>& f) {
-  MDB_env* env = nullptr;
-  REQUIRE(mdb_env_create(&env) == 0);
-  mdb_env_set_maxdbs(env, 32);
-  REQUIRE(mdb_env_open(env, home.c_str(), 0, 0644) == 0);
-  MDB_txn* txn = nullptr;
-  REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
-  f(txn, [&](const char* name) {
-    MDB_dbi dbi = 0;
-    REQUIRE(mdb_dbi_open(txn, name, 0, &dbi) == 0);
-    return dbi;
-  });
-  REQUIRE(mdb_txn_commit(txn) == 0);
-  mdb_env_close(env);
-}
 
 /// The keys of `by_status` that start with `prefix`, read raw.
 std::vector<std::string> raw_keys(const std::string& home, const std::string& prefix) {
@@ -162,9 +142,7 @@ TEST_CASE("a schema-3 home finds its interrupted roots among the stopped ones un
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
       REQUIRE(mdb_cursor_del(cur, 0) == 0);
     mdb_cursor_close(cur);
-    std::string key = "schema", val = "3";
-    MDB_val sk{key.size(), key.data()}, sv{val.size(), val.data()};
-    REQUIRE(mdb_put(txn, dbi_of("meta"), &sk, &sv, 0) == 0);
+    raw_put(txn, dbi_of("meta"), "schema", "3");
   });
   REQUIRE(raw_keys(dir.path, interrupted_prefix).empty());
   {
@@ -200,12 +178,8 @@ TEST_CASE("a home an older release left mid-build gets its index and interrupted
   // roots, its own mark.
   with_raw_lmdb(dir.path, [&](MDB_txn* txn, auto dbi_of) {
     REQUIRE(mdb_drop(txn, dbi_of("by_status"), 0) == 0);
-    std::string half = "3r" + want[0];
-    MDB_val hk{half.size(), half.data()}, hv{0, nullptr};
-    REQUIRE(mdb_put(txn, dbi_of("by_status"), &hk, &hv, 0) == 0);
-    std::string key = "schema", val = "2>3";
-    MDB_val sk{key.size(), key.data()}, sv{val.size(), val.data()};
-    REQUIRE(mdb_put(txn, dbi_of("meta"), &sk, &sv, 0) == 0);
+    raw_put(txn, dbi_of("by_status"), "3r" + want[0], "");
+    raw_put(txn, dbi_of("meta"), "schema", "2>3");
   });
   auto db = open_store(dir.path);
   CHECK(get(db->schema()) == "2>3");
