@@ -84,6 +84,18 @@ std::vector<std::string> stopped_history(store& db, int n, int every) {
   return out;
 }
 
+/// A home whose store was closed after `stopped_history(n, every)`, as a
+/// release before this one may have left it.
+struct closed_history {
+  test::temp_dir dir;
+  std::vector<std::string> want; ///< its interrupted roots, newest first
+
+  closed_history(int n, int every) {
+    auto db = open_store(dir.path);
+    want = stopped_history(*db, n, every);
+  }
+};
+
 } // namespace
 
 TEST_CASE("interrupted roots are listed apart and follow resumes, new stops and deletions",
@@ -124,13 +136,10 @@ TEST_CASE("interrupted roots are listed apart and follow resumes, new stops and 
 TEST_CASE("a schema-3 home finds its interrupted roots among the stopped ones until its first "
           "write lists them",
           "[persistence][store][index][migration]") {
-  test::temp_dir dir;
-  std::vector<std::string> want;
-  {
-    auto db = open_store(dir.path);
-    // More stopped roots than one listing transaction walks.
-    want = stopped_history(*db, 4500, 7);
-  }
+  // More stopped roots than one listing transaction walks.
+  closed_history h{4500, 7};
+  auto& dir = h.dir;
+  auto& want = h.want;
   // What the release before wrote: the status index, no interrupted roots.
   with_raw_lmdb(dir.path, [&](MDB_txn* txn, auto dbi_of) {
     auto by_status = dbi_of("by_status");
@@ -168,12 +177,9 @@ TEST_CASE("a schema-3 home finds its interrupted roots among the stopped ones un
 TEST_CASE("a home an older release left mid-build gets its index and interrupted roots built "
           "again from the start",
           "[persistence][store][index][migration]") {
-  test::temp_dir dir;
-  std::vector<std::string> want;
-  {
-    auto db = open_store(dir.path);
-    want = stopped_history(*db, 50, 5);
-  }
+  closed_history h{50, 5};
+  auto& dir = h.dir;
+  auto& want = h.want;
   // The older release's build under way: part of an index, no interrupted
   // roots, its own mark.
   with_raw_lmdb(dir.path, [&](MDB_txn* txn, auto dbi_of) {
