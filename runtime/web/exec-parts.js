@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { signalText } from "./exec-state.js";
-import { h, fill, badge, setBadge, duration, timeEl, json, dl, shortId, fmtDuration } from "./ui.js";
+import { h, fill, refill, badge, setBadge, duration, timeEl, json, dl, shortId, fmtDuration } from "./ui.js";
 import { timeLeft } from "./waits.js";
 
 const LOG_ROWS = 1000; // rows kept in the DOM until "Show all" is pressed
@@ -131,11 +131,13 @@ export function stepPanel(ctx) {
     const signal = signalText(s.signal);
     const waiting = s.status === "waiting";
     if (signal && s.signal.nextAt > Date.now()) tick = setTimeout(drawLive, 1000);
-    // A wait's countdown: only its text changes (the link keeps its focus).
+    // A wait's countdown: only its text changes. The span drawn here is
+    // merged into the one on the page, so the tick looks that one up.
     const left = h("span", { "data-testid": "step-deadline" }, s.deadline ? timeLeft(s.deadline) : "no deadline");
     if (waiting && s.deadline && !tick) {
       const count = () => {
-        left.textContent = timeLeft(s.deadline);
+        const shown = parts.live.querySelector('[data-testid="step-deadline"]');
+        if (shown) shown.textContent = timeLeft(s.deadline);
         tick = setTimeout(count, 1000);
       };
       tick = setTimeout(count, 1000);
@@ -144,7 +146,9 @@ export function stepPanel(ctx) {
     const pid = detail && detail.pid;
     const result = detail && detail.result;
     const child = s.child_id || (detail && detail.child_id);
-    fill(parts.live, dl([
+    // Redrawn each second while a signal counts down: merged in place, so a
+    // link, a selection or the focus inside stays (ui.js refill).
+    refill(parts.live, dl([
       ["Attempt", String(s.attempt)],
       ["Node", s.node || (detail && detail.node) || null],
       ["Started", timeEl(s.started_at)],

@@ -7,10 +7,13 @@ list on its own (polling), its steps turn running live (SSE). Stop from the
 page (dialog, confirm): the outcome says stopped / requested and lists
 `hold` back to pending, and the DAG shows it pending. `hold` ignores
 SIGINT: while the stop escalates, its step panel and its DAG node say
-"SIGINT sent · SIGTERM in Ns" (the `step.signalled` event), as the CLI does. Resume from the page:
+"SIGINT sent · SIGTERM in Ns" (the `step.signalled` event), as the CLI does,
+counting down in place (the panel's fields are kept, not redrawn anew). Resume from the page:
 the execution completes, and the side-effect log proves that the steps
 completed before the stop did not run again (one line per step).
 """
+
+from selenium.common.exceptions import StaleElementReferenceException
 
 from harness import main
 
@@ -66,6 +69,16 @@ def test(hx):
     b.wait(lambda: b.text("step-signal").startswith("SIGINT sent \u00b7 SIGTERM in ")
            and "SIGINT sent" in b.q("step-node", step="hold")[0].text, 10,
            f"the panel and the node to show the signal sent ({b.text('step-signal')!r})")
+    # The countdown redraws the panel each second, in place: the element
+    # shown before a tick is the one that shows the next second.
+    shown = b.one("step-signal")
+    first = b.text("step-signal")
+    b.wait(lambda: b.text("step-signal") != first, 10, f"the countdown to tick ({first!r})")
+    try:
+        kept = b.js("return arguments[0].isConnected", shown)
+    except StaleElementReferenceException:  # replaced: no longer in the page
+        kept = False
+    assert kept, "the countdown replaced the panel's fields"
     b.wait(lambda: (lambda o: o if o and "stopped" in o.text and b.q("outcome-pending") else None)(
         (b.q("outcome") or [None])[0]), 20, "the stop's outcome")
     text = b.text("outcome")
