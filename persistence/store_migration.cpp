@@ -40,6 +40,27 @@ std::optional<std::string> reencode(std::string_view text, Decode decode) {
 /// for a bounded time (a few ms), so other writers keep their turns.
 constexpr size_t migration_chunk = 2000;
 
+/// Visits up to `migration_chunk` records of `dbi` in key order, from key
+/// `from` on ("": the first), calling `visit(key, value)` for each; `next`
+/// becomes the first key not visited ("": none left).
+/// @returns 0, or the LMDB code of a failed read.
+template <class Visit>
+int visit_chunk(MDB_txn* txn, MDB_dbi dbi, const std::string& from, std::string& next,
+                Visit&& visit) {
+  MDB_cursor* cur;
+  int rc = mdb_cursor_open(txn, dbi, &cur);
+  if (rc != 0)
+    return rc;
+  MDB_val k = as_val(from), v;
+  rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
+  for (size_t n = 0; rc == 0 && n < migration_chunk;
+       ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+    visit(as_view(k), as_view(v));
+  next = rc == 0 ? as_string(k) : std::string{};
+  mdb_cursor_close(cur);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 /// The `meta` key of the first execution id the index build has not
 /// visited yet (absent: from the first).
 const std::string index_from_key = "index_from";
@@ -135,20 +156,12 @@ caf::error store::build_in_chunks(const char* marker, const std::string& from_ke
 caf::error store::build_status_index() {
   return build_in_chunks(indexing_schema, index_from_key, "building the status index",
                          [this](MDB_txn* txn, const std::string& from, std::string& next) {
-    MDB_cursor* cur;
-    int rc = mdb_cursor_open(txn, executions_, &cur);
-    if (rc != 0)
-      return rc;
-    MDB_val k = as_val(from), v;
-    rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
     std::vector<std::pair<std::string, execution_record>> chunk;
-    for (size_t n = 0; rc == 0 && n < migration_chunk;
-         ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-      if (auto rec = decode_execution(as_view(v)))
-        chunk.emplace_back(as_string(k), std::move(*rec));
-    next = rc == 0 ? as_string(k) : std::string{};
-    mdb_cursor_close(cur);
-    if (rc != 0 && rc != MDB_NOTFOUND)
+    int rc = visit_chunk(txn, executions_, from, next, [&](std::string_view k, std::string_view v) {
+      if (auto rec = decode_execution(v))
+        chunk.emplace_back(k, std::move(*rec));
+    });
+    if (rc != 0)
       return rc;
     store_index::status_counts added{};
     for (auto& [id, rec] : chunk) {
@@ -271,26 +284,16 @@ caf::error store::rewrite_text_records() {
     {history_, [](std::string_view b) { return reencode(b, decode_history); }}};
   for (auto& [dbi, convert] : dbs) {
     std::string from; // the first key not visited yet ("": the start)
-    bool at_end = false;
-    while (!at_end) {
+    for (bool at_end = false; !at_end;) {
       std::string next;
       err = write_once([&, dbi = dbi, convert = convert](MDB_txn* txn) {
-        MDB_cursor* cur;
-        int rc = mdb_cursor_open(txn, dbi, &cur);
-        if (rc != 0)
-          return rc;
-        MDB_val k = as_val(from), v;
-        rc = mdb_cursor_get(cur, &k, &v, from.empty() ? MDB_FIRST : MDB_SET_RANGE);
         std::vector<std::pair<std::string, std::string>> rewritten;
-        for (size_t n = 0; rc == 0 && n < migration_chunk;
-             ++n, rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-          if (is_text_record(as_view(v)))
-            if (auto bin = convert(as_view(v)))
-              rewritten.emplace_back(as_string(k), std::move(*bin));
-        at_end = rc == MDB_NOTFOUND;
-        next = rc == 0 ? as_string(k) : std::string{};
-        mdb_cursor_close(cur);
-        if (rc != 0 && rc != MDB_NOTFOUND)
+        int rc = visit_chunk(txn, dbi, from, next, [&](std::string_view k, std::string_view v) {
+          if (is_text_record(v))
+            if (auto bin = convert(v))
+              rewritten.emplace_back(k, std::move(*bin));
+        });
+        if (rc != 0)
           return rc;
         for (auto& [key, val] : rewritten) {
           MDB_val kk = as_val(key), vv = as_val(val);
@@ -301,6 +304,7 @@ caf::error store::rewrite_text_records() {
       }, "migrating the store");
       if (err)
         return err;
+      at_end = next.empty();
       from = std::move(next);
     }
   }
